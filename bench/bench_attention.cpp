@@ -1,0 +1,97 @@
+// Attention benchmarks at GPT-2 small shapes (d_model 768, 12 heads of 64, float32), with the
+// Eigen GEMM ceiling in the same binary so that every figure can be read as a ratio to it.
+//
+// GFLOPs counters count useful causal FLOPs only:
+//   core   2 · 2 · (n(n+1)/2) · d_model     (Q Kᵀ and A V over the visible pairs, all heads)
+//   layer  the core + 2·n·d·3d (Q, K, V) + 2·n·d·d (W_O)
+#include <cmath>
+#include <random>
+
+#include <benchmark/benchmark.h>
+
+#include "headwise/headwise.hpp"
+
+namespace {
+
+using headwise::Index;
+using Mat = headwise::Matrix<float>;
+
+constexpr Index d_model = 768, n_heads = 12, d_head = d_model / n_heads;
+
+Mat random_matrix(Index rows, Index cols, unsigned seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  Mat m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+  return m;
+}
+
+double core_flops(Index n) { return 2.0 * 2.0 * (double(n) * double(n + 1) / 2.0) * double(d_model); }
+double layer_flops(Index n) {
+  return core_flops(n) + 2.0 * n * d_model * 3.0 * d_model + 2.0 * n * d_model * d_model;
+}
+
+void set_counters(benchmark::State& state, double flops, Index n) {
+  state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+headwise::MultiHeadAttention<float> gpt2_small_layer() {
+  const float scale = 1.0f / std::sqrt(float(d_model));
+  headwise::MultiHeadWeights<float> w;
+  w.w_q = random_matrix(d_model, d_model, 1, scale);
+  w.w_k = random_matrix(d_model, d_model, 2, scale);
+  w.w_v = random_matrix(d_model, d_model, 3, scale);
+  w.w_o = random_matrix(d_model, d_model, 4, scale);
+  w.b_q = w.b_k = w.b_v = w.b_o = headwise::RowVector<float>::Zero(d_model);
+  return headwise::MultiHeadAttention<float>(n_heads, std::move(w));
+}
+
+// The ceiling: Eigen's own GEMM at the layer's largest product, (2048 x 768) . (768 x 2304).
+void BM_GemmCeiling(benchmark::State& state) {
+  const Mat a = random_matrix(2048, 768, 5), b = random_matrix(768, 2304, 6);
+  Mat c(2048, 2304);
+  for (auto _ : state) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * 2048 * 768 * 2304 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_GemmCeiling)->Unit(benchmark::kMillisecond);
+
+// The step-by-step core: every head's full (n, n) pattern, then A V.
+void BM_CoreNaive(benchmark::State& state) {
+  const Index n = state.range(0);
+  const Mat qkv = random_matrix(n, 3 * d_model, 7);
+  Mat z(n, d_model);
+  for (auto _ : state) {
+    for (Index h = 0; h < n_heads; ++h)
+      z.middleCols(h * d_head, d_head) = headwise::attention(qkv.middleCols(h * d_head, d_head),
+                                                             qkv.middleCols(d_model + h * d_head, d_head),
+                                                             qkv.middleCols(2 * d_model + h * d_head, d_head)).z;
+    benchmark::DoNotOptimize(z.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, core_flops(n), n);
+}
+BENCHMARK(BM_CoreNaive)->ArgName("n")->RangeMultiplier(2)->Range(128, 4096)->Unit(benchmark::kMillisecond);
+
+// The step-by-step layer: one product for Q, K, V, the naive core, then W_O.
+void BM_LayerNaive(benchmark::State& state) {
+  const Index n = state.range(0);
+  const auto mha = gpt2_small_layer();
+  const Mat x = random_matrix(n, d_model, 8);
+  Mat out;
+  for (auto _ : state) {
+    out = mha.forward(x);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, layer_flops(n), n);
+}
+BENCHMARK(BM_LayerNaive)->ArgName("n")->RangeMultiplier(2)->Range(128, 4096)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,30 @@
+# Install rules: headers, the exported target, a package config with its version file, pkg-config.
+include(CMakePackageConfigHelpers)
+
+if(HEADWISE_OPENMP AND OpenMP_CXX_FOUND)
+  set(HEADWISE_LINKS_OPENMP ON)
+  set(HEADWISE_PC_FLAGS "-fopenmp")
+else()
+  set(HEADWISE_LINKS_OPENMP OFF)
+  set(HEADWISE_PC_FLAGS "")
+endif()
+
+set(HEADWISE_CMAKE_DIR ${CMAKE_INSTALL_DATADIR}/cmake/headwise)
+
+install(TARGETS headwise EXPORT headwiseTargets)
+install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT headwiseTargets NAMESPACE headwise:: DESTINATION ${HEADWISE_CMAKE_DIR})
+
+configure_package_config_file(cmake/headwiseConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/headwiseConfig.cmake
+  INSTALL_DESTINATION ${HEADWISE_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/headwiseConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion
+  ARCH_INDEPENDENT)
+install(FILES
+  ${CMAKE_CURRENT_BINARY_DIR}/headwiseConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/headwiseConfigVersion.cmake
+  DESTINATION ${HEADWISE_CMAKE_DIR})
+
+configure_file(cmake/headwise.pc.in ${CMAKE_CURRENT_BINARY_DIR}/headwise.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/headwise.pc DESTINATION ${CMAKE_INSTALL_DATADIR}/pkgconfig)

@@ -1,0 +1,64 @@
+// The attention core, step by step: from one head's Q, K, V to Z = softmax(mask(Q Kᵀ / div)) V.
+//
+// This is the readable reference path: it holds the whole (n_q, n_k) pattern. The fused kernel
+// (kernels/fused_attention.hpp) computes the same function without it.
+#pragma once
+
+#include "headwise/causal_mask.hpp"
+#include "headwise/detail/errors.hpp"
+#include "headwise/options.hpp"
+#include "headwise/scores.hpp"
+#include "headwise/softmax.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise {
+
+/// What an attention core returns: the output rows and each query row's logsumexp.
+template <class Scalar>
+struct CoreOutput {
+  Matrix<Scalar> z;          ///< (n_q, d_head): each query's weighted average of the values
+  Vector<Scalar> logsumexp;  ///< (n_q): log of each row's softmax denominator; -inf if it sees nothing
+};
+
+namespace detail {
+template <class DerivedQ, class DerivedK, class DerivedV>
+void check_core_shapes(const char* where, const Eigen::MatrixBase<DerivedQ>& q,
+                       const Eigen::MatrixBase<DerivedK>& k, const Eigen::MatrixBase<DerivedV>& v) {
+  if (q.cols() != k.cols())
+    invalid(where, "q has ", q.cols(), " columns but k has ", k.cols(), " (both must be d_head)");
+  if (v.rows() != k.rows())
+    invalid(where, "v has ", v.rows(), " rows but k has ", k.rows(), " (one per key)");
+}
+}  // namespace detail
+
+/// Attention weights A = softmax(mask(Q Kᵀ / divisor)), with each row's logsumexp.
+/// q: (n_q, d_head), k: (n_k, d_head) -> weights (n_q, n_k), logsumexp (n_q).
+template <class DerivedQ, class DerivedK>
+Matrix<typename DerivedQ::Scalar> attention_weights(const Eigen::MatrixBase<DerivedQ>& q,
+                                                    const Eigen::MatrixBase<DerivedK>& k,
+                                                    const AttentionOptions& options = {},
+                                                    Vector<typename DerivedQ::Scalar>* logsumexp = nullptr) {
+  const double divisor = resolve_divisor(options, q.cols(), "attention_weights");
+  Matrix<typename DerivedQ::Scalar> a = scaled_scores(q, k, divisor);
+  auto lse = softmax_rows(a, options.causal);
+  if (logsumexp) *logsumexp = std::move(lse);
+  return a;
+}
+
+/// The attention core, step by step: Z = A V with A = softmax(mask(Q Kᵀ / divisor)).
+/// q: (n_q, d_head), k: (n_k, d_head), v: (n_k, d_v) -> z (n_q, d_v), logsumexp (n_q).
+/// A query that sees no key gets a zero row.
+template <class DerivedQ, class DerivedK, class DerivedV>
+CoreOutput<typename DerivedQ::Scalar> attention(const Eigen::MatrixBase<DerivedQ>& q,
+                                                const Eigen::MatrixBase<DerivedK>& k,
+                                                const Eigen::MatrixBase<DerivedV>& v,
+                                                const AttentionOptions& options = {}) {
+  detail::check_core_shapes("attention", q, k, v);
+  CoreOutput<typename DerivedQ::Scalar> out;
+  const auto a = attention_weights(q, k, options, &out.logsumexp);
+  out.z.resize(q.rows(), v.cols());
+  out.z.noalias() = a * v;
+  return out;
+}
+
+}  // namespace headwise

@@ -1,0 +1,38 @@
+// Internal: building the messages of headwise's exceptions ("headwise: <where>: <what>").
+#pragma once
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <Eigen/Core>
+
+namespace headwise::detail {
+
+template <class... Parts>
+std::string message(const char* where, Parts&&... parts) {
+  std::ostringstream out;
+  out << "headwise: " << where << ": ";
+  (out << ... << std::forward<Parts>(parts));
+  return out.str();
+}
+
+/// Throws std::invalid_argument("headwise: <where>: <parts...>").
+template <class... Parts>
+[[noreturn]] void invalid(const char* where, Parts&&... parts) {
+  throw std::invalid_argument(message(where, std::forward<Parts>(parts)...));
+}
+
+/// Throws unless every entry of m is finite, naming the first bad entry.
+template <class Derived>
+void require_finite(const char* where, const char* name, const Derived& m) {
+  if (m.allFinite()) return;
+  for (Eigen::Index i = 0; i < m.rows(); ++i)
+    for (Eigen::Index j = 0; j < m.cols(); ++j)
+      if (!std::isfinite(static_cast<double>(m(i, j))))
+        invalid(where, name, " has a non-finite value (", m(i, j), ") at row ", i, ", column ", j);
+}
+
+}  // namespace headwise::detail

@@ -1,0 +1,409 @@
+// Reading safetensors files (Hugging Face's checkpoint format) into Eigen matrices.
+//
+// Format: an 8-byte little-endian header length N, N bytes of JSON mapping each tensor name to
+// {"dtype", "shape", "data_offsets": [begin, end)} (offsets relative to the end of the header),
+// an optional "__metadata__" map of strings, then the raw little-endian row-major bytes.
+// The file is validated as the format's reference implementation does before any tensor byte is
+// read: header length <= 100,000,000 and inside the file, a JSON object, known dtypes, shape x
+// dtype size equal to the byte range (overflow-checked), byte ranges contiguous, non-overlapping
+// and inside the file. A bad file throws SafetensorsError naming the problem.
+//
+// This header needs nlohmann_json; the rest of headwise does not.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "headwise/types.hpp"
+
+namespace headwise::io {
+
+/// A safetensors file that is malformed, unreadable, or asked for something it does not hold.
+class SafetensorsError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The element types of the format.
+enum class Dtype { BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, I64, U64, F64 };
+
+namespace detail {
+struct DtypeEntry {
+  Dtype dtype;
+  const char* name;
+  std::size_t size;
+};
+inline const std::vector<DtypeEntry>& dtype_table() {
+  static const std::vector<DtypeEntry> table = {
+      {Dtype::BOOL, "BOOL", 1}, {Dtype::U8, "U8", 1},     {Dtype::I8, "I8", 1},
+      {Dtype::F8_E5M2, "F8_E5M2", 1}, {Dtype::F8_E4M3, "F8_E4M3", 1}, {Dtype::I16, "I16", 2},
+      {Dtype::U16, "U16", 2},   {Dtype::F16, "F16", 2},   {Dtype::BF16, "BF16", 2},
+      {Dtype::I32, "I32", 4},   {Dtype::U32, "U32", 4},   {Dtype::F32, "F32", 4},
+      {Dtype::I64, "I64", 8},   {Dtype::U64, "U64", 8},   {Dtype::F64, "F64", 8}};
+  return table;
+}
+}  // namespace detail
+
+/// "F32", "BF16", ...
+inline const char* dtype_name(Dtype dtype) {
+  for (const auto& e : detail::dtype_table())
+    if (e.dtype == dtype) return e.name;
+  return "?";
+}
+/// Bytes per element.
+inline std::size_t dtype_size(Dtype dtype) {
+  for (const auto& e : detail::dtype_table())
+    if (e.dtype == dtype) return e.size;
+  return 0;
+}
+/// The dtype a header names, or nothing if the name is unknown.
+inline std::optional<Dtype> parse_dtype(const std::string& name) {
+  for (const auto& e : detail::dtype_table())
+    if (name == e.name) return e.dtype;
+  return std::nullopt;
+}
+
+/// One tensor's entry in the header.
+struct TensorInfo {
+  std::string name;
+  Dtype dtype = Dtype::F32;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t elements = 0;  ///< product of the shape (1 for a scalar)
+  std::uint64_t begin = 0;     ///< byte range [begin, end) inside the data section
+  std::uint64_t end = 0;
+};
+
+namespace detail {
+
+inline float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exponent = (h >> 10) & 0x1fu;
+  std::uint32_t mantissa = h & 0x3ffu;
+  std::uint32_t bits;
+  if (exponent == 0x1fu) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // inf or NaN
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);  // normal: rebias 15 -> 127
+  } else if (mantissa == 0) {
+    bits = sign;  // +-0
+  } else {
+    // Subnormal half: shift the mantissa up until its leading 1 is the implicit bit.
+    exponent = 113u;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline float bfloat16_to_float(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <class T>
+T load(const unsigned char* p) {
+  T value;
+  std::memcpy(&value, p, sizeof value);  // the data section need not be aligned
+  return value;
+}
+
+inline bool host_is_little_endian() {
+  const std::uint16_t one = 1;
+  unsigned char first;
+  std::memcpy(&first, &one, 1);
+  return first == 1;
+}
+
+/// a * b, or nothing if it overflows 64 bits.
+inline std::optional<std::uint64_t> checked_mul(std::uint64_t a, std::uint64_t b) {
+  if (a != 0 && b > UINT64_MAX / a) return std::nullopt;
+  return a * b;
+}
+
+inline std::string shape_string(const std::vector<std::uint64_t>& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+}  // namespace detail
+
+/// A safetensors file read into memory and validated.
+///   auto file = io::SafetensorsFile::open("model.safetensors");
+///   Matrix<float> w = file.matrix<float>("h.0.attn.c_attn.weight");   // (768, 2304)
+
+class SafetensorsFile {
+ public:
+  /// The largest header the format allows.
+  static constexpr std::uint64_t max_header_length = 100000000;
+
+  /// Reads and validates the file at `path`.
+  static SafetensorsFile open(const std::string& path) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) throw SafetensorsError("headwise: safetensors: cannot open " + path);
+    const std::streamoff size = in.tellg();
+    if (size < 0) throw SafetensorsError("headwise: safetensors: cannot read " + path);
+    std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
+    in.seekg(0);
+    if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size))
+      throw SafetensorsError("headwise: safetensors: cannot read " + path);
+    return SafetensorsFile(std::move(bytes), path);
+  }
+
+  /// Validates the bytes of a whole file; `name` is used in error messages.
+  explicit SafetensorsFile(std::vector<unsigned char> bytes, std::string name = "<memory>")
+      : bytes_(std::move(bytes)), name_(std::move(name)) {
+    parse();
+  }
+
+  const std::string& name() const { return name_; }
+  /// The "__metadata__" map (empty if the file has none).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// Tensor names, sorted.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& entry : tensors_) out.push_back(entry.first);
+    return out;
+  }
+  bool contains(const std::string& tensor) const { return tensors_.count(tensor) != 0; }
+  /// The header entry of `tensor`; throws SafetensorsError if there is none.
+  const TensorInfo& info(const std::string& tensor) const {
+    const auto it = tensors_.find(tensor);
+    if (it == tensors_.end()) fail("no tensor named \"" + tensor + "\"");
+    return it->second;
+  }
+
+  /// All elements of `tensor`, row-major, converted to Scalar (float types and integers).
+  template <class Scalar>
+  std::vector<Scalar> values(const std::string& tensor) const {
+    const TensorInfo& t = info(tensor);
+    std::vector<Scalar> out(static_cast<std::size_t>(t.elements));
+    convert(t, out.data());
+    return out;
+  }
+
+  /// A tensor of rank 0, 1 or 2 as a matrix: [] -> 1x1, [c] -> 1xc, [r, c] -> rxc.
+  /// Ranks above 2 are accepted when every leading dimension is 1 ([1, 1, r, c] -> rxc).
+  template <class Scalar>
+  Matrix<Scalar> matrix(const std::string& tensor) const {
+    const TensorInfo& t = info(tensor);
+    std::size_t leading = 0;
+    while (t.shape.size() - leading > 2 && t.shape[leading] == 1) ++leading;
+    if (t.shape.size() - leading > 2)
+      fail("tensor \"" + tensor + "\" has shape " + detail::shape_string(t.shape) +
+           ", expected at most 2 dimensions");
+    const Index rows = t.shape.size() - leading == 2 ? static_cast<Index>(t.shape[leading]) : 1;
+    const Index cols = t.shape.empty() ? 1 : static_cast<Index>(t.shape.back());
+    Matrix<Scalar> m(rows, cols);
+    convert(t, m.data());
+    return m;
+  }
+
+  /// A 1-D tensor [c] as a row vector (1, c).
+  template <class Scalar>
+  RowVector<Scalar> row_vector(const std::string& tensor) const {
+    const TensorInfo& t = info(tensor);
+    if (t.shape.size() != 1)
+      fail("tensor \"" + tensor + "\" has shape " + detail::shape_string(t.shape) +
+           ", expected 1 dimension");
+    RowVector<Scalar> v(static_cast<Index>(t.shape[0]));
+    convert(t, v.data());
+    return v;
+  }
+
+  /// Slice `index` of a 3-D tensor [s, r, c] as an (r, c) matrix, e.g. one head of [heads, T, d].
+  template <class Scalar>
+  Matrix<Scalar> slice(const std::string& tensor, Index index) const {
+    const TensorInfo& t = info(tensor);
+    if (t.shape.size() != 3)
+      fail("tensor \"" + tensor + "\" has shape " + detail::shape_string(t.shape) +
+           ", expected 3 dimensions");
+    if (index < 0 || static_cast<std::uint64_t>(index) >= t.shape[0])
+      fail("slice " + std::to_string(index) + " of tensor \"" + tensor + "\" is out of range [0, " +
+           std::to_string(t.shape[0]) + ")");
+    const auto rows = static_cast<Index>(t.shape[1]), cols = static_cast<Index>(t.shape[2]);
+    const std::vector<Scalar> all = values<Scalar>(tensor);
+    Matrix<Scalar> m(rows, cols);
+    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(index * rows * cols), rows * cols, m.data());
+    return m;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw SafetensorsError("headwise: safetensors: " + name_ + ": " + what);
+  }
+
+  void parse() {
+    if (bytes_.size() < 8)
+      fail("file is " + std::to_string(bytes_.size()) +
+           " bytes, too short for the 8-byte header length");
+    if (!detail::host_is_little_endian()) fail("reading on a big-endian host is not supported");
+    const std::uint64_t header_length = detail::load<std::uint64_t>(bytes_.data());
+    if (header_length > max_header_length)
+      fail("header length " + std::to_string(header_length) + " exceeds the limit of " +
+           std::to_string(max_header_length) + " bytes");
+    if (header_length > bytes_.size() - 8)
+      fail("header length " + std::to_string(header_length) + " runs past the end of the file (" +
+           std::to_string(bytes_.size()) + " bytes)");
+    data_begin_ = 8 + header_length;
+    const std::uint64_t data_size = bytes_.size() - data_begin_;
+
+    const auto* text = reinterpret_cast<const char*>(bytes_.data() + 8);
+    const nlohmann::json header =
+        nlohmann::json::parse(text, text + header_length, /*callback=*/nullptr, /*allow_exceptions=*/false);
+    if (header.is_discarded()) fail("header is not valid JSON");
+    if (!header.is_object()) fail("header is JSON but not an object");
+
+    std::vector<const TensorInfo*> by_offset;
+    for (const auto& item : header.items()) {
+      if (item.key() == "__metadata__") {
+        read_metadata(item.value());
+        continue;
+      }
+      TensorInfo t = read_entry(item.key(), item.value());
+      tensors_.emplace(t.name, std::move(t));
+    }
+    for (const auto& entry : tensors_) by_offset.push_back(&entry.second);
+    std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+      return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+    });
+
+    // The byte ranges must tile the data section: each starts where the previous one ended.
+    std::uint64_t covered = 0;
+    const TensorInfo* previous = nullptr;
+    for (const TensorInfo* t : by_offset) {
+      const std::string range = "[" + std::to_string(t->begin) + ", " + std::to_string(t->end) + ")";
+      if (t->end > data_size)
+        fail("tensor \"" + t->name + "\" has data_offsets " + range +
+             " past the end of the data section (" + std::to_string(data_size) + " bytes)");
+      if (t->begin < covered)
+        fail("tensors \"" + previous->name + "\" and \"" + t->name + "\" overlap: \"" + t->name +
+             "\" starts at byte " + std::to_string(t->begin) + ", before \"" + previous->name +
+             "\" ends at byte " + std::to_string(covered));
+      if (t->begin > covered)
+        fail("bytes [" + std::to_string(covered) + ", " + std::to_string(t->begin) +
+             ") before tensor \"" + t->name + "\" belong to no tensor (offsets must be contiguous)");
+      const auto bytes = detail::checked_mul(t->elements, dtype_size(t->dtype));
+      if (!bytes)
+        fail("tensor \"" + t->name + "\" of shape " + detail::shape_string(t->shape) +
+             " has a byte size that overflows 64 bits");
+      if (*bytes != t->end - t->begin)
+        fail("tensor \"" + t->name + "\" of shape " + detail::shape_string(t->shape) + " and dtype " +
+             dtype_name(t->dtype) + " needs " + std::to_string(*bytes) + " bytes, but data_offsets " +
+             range + " hold " + std::to_string(t->end - t->begin));
+      covered = t->end;
+      previous = t;
+    }
+    if (covered != data_size)
+      fail("the data section has " + std::to_string(data_size) + " bytes but the tensors cover " +
+           std::to_string(covered));
+  }
+
+  void read_metadata(const nlohmann::json& value) {
+    if (!value.is_object()) fail("__metadata__ is not an object");
+    for (const auto& item : value.items()) {
+      if (!item.value().is_string()) fail("__metadata__ entry \"" + item.key() + "\" is not a string");
+      metadata_[item.key()] = item.value().get<std::string>();
+    }
+  }
+
+  std::uint64_t read_unsigned(const std::string& tensor, const char* field, const nlohmann::json& v) const {
+    if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+    if (v.is_number_integer())
+      fail("tensor \"" + tensor + "\" has a negative " + field + " (" + v.dump() + ")");
+    fail("tensor \"" + tensor + "\" has a " + field + " that is not an integer (" + v.dump() + ")");
+  }
+
+  TensorInfo read_entry(const std::string& name, const nlohmann::json& entry) const {
+    if (!entry.is_object()) fail("entry \"" + name + "\" is not an object");
+    TensorInfo t;
+    t.name = name;
+    const auto dtype = entry.find("dtype");
+    if (dtype == entry.end() || !dtype->is_string()) fail("tensor \"" + name + "\" has no dtype string");
+    const auto parsed = parse_dtype(dtype->get<std::string>());
+    if (!parsed) fail("tensor \"" + name + "\" has unknown dtype \"" + dtype->get<std::string>() + "\"");
+    t.dtype = *parsed;
+
+    const auto shape = entry.find("shape");
+    if (shape == entry.end() || !shape->is_array()) fail("tensor \"" + name + "\" has no shape array");
+    t.elements = 1;
+    bool overflow = false;
+    for (const auto& dim : *shape) {
+      t.shape.push_back(read_unsigned(name, "shape dimension", dim));
+      const auto product = detail::checked_mul(t.elements, t.shape.back());
+      overflow = overflow || !product;
+      t.elements = product.value_or(0);
+    }
+    if (overflow)
+      fail("tensor \"" + name + "\" has shape " + detail::shape_string(t.shape) +
+           " whose element count overflows 64 bits");
+
+    const auto offsets = entry.find("data_offsets");
+    if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2)
+      fail("tensor \"" + name + "\" has no data_offsets pair [begin, end]");
+    t.begin = read_unsigned(name, "data_offsets begin", (*offsets)[0]);
+    t.end = read_unsigned(name, "data_offsets end", (*offsets)[1]);
+    if (t.end < t.begin)
+      fail("tensor \"" + name + "\" has data_offsets [" + std::to_string(t.begin) + ", " +
+           std::to_string(t.end) + ") that end before they begin");
+    return t;
+  }
+
+  /// Converts every element of t to Scalar; one switch on the dtype, then a plain loop.
+  template <class Scalar>
+  void convert(const TensorInfo& t, Scalar* out) const {
+    const unsigned char* p = bytes_.data() + data_begin_ + t.begin;
+    const auto n = static_cast<std::size_t>(t.elements);
+    auto each = [&](auto decode) {
+      const std::size_t size = dtype_size(t.dtype);
+      for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<Scalar>(decode(p + i * size));
+    };
+    using detail::load;
+    switch (t.dtype) {
+      case Dtype::F64: return each([](const unsigned char* q) { return load<double>(q); });
+      case Dtype::F32: return each([](const unsigned char* q) { return load<float>(q); });
+      case Dtype::F16: return each([](const unsigned char* q) { return detail::half_to_float(load<std::uint16_t>(q)); });
+      case Dtype::BF16: return each([](const unsigned char* q) { return detail::bfloat16_to_float(load<std::uint16_t>(q)); });
+      case Dtype::BOOL: return each([](const unsigned char* q) { return *q != 0 ? 1 : 0; });
+      case Dtype::U8: return each([](const unsigned char* q) { return *q; });
+      case Dtype::I8: return each([](const unsigned char* q) { return load<std::int8_t>(q); });
+      case Dtype::I16: return each([](const unsigned char* q) { return load<std::int16_t>(q); });
+      case Dtype::U16: return each([](const unsigned char* q) { return load<std::uint16_t>(q); });
+      case Dtype::I32: return each([](const unsigned char* q) { return load<std::int32_t>(q); });
+      case Dtype::U32: return each([](const unsigned char* q) { return load<std::uint32_t>(q); });
+      case Dtype::I64: return each([](const unsigned char* q) { return load<std::int64_t>(q); });
+      case Dtype::U64: return each([](const unsigned char* q) { return load<std::uint64_t>(q); });
+      case Dtype::F8_E5M2:
+      case Dtype::F8_E4M3: break;
+    }
+    fail("tensor \"" + t.name + "\" has dtype " + dtype_name(t.dtype) + ", which headwise cannot convert");
+  }
+
+  std::vector<unsigned char> bytes_;
+  std::string name_;
+  std::uint64_t data_begin_ = 0;
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, TensorInfo> tensors_;
+};
+
+}  // namespace headwise::io

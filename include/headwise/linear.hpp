@@ -1,0 +1,48 @@
+// Linear: the projection y = x W + b, with W stored [in, out] as Hugging Face GPT-2's Conv1D.
+#pragma once
+
+#include <utility>
+
+#include "headwise/detail/errors.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise {
+
+/// A linear map of row vectors with an optional bias: y = x W + b.
+///   Linear<float> q_proj(w_q, b_q);      // w_q: (d_model, d_head), b_q: (1, d_head) or empty
+///   Matrix<float> q = q_proj.forward(x); // x: (n, d_model) -> q: (n, d_head)
+template <class Scalar>
+class Linear {
+ public:
+  /// weight: (in, out). bias: (1, out), or empty for no bias.
+  explicit Linear(Matrix<Scalar> weight, RowVector<Scalar> bias = RowVector<Scalar>())
+      : weight_(std::move(weight)), bias_(std::move(bias)) {
+    if (bias_.size() != 0 && bias_.size() != weight_.cols())
+      detail::invalid("Linear", "bias has ", bias_.size(), " entries, expected 0 or out = ",
+                      weight_.cols());
+  }
+
+  Index in_features() const { return weight_.rows(); }
+  Index out_features() const { return weight_.cols(); }
+  bool has_bias() const { return bias_.size() != 0; }
+  const Matrix<Scalar>& weight() const { return weight_; }
+  const RowVector<Scalar>& bias() const { return bias_; }
+
+  /// x: (n, in) -> (n, out).
+  /// (A row-major Ref given a column-major argument makes a temporary copy; pass row-major.)
+  Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x) const {
+    if (x.cols() != in_features())
+      detail::invalid("Linear::forward", "x has ", x.cols(), " columns, expected in = ",
+                      in_features());
+    Matrix<Scalar> y(x.rows(), out_features());
+    y.noalias() = x * weight_;
+    if (has_bias()) y.rowwise() += bias_;
+    return y;
+  }
+
+ private:
+  Matrix<Scalar> weight_;
+  RowVector<Scalar> bias_;
+};
+
+}  // namespace headwise

@@ -1,0 +1,183 @@
+// Multi-head attention: n_heads heads side by side, and W_O split into per-head row blocks so that
+// the layer is a sum of per-head contributions:  out = Σ_h Z_h W_O[h] + b_O.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "headwise/attention_core.hpp"
+#include "headwise/attention_head.hpp"
+#include "headwise/detail/errors.hpp"
+#include "headwise/linear.hpp"
+#include "headwise/options.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise {
+
+/// The weights of a multi-head attention layer, as Hugging Face GPT-2 lays them out.
+/// Inside W_Q, W_K and W_V head h owns columns [h d_head, (h+1) d_head); inside W_O it owns the
+/// rows with the same numbers, W_O[h].
+template <class Scalar>
+struct MultiHeadWeights {
+  Matrix<Scalar> w_q, w_k, w_v;     ///< (d_model, n_heads d_head) each
+  RowVector<Scalar> b_q, b_k, b_v;  ///< (1, n_heads d_head) each, or empty for no bias
+  Matrix<Scalar> w_o;               ///< (n_heads d_head, d_model)
+  RowVector<Scalar> b_o;            ///< (1, d_model), or empty for no bias
+};
+
+/// Every intermediate of a multi-head layer on one input.
+template <class Scalar>
+struct MultiHeadTrace {
+  std::vector<HeadTrace<Scalar>> heads;       ///< per head: Q, K, V, scores, weights, Z, ...
+  std::vector<Matrix<Scalar>> contributions;  ///< per head: Z_h W_O[h], (n, d_model)
+  Matrix<Scalar> output;                      ///< (n, d_model): Σ_h contributions + b_O
+};
+
+/// Causal multi-head self-attention.
+///   MultiHeadAttention<float> mha(/*n_heads=*/12, weights);
+///   Matrix<float> out = mha.forward(x);           // x, out: (n, d_model)
+///   MultiHeadTrace<float> t = mha.trace(x);       // every head's intermediates and contribution
+template <class Scalar>
+class MultiHeadAttention {
+ public:
+  MultiHeadAttention(Index n_heads, MultiHeadWeights<Scalar> w) : n_heads_(n_heads) {
+    constexpr const char* where = "MultiHeadAttention";
+    if (n_heads <= 0) detail::invalid(where, "n_heads must be > 0, got ", n_heads);
+    const Index d_model = w.w_q.rows(), width = w.w_q.cols();
+    if (d_model == 0) detail::invalid(where, "w_q has 0 rows, expected d_model > 0");
+    if (width % n_heads != 0) {
+      if (width == d_model)
+        detail::invalid(where, "d_model = ", d_model, " is not divisible by n_heads = ", n_heads);
+      detail::invalid(where, "w_q has ", width, " columns, not divisible by n_heads = ", n_heads);
+    }
+    if (width == 0) detail::invalid(where, "w_q has 0 columns, expected n_heads d_head > 0");
+    check_shape(where, "w_k", w.w_k, d_model, width);
+    check_shape(where, "w_v", w.w_v, d_model, width);
+    check_shape(where, "w_o", w.w_o, width, d_model);
+    check_bias(where, "b_q", w.b_q, width);
+    check_bias(where, "b_k", w.b_k, width);
+    check_bias(where, "b_v", w.b_v, width);
+    check_bias(where, "b_o", w.b_o, d_model);
+    d_head_ = width / n_heads;
+
+    // Q, K and V come from one product X [W_Q | W_K | W_V]: one pass over X instead of three.
+    w_qkv_.resize(d_model, 3 * width);
+    w_qkv_ << w.w_q, w.w_k, w.w_v;
+    b_qkv_ = RowVector<Scalar>::Zero(3 * width);
+    if (w.b_q.size()) b_qkv_.segment(0, width) = w.b_q;
+    if (w.b_k.size()) b_qkv_.segment(width, width) = w.b_k;
+    if (w.b_v.size()) b_qkv_.segment(2 * width, width) = w.b_v;
+    w_o_ = std::move(w.w_o);
+    b_o_ = w.b_o.size() ? std::move(w.b_o) : RowVector<Scalar>::Zero(d_model);
+  }
+
+  Index n_heads() const { return n_heads_; }
+  Index d_head() const { return d_head_; }
+  Index d_model() const { return w_qkv_.rows(); }
+
+  /// W_Q | W_K | W_V side by side: (d_model, 3 n_heads d_head); and its bias (1, 3 n_heads d_head).
+  const Matrix<Scalar>& w_qkv() const { return w_qkv_; }
+  const RowVector<Scalar>& b_qkv() const { return b_qkv_; }
+  /// W_O: (n_heads d_head, d_model), and b_O: (1, d_model).
+  const Matrix<Scalar>& w_o() const { return w_o_; }
+  const RowVector<Scalar>& b_o() const { return b_o_; }
+  /// Head h's rows of W_O: (d_head, d_model).
+  auto w_o_block(Index h) const { return w_o_.middleRows(checked_head(h, "w_o_block") * d_head_, d_head_); }
+
+  /// Head h on its own, with its slices of W_Q, W_K, W_V and their biases.
+  AttentionHead<Scalar> head(Index h) const {
+    checked_head(h, "head");
+    return AttentionHead<Scalar>(slice(0, h), slice(1, h), slice(2, h));
+  }
+
+  /// The layer's output. x: (n, d_model) -> (n, d_model). n = 0 gives an empty result.
+  Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x,
+                         const AttentionOptions& options = {}) const {
+    check_input(x, "MultiHeadAttention::forward");
+    resolve_divisor(options, d_head_, "MultiHeadAttention::forward");
+    const Matrix<Scalar> qkv = project_qkv(x);
+    Matrix<Scalar> z(x.rows(), n_heads_ * d_head_);  // every head's Z side by side
+    for (Index h = 0; h < n_heads_; ++h)
+      z.middleCols(h * d_head_, d_head_) = attention(block(qkv, 0, h), block(qkv, 1, h), block(qkv, 2, h), options).z;
+    return project_heads(z);
+  }
+
+  /// Every head's intermediates and contribution, and the output as their sum.
+  /// x: (n, d_model). Holds n_heads (n, n) patterns: for inspection, not for long inputs.
+  MultiHeadTrace<Scalar> trace(const Eigen::Ref<const Matrix<Scalar>>& x,
+                               const AttentionOptions& options = {}) const {
+    check_input(x, "MultiHeadAttention::trace");
+    MultiHeadTrace<Scalar> t;
+    t.output = b_o_.replicate(x.rows(), 1);
+    for (Index h = 0; h < n_heads_; ++h) {
+      t.heads.push_back(head(h).trace(x, options));
+      t.contributions.push_back(head_contribution(t.heads.back().z, h));
+      t.output += t.contributions.back();
+    }
+    return t;
+  }
+
+  /// Head h's contribution to the output, Z_h W_O[h]. z_h: (n, d_head) -> (n, d_model).
+  Matrix<Scalar> head_contribution(const Eigen::Ref<const Matrix<Scalar>>& z_h, Index h) const {
+    checked_head(h, "head_contribution");
+    if (z_h.cols() != d_head_)
+      detail::invalid("head_contribution", "z_h has ", z_h.cols(), " columns, expected d_head = ", d_head_);
+    Matrix<Scalar> c(z_h.rows(), d_model());
+    c.noalias() = z_h * w_o_block(h);
+    return c;
+  }
+
+  /// The textbook form: concatenate the heads' Z and apply W_O once, Concat(Z_0..Z_H-1) W_O + b_O.
+  /// z: (n, n_heads d_head) -> (n, d_model). Equal to the sum of the per-head contributions.
+  Matrix<Scalar> project_heads(const Eigen::Ref<const Matrix<Scalar>>& z) const {
+    if (z.cols() != n_heads_ * d_head_)
+      detail::invalid("project_heads", "z has ", z.cols(), " columns, expected n_heads d_head = ",
+                      n_heads_ * d_head_);
+    Matrix<Scalar> out(z.rows(), d_model());
+    out.noalias() = z * w_o_;
+    out.rowwise() += b_o_;
+    return out;
+  }
+
+  /// X [W_Q | W_K | W_V] + [b_Q | b_K | b_V]: x (n, d_model) -> (n, 3 n_heads d_head).
+  Matrix<Scalar> project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const {
+    check_input(x, "project_qkv");
+    Matrix<Scalar> qkv(x.rows(), w_qkv_.cols());
+    qkv.noalias() = x * w_qkv_;
+    qkv.rowwise() += b_qkv_;
+    return qkv;
+  }
+
+ private:
+  static void check_shape(const char* where, const char* name, const Matrix<Scalar>& m, Index rows, Index cols) {
+    if (m.rows() != rows || m.cols() != cols)
+      detail::invalid(where, name, " is ", m.rows(), "x", m.cols(), ", expected ", rows, "x", cols);
+  }
+  static void check_bias(const char* where, const char* name, const RowVector<Scalar>& b, Index size) {
+    if (b.size() != 0 && b.size() != size)
+      detail::invalid(where, name, " has ", b.size(), " entries, expected 0 or ", size);
+  }
+  void check_input(const Eigen::Ref<const Matrix<Scalar>>& x, const char* where) const {
+    if (x.cols() != d_model())
+      detail::invalid(where, "x has ", x.cols(), " columns, expected d_model = ", d_model());
+    detail::require_finite(where, "x", x);
+  }
+  Index checked_head(Index h, const char* where) const {
+    if (h < 0 || h >= n_heads_) detail::invalid(where, "head ", h, " out of range [0, ", n_heads_, ")");
+    return h;
+  }
+  /// Head h's columns of part p (0 = Q, 1 = K, 2 = V) of a (n, 3 n_heads d_head) matrix.
+  auto block(const Matrix<Scalar>& qkv, Index part, Index h) const {
+    return qkv.middleCols((part * n_heads_ + h) * d_head_, d_head_);
+  }
+  Linear<Scalar> slice(Index part, Index h) const {
+    const Index first = (part * n_heads_ + h) * d_head_;
+    return Linear<Scalar>(w_qkv_.middleCols(first, d_head_), b_qkv_.segment(first, d_head_));
+  }
+
+  Index n_heads_ = 0, d_head_ = 0;
+  Matrix<Scalar> w_qkv_, w_o_;
+  RowVector<Scalar> b_qkv_, b_o_;
+};
+
+}  // namespace headwise

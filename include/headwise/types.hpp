@@ -1,0 +1,29 @@
+// The matrix types every headwise interface speaks, and the letters used for their sizes.
+//
+// Glossary, used in every comment of the library:
+//   n        tokens (rows of the residual stream X); n_q queries and n_k keys where they differ
+//   d_model  width of the residual stream
+//   n_heads  attention heads;  d_head  width of one head (d_model = n_heads * d_head for GPT-2)
+// Tokens are rows: a (n, d_model) matrix holds one token per row, row-major, as PyTorch, NumPy,
+// llm.c and ggml lay them out. Weights map row vectors, `Q = X W_Q`, stored [in, out].
+#pragma once
+
+#include <Eigen/Core>
+
+namespace headwise {
+
+using Index = Eigen::Index;
+
+/// A dense row-major matrix: row i is token i.
+template <class Scalar>
+using Matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// A row vector, used for biases (added to every token row).
+template <class Scalar>
+using RowVector = Eigen::Matrix<Scalar, 1, Eigen::Dynamic>;
+
+/// A column vector, used for per-row quantities such as each row's logsumexp.
+template <class Scalar>
+using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+
+}  // namespace headwise

@@ -1,0 +1,26 @@
+// A consumer of headwise: one causal layer on the worked example's input, checked by hand.
+#include <cmath>
+#include <cstdio>
+
+#include <headwise/headwise.hpp>
+
+int main() {
+  using headwise::Matrix;
+  headwise::MultiHeadWeights<double> w;
+  w.w_q = Matrix<double>(4, 2);
+  w.w_k = Matrix<double>(4, 2);
+  w.w_v = Matrix<double>(4, 2);
+  w.w_q << 1, 0, 0, 1, 0, 1, 1, 0;
+  w.w_k << 1, 0, 1, 1, 0, 1, 0, 0;
+  w.w_v << 0, 1, 1, 0, 1, 1, 0, -1;
+  w.w_o = Matrix<double>::Identity(2, 4);  // W_O copies Z into the first two columns
+  const headwise::MultiHeadAttention<double> mha(/*n_heads=*/1, w);
+  Matrix<double> x(3, 4);
+  x << 1, 0, 1, 0, 0, 1, 1, 0, 1, 1, 0, 1;
+  const Matrix<double> out = mha.forward(x);
+  std::printf("headwise %s: out row 3 = (%.5f, %.5f)\n", HEADWISE_VERSION_STRING, out(2, 0), out(2, 1));
+  // The worked example: row 1 is exactly v1 = (1, 2); row 3 is (1.28400, 0.56405).
+  const bool ok = out(0, 0) == 1 && out(0, 1) == 2 && std::abs(out(2, 0) - 1.28400) < 5e-6 &&
+                  std::abs(out(2, 1) - 0.56405) < 5e-6;
+  return ok ? 0 : 1;
+}

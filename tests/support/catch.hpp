@@ -1,0 +1,19 @@
+// The Catch2 include for the tests, v2 (Debian 12's 2.13) or v3, and the matcher base of each.
+#pragma once
+
+#if __has_include(<catch2/catch_all.hpp>)
+#include <catch2/catch_all.hpp>
+namespace headwise_test {
+template <class T>
+using MatcherBase = Catch::Matchers::MatcherBase<T>;
+}
+#else
+#include <catch2/catch.hpp>
+namespace headwise_test {
+template <class T>
+using MatcherBase = Catch::MatcherBase<T>;
+}
+#endif
+
+using Catch::Matchers::WithinAbs;
+using Catch::Matchers::WithinRel;
