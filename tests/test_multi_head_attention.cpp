@@ -63,6 +63,7 @@ TEMPLATE_TEST_CASE("gpt2-tiny: every layer's output and pattern match PyTorch", 
     const Matrix<TestType> x = reference.matrix<TestType>(p + "input");
     const Matrix<double> expected = reference.matrix<double>(p + "output.f64");
     CHECK_THAT(headwise_test::as_double(mha.forward(x)), IsNear(expected, rel));
+    CHECK_THAT(headwise_test::as_double(mha.forward_step_by_step(x)), IsNear(expected, rel));
 
     const auto trace = mha.trace(x);
     CHECK_THAT(headwise_test::as_double(trace.output), IsNear(expected, rel));
@@ -94,6 +95,7 @@ TEMPLATE_TEST_CASE("the sum of per-head contributions equals the concatenate-the
   CHECK_THAT(headwise_test::as_double(sum), IsNear(textbook, 10 * tolerance<TestType>()));
   CHECK_THAT(headwise_test::as_double(trace.output), IsNear(textbook, 10 * tolerance<TestType>()));
   CHECK_THAT(headwise_test::as_double(mha.forward(x)), IsNear(textbook, 10 * tolerance<TestType>()));
+  CHECK_THAT(headwise_test::as_double(mha.forward_step_by_step(x)), IsNear(textbook, 10 * tolerance<TestType>()));
   for (Index h = 0; h < n_heads; ++h)
     CHECK_THAT(headwise_test::as_double(mha.head_contribution(trace.heads[h].z, h)),
                IsNear(trace.heads[h].z * mha.w_o_block(h), tolerance<TestType>()));
@@ -106,11 +108,15 @@ TEMPLATE_TEST_CASE("changing a future token leaves earlier outputs unchanged", "
   std::mt19937 rng(static_cast<unsigned>(n));
   const auto mha = random_layer<TestType>(16, 4, rng);
   Matrix<TestType> x = headwise_test::random_matrix<TestType>(n, 16, rng);
+  const Matrix<TestType> before_x = x;
   const Matrix<TestType> before = mha.forward(x);
   const Index t = changed == 0 ? n - 1 : n / 2;
   x.row(t) = headwise_test::random_row<TestType>(16, rng, 5.0);
   const Matrix<TestType> after = mha.forward(x);
   CHECK_THAT(headwise_test::as_double(after.topRows(t)), IsExactly(before.topRows(t)));
+  const Matrix<TestType> after_step_by_step = mha.forward_step_by_step(x);
+  CHECK_THAT(headwise_test::as_double(after_step_by_step.topRows(t)),
+             IsExactly(mha.forward_step_by_step(before_x).topRows(t)));
   CHECK_FALSE((after.row(t).array() == before.row(t).array()).all());
 }
 

@@ -11,4 +11,5 @@
 #include "headwise/softmax.hpp"
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
+#include "headwise/kernels/fused_attention.hpp"
 #include "headwise/multi_head_attention.hpp"

@@ -8,6 +8,7 @@
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
 #include "headwise/detail/errors.hpp"
+#include "headwise/kernels/fused_attention.hpp"
 #include "headwise/linear.hpp"
 #include "headwise/options.hpp"
 #include "headwise/types.hpp"
@@ -90,13 +91,27 @@ class MultiHeadAttention {
     return AttentionHead<Scalar>(slice(0, h), slice(1, h), slice(2, h));
   }
 
-  /// The layer's output. x: (n, d_model) -> (n, d_model). n = 0 gives an empty result.
-  Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x,
-                         const AttentionOptions& options = {}) const {
+  /// The layer's output, by the fused kernel. x: (n, d_model) -> (n, d_model). n = 0 gives an
+  /// empty result. Q, K and V come from one product X [W_Q | W_K | W_V]; no (n, n) matrix is held.
+  Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
     check_input(x, "MultiHeadAttention::forward");
     resolve_divisor(options, d_head_, "MultiHeadAttention::forward");
-    const Matrix<Scalar> qkv = project_qkv(x);
-    Matrix<Scalar> z(x.rows(), n_heads_ * d_head_);  // every head's Z side by side
+    const Matrix<Scalar> qkv = qkv_of(x);
+    const Index width = n_heads_ * d_head_;
+    Matrix<Scalar> z(x.rows(), width);  // every head's Z side by side
+    fused_multi_head_attention<Scalar>(qkv.leftCols(width), qkv.middleCols(width, width), qkv.rightCols(width),
+                                       n_heads_, n_heads_, z, nullptr, options);
+    return project_heads(z);
+  }
+
+  /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
+  /// For reference and comparison; forward() is the fast path.
+  Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x,
+                                      const AttentionOptions& options = {}) const {
+    check_input(x, "MultiHeadAttention::forward_step_by_step");
+    resolve_divisor(options, d_head_, "MultiHeadAttention::forward_step_by_step");
+    const Matrix<Scalar> qkv = qkv_of(x);
+    Matrix<Scalar> z(x.rows(), n_heads_ * d_head_);
     for (Index h = 0; h < n_heads_; ++h)
       z.middleCols(h * d_head_, d_head_) = attention(block(qkv, 0, h), block(qkv, 1, h), block(qkv, 2, h), options).z;
     return project_heads(z);
@@ -142,13 +157,16 @@ class MultiHeadAttention {
   /// X [W_Q | W_K | W_V] + [b_Q | b_K | b_V]: x (n, d_model) -> (n, 3 n_heads d_head).
   Matrix<Scalar> project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const {
     check_input(x, "project_qkv");
+    return qkv_of(x);
+  }
+
+ private:
+  Matrix<Scalar> qkv_of(const Eigen::Ref<const Matrix<Scalar>>& x) const {
     Matrix<Scalar> qkv(x.rows(), w_qkv_.cols());
     qkv.noalias() = x * w_qkv_;
     qkv.rowwise() += b_qkv_;
     return qkv;
   }
-
- private:
   static void check_shape(const char* where, const char* name, const Matrix<Scalar>& m, Index rows, Index cols) {
     if (m.rows() != rows || m.cols() != cols)
       detail::invalid(where, name, " is ", m.rows(), "x", m.cols(), ", expected ", rows, "x", cols);

@@ -1,0 +1,161 @@
+// The fused kernel: the same function as the step-by-step path, at every size, on every fixture,
+// and bitwise the same whatever the number of threads.
+#include <random>
+
+#include "headwise/attention_core.hpp"
+#include "headwise/kernels/fused_attention.hpp"
+#include "support/catch.hpp"
+#include "support/fixtures.hpp"
+#include "support/matchers.hpp"
+#include "support/random.hpp"
+#include "support/reference.hpp"
+
+using namespace headwise;
+using headwise_test::IsExactly;
+using headwise_test::IsNear;
+using headwise_test::tolerance;
+
+TEMPLATE_TEST_CASE("fused == step by step over sizes around the tile edges", "[fused][property]", float, double) {
+  const FusedTiles tiles;  // 64 x 64
+  const Index n = GENERATE(0, 1, 2, 63, 64, 65, 130, 1000);
+  const Index d_head = GENERATE(24, 64);
+  const bool causal = GENERATE(true, false);
+  CAPTURE(n, d_head, causal);
+  std::mt19937 rng(static_cast<unsigned>(n * 3 + d_head));
+  const Matrix<TestType> q = headwise_test::random_matrix<TestType>(n, d_head, rng);
+  const Matrix<TestType> k = headwise_test::random_matrix<TestType>(n, d_head, rng);
+  const Matrix<TestType> v = headwise_test::random_matrix<TestType>(n, d_head, rng);
+  AttentionOptions options;
+  options.causal = causal;
+  const auto fused = fused_attention(q, k, v, options, tiles);
+  const auto reference = attention(q, k, v, options);
+  CHECK_THAT(headwise_test::as_double(fused.z), IsNear(reference.z, tolerance<TestType>()));
+  CHECK_THAT(headwise_test::as_double(fused.logsumexp), IsNear(reference.logsumexp, tolerance<TestType>()));
+  if (n > 0) CHECK(fused.z.row(0) == (causal ? v.row(0) : fused.z.row(0)));  // row 1 sees only key 1
+}
+
+TEMPLATE_TEST_CASE("fused: odd tile sizes, more keys than queries, more queries than keys", "[fused][property]",
+                   float, double) {
+  const Index tq = GENERATE(1, 7, 64), tk = GENERATE(1, 5, 64);
+  const Index n_q = GENERATE(1, 9, 70);
+  const Index n_k = GENERATE(1, 9, 75);
+  CAPTURE(tq, tk, n_q, n_k);
+  std::mt19937 rng(static_cast<unsigned>(tq * 1000 + tk * 100 + n_q + n_k));
+  const Matrix<TestType> q = headwise_test::random_matrix<TestType>(n_q, 24, rng);
+  const Matrix<TestType> k = headwise_test::random_matrix<TestType>(n_k, 24, rng);
+  const Matrix<TestType> v = headwise_test::random_matrix<TestType>(n_k, 24, rng);
+  const auto fused = fused_attention(q, k, v, AttentionOptions{}, FusedTiles{tq, tk});
+  const Eigen::MatrixXd expected = headwise_test::reference_attention(
+      q.template cast<double>(), k.template cast<double>(), v.template cast<double>(), std::sqrt(24.0), true);
+  CHECK_THAT(headwise_test::as_double(fused.z), IsNear(expected, 10 * tolerance<TestType>()));
+  for (Index i = 0; i < n_q; ++i)
+    if (visible_keys(i, n_q, n_k, true) == 0) {
+      CHECK((fused.z.row(i).array() == TestType(0)).all());
+      CHECK(fused.logsumexp(i) == -std::numeric_limits<TestType>::infinity());
+    }
+}
+
+TEMPLATE_TEST_CASE("fused kernel reproduces PyTorch on every sdpa-reference case", "[fused][fixture]", float, double) {
+  const auto file = headwise_test::load_fixture("sdpa-reference.safetensors");
+  const Matrix<double> lse = file.matrix<double>("causal.logsumexp");
+  struct Case {
+    const char* prefix;
+    const char* out;
+    bool causal;
+    std::optional<double> divisor;
+  };
+  const Case cases[] = {{"causal.", "causal.out", true, std::nullopt},
+                        {"causal.", "scale8.out", true, 8.0},
+                        {"causal.", "nomask.out", false, 4.0},
+                        {"decode.", "decode.out", true, std::nullopt}};
+  for (const Case& c : cases) {
+    CAPTURE(c.out);
+    AttentionOptions options;
+    options.causal = c.causal;
+    options.divisor = c.divisor;
+    for (Index h = 0; h < 4; ++h) {
+      CAPTURE(h);
+      const std::string p = c.prefix;
+      const auto out = fused_attention(file.slice<TestType>(p + "q", h), file.slice<TestType>(p + "k", h),
+                                       file.slice<TestType>(p + "v", h), options, FusedTiles{8, 8});
+      CHECK_THAT(headwise_test::as_double(out.z), IsNear(file.slice<double>(c.out, h), tolerance<TestType>()));
+      if (std::string(c.out) == "causal.out")
+        CHECK_THAT(headwise_test::as_double(out.logsumexp.transpose()), IsNear(lse.row(h), tolerance<TestType>()));
+    }
+  }
+}
+
+TEST_CASE("fused kernel: scores in the tens of thousands (float64)", "[fused][fixture]") {
+  const auto file = headwise_test::load_fixture("sdpa-reference.safetensors");
+  for (Index h = 0; h < 2; ++h) {
+    const auto out = fused_attention(file.slice<double>("large.q", h), file.slice<double>("large.k", h),
+                                     file.slice<double>("large.v", h), AttentionOptions{}, FusedTiles{4, 4});
+    CHECK_THAT(out.z, IsNear(file.slice<double>("large.out", h), 1e-12));
+  }
+}
+
+TEMPLATE_TEST_CASE("fused kernel: grouped-query heads read their key/value head by index", "[fused][fixture][gqa]",
+                   float, double) {
+  // 8 query heads, 2 key/value heads: query head h uses key/value head h / 4.
+  const auto file = headwise_test::load_fixture("sdpa-reference.safetensors");
+  const Index n = 29, d = 16;
+  Matrix<TestType> q(n, 8 * d), k(n, 2 * d), v(n, 2 * d);
+  for (Index h = 0; h < 8; ++h) q.middleCols(h * d, d) = file.slice<TestType>("gqa.q", h);
+  for (Index h = 0; h < 2; ++h) {
+    k.middleCols(h * d, d) = file.slice<TestType>("gqa.k", h);
+    v.middleCols(h * d, d) = file.slice<TestType>("gqa.v", h);
+  }
+  Matrix<TestType> z(n, 8 * d);
+  fused_multi_head_attention<TestType>(q, k, v, 8, 2, z);
+  for (Index h = 0; h < 8; ++h) {
+    CAPTURE(h);
+    CHECK_THAT(headwise_test::as_double(z.middleCols(h * d, d)), IsNear(file.slice<double>("gqa.out", h), tolerance<TestType>()));
+  }
+}
+
+TEMPLATE_TEST_CASE("fused kernel: 1, 2, 3 and 8 threads give bitwise equal results", "[fused][threads]", float, double) {
+  const Index n = 300, n_heads = 4, d_head = 24;
+  std::mt19937 rng(5);
+  const Matrix<TestType> q = headwise_test::random_matrix<TestType>(n, n_heads * d_head, rng);
+  const Matrix<TestType> k = headwise_test::random_matrix<TestType>(n, n_heads * d_head, rng);
+  const Matrix<TestType> v = headwise_test::random_matrix<TestType>(n, n_heads * d_head, rng);
+  AttentionOptions options;
+  options.threads = 1;
+  Matrix<TestType> z1(n, n_heads * d_head), lse1;
+  fused_multi_head_attention<TestType>(q, k, v, n_heads, n_heads, z1, &lse1, options, FusedTiles{32, 32});
+  for (int threads : {2, 3, 8}) {
+    CAPTURE(threads);
+    options.threads = threads;
+    Matrix<TestType> z(n, n_heads * d_head), lse;
+    fused_multi_head_attention<TestType>(q, k, v, n_heads, n_heads, z, &lse, options, FusedTiles{32, 32});
+    CHECK_THAT(headwise_test::as_double(z), IsExactly(z1));
+    CHECK_THAT(headwise_test::as_double(lse), IsExactly(lse1));
+  }
+}
+
+TEMPLATE_TEST_CASE("fused kernel refuses bad shapes, head counts, tiles and divisors", "[fused][errors]", float, double) {
+  const Matrix<TestType> q = Matrix<TestType>::Ones(5, 8), kv = Matrix<TestType>::Ones(5, 8);
+  Matrix<TestType> z(5, 8);
+  using M = Matrix<TestType>;
+  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 0, 1, z),
+                      "headwise: fused_multi_head_attention: n_heads and n_kv_heads must be > 0, got 0 and 1");
+  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 4, 3, z),
+                      "headwise: fused_multi_head_attention: n_heads = 4 is not divisible by n_kv_heads = 3");
+  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 3, 3, z),
+                      "headwise: fused_multi_head_attention: q has 8 columns, not divisible by n_heads = 3");
+  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, M::Ones(5, 6), kv, 2, 2, z),
+                      "headwise: fused_multi_head_attention: k has 6 columns, expected n_kv_heads d_head = 8");
+  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, M::Ones(4, 8), 2, 2, z),
+                      "headwise: fused_multi_head_attention: v has 4 rows but k has 5 (one per key)");
+  M small(5, 4);
+  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 2, 2, small),
+                      "headwise: fused_multi_head_attention: z is 5x4, expected 5x8");
+  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 2, 2, z, nullptr, AttentionOptions{}, FusedTiles{0, 8}),
+                      "headwise: fused_multi_head_attention: tile sizes must be > 0, got 0 and 8");
+  AttentionOptions options;
+  options.divisor = -1.0;
+  REQUIRE_THROWS_WITH(fused_attention(q, kv, kv, options),
+                      "headwise: fused_multi_head_attention: divisor must be finite and > 0, got -1");
+  REQUIRE_THROWS_WITH(fused_attention(q, M::Ones(5, 7), kv),
+                      "headwise: fused_attention: q has 8 columns but k has 7 (both must be d_head)");
+}
