@@ -47,8 +47,17 @@ headwise::MultiHeadAttention<float> gpt2_small_layer() {
   return headwise::MultiHeadAttention<float>(n_heads, std::move(w));
 }
 
+// Threads for Eigen's own products and for the fused kernel, from the benchmark's argument.
+int use_threads(benchmark::State& state, int arg) {
+  const int threads = static_cast<int>(state.range(arg));
+  Eigen::setNbThreads(threads);
+  state.counters["threads"] = threads;
+  return threads;
+}
+
 // The ceiling: Eigen's own GEMM at the layer's largest product, (2048 x 768) . (768 x 2304).
 void BM_GemmCeiling(benchmark::State& state) {
+  use_threads(state, 0);
   const Mat a = random_matrix(2048, 768, 5), b = random_matrix(768, 2304, 6);
   Mat c(2048, 2304);
   for (auto _ : state) {
@@ -58,11 +67,12 @@ void BM_GemmCeiling(benchmark::State& state) {
   }
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * 2048 * 768 * 2304 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_GemmCeiling)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemmCeiling)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 // The step-by-step core: every head's full (n, n) pattern, then A V.
 void BM_CoreNaive(benchmark::State& state) {
   const Index n = state.range(0);
+  Eigen::setNbThreads(1);
   const Mat qkv = random_matrix(n, 3 * d_model, 7);
   Mat z(n, d_model);
   for (auto _ : state) {
@@ -75,22 +85,63 @@ void BM_CoreNaive(benchmark::State& state) {
   }
   set_counters(state, core_flops(n), n);
 }
-BENCHMARK(BM_CoreNaive)->ArgName("n")->RangeMultiplier(2)->Range(128, 4096)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CoreNaive)->RangeMultiplier(2)->Range(128, 4096)->Unit(benchmark::kMillisecond);
 
 // The step-by-step layer: one product for Q, K, V, the naive core, then W_O.
 void BM_LayerNaive(benchmark::State& state) {
   const Index n = state.range(0);
+  Eigen::setNbThreads(1);
   const auto mha = gpt2_small_layer();
   const Mat x = random_matrix(n, d_model, 8);
   Mat out;
   for (auto _ : state) {
-    out = mha.forward(x);
+    out = mha.forward_step_by_step(x);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
   set_counters(state, layer_flops(n), n);
 }
-BENCHMARK(BM_LayerNaive)->ArgName("n")->RangeMultiplier(2)->Range(128, 4096)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LayerNaive)->RangeMultiplier(2)->Range(128, 4096)->Unit(benchmark::kMillisecond);
+
+// Arguments (n, threads) for the fused benchmarks: n = 128 ... 8192 on 1 and on 2 threads.
+void fused_args(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2})
+    for (Index n : {128, 256, 512, 1024, 2048, 4096, 8192}) b->Args({n, threads});
+}
+
+// The fused core: every head of a (n, 3 d_model) QKV buffer, no (n, n) matrix.
+void BM_CoreFused(benchmark::State& state) {
+  const Index n = state.range(0);
+  headwise::AttentionOptions options;
+  options.threads = use_threads(state, 1);
+  const Mat qkv = random_matrix(n, 3 * d_model, 7);
+  Mat z(n, d_model);
+  for (auto _ : state) {
+    headwise::fused_multi_head_attention<float>(qkv.leftCols(d_model), qkv.middleCols(d_model, d_model),
+                                                qkv.rightCols(d_model), n_heads, n_heads, z, nullptr, options);
+    benchmark::DoNotOptimize(z.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, core_flops(n), n);
+}
+BENCHMARK(BM_CoreFused)->Apply(fused_args)->Unit(benchmark::kMillisecond);
+
+// The fused layer: one product for Q, K, V, the fused core, then W_O.
+void BM_LayerFused(benchmark::State& state) {
+  const Index n = state.range(0);
+  headwise::AttentionOptions options;
+  options.threads = use_threads(state, 1);
+  const auto mha = gpt2_small_layer();
+  const Mat x = random_matrix(n, d_model, 8);
+  Mat out;
+  for (auto _ : state) {
+    out = mha.forward(x, options);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, layer_flops(n), n);
+}
+BENCHMARK(BM_LayerFused)->Apply(fused_args)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -16,8 +16,10 @@ using headwise_test::IsNear;
 using headwise_test::tolerance;
 
 TEMPLATE_TEST_CASE("fused == step by step over sizes around the tile edges", "[fused][property]", float, double) {
-  const FusedTiles tiles;  // 64 x 64
-  const Index n = GENERATE(0, 1, 2, 63, 64, 65, 130, 1000);
+  const FusedTiles tiles;  // the default tiles: n runs over 0, 1, 2, tile - 1, tile, tile + 1, ...
+  REQUIRE(tiles.queries == 128);
+  REQUIRE(tiles.keys == 128);
+  const Index n = GENERATE(0, 1, 2, 127, 128, 129, 257, 1000);
   const Index d_head = GENERATE(24, 64);
   const bool causal = GENERATE(true, false);
   CAPTURE(n, d_head, causal);

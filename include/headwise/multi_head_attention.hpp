@@ -96,12 +96,13 @@ class MultiHeadAttention {
   Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
     check_input(x, "MultiHeadAttention::forward");
     resolve_divisor(options, d_head_, "MultiHeadAttention::forward");
-    const Matrix<Scalar> qkv = qkv_of(x);
+    const int threads = detail::thread_count(options);
+    const Matrix<Scalar> qkv = qkv_of(x, threads);
     const Index width = n_heads_ * d_head_;
     Matrix<Scalar> z(x.rows(), width);  // every head's Z side by side
     fused_multi_head_attention<Scalar>(qkv.leftCols(width), qkv.middleCols(width, width), qkv.rightCols(width),
                                        n_heads_, n_heads_, z, nullptr, options);
-    return project_heads(z);
+    return output_of(z, threads);
   }
 
   /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
@@ -110,7 +111,7 @@ class MultiHeadAttention {
                                       const AttentionOptions& options = {}) const {
     check_input(x, "MultiHeadAttention::forward_step_by_step");
     resolve_divisor(options, d_head_, "MultiHeadAttention::forward_step_by_step");
-    const Matrix<Scalar> qkv = qkv_of(x);
+    const Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options));
     Matrix<Scalar> z(x.rows(), n_heads_ * d_head_);
     for (Index h = 0; h < n_heads_; ++h)
       z.middleCols(h * d_head_, d_head_) = attention(block(qkv, 0, h), block(qkv, 1, h), block(qkv, 2, h), options).z;
@@ -148,24 +149,29 @@ class MultiHeadAttention {
     if (z.cols() != n_heads_ * d_head_)
       detail::invalid("project_heads", "z has ", z.cols(), " columns, expected n_heads d_head = ",
                       n_heads_ * d_head_);
-    Matrix<Scalar> out(z.rows(), d_model());
-    out.noalias() = z * w_o_;
-    out.rowwise() += b_o_;
-    return out;
+    return output_of(z, detail::thread_count(AttentionOptions{}));
   }
 
   /// X [W_Q | W_K | W_V] + [b_Q | b_K | b_V]: x (n, d_model) -> (n, 3 n_heads d_head).
   Matrix<Scalar> project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const {
     check_input(x, "project_qkv");
-    return qkv_of(x);
+    return qkv_of(x, detail::thread_count(AttentionOptions{}));
   }
 
  private:
-  Matrix<Scalar> qkv_of(const Eigen::Ref<const Matrix<Scalar>>& x) const {
-    Matrix<Scalar> qkv(x.rows(), w_qkv_.cols());
-    qkv.noalias() = x * w_qkv_;
+  // The layer's two products use the deterministic product of detail/tile_product.hpp: a token's
+  // row never depends on the other tokens computed with it (what incremental decoding needs).
+  Matrix<Scalar> qkv_of(const Eigen::Ref<const Matrix<Scalar>>& x, int threads) const {
+    Matrix<Scalar> qkv;
+    detail::product<Scalar>(x, w_qkv_, qkv, threads);
     qkv.rowwise() += b_qkv_;
     return qkv;
+  }
+  Matrix<Scalar> output_of(const Eigen::Ref<const Matrix<Scalar>>& z, int threads) const {
+    Matrix<Scalar> out;
+    detail::product<Scalar>(z, w_o_, out, threads);
+    out.rowwise() += b_o_;
+    return out;
   }
   static void check_shape(const char* where, const char* name, const Matrix<Scalar>& m, Index rows, Index cols) {
     if (m.rows() != rows || m.cols() != cols)

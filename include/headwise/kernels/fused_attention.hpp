@@ -12,8 +12,13 @@
 //             l   = l e^(m - m') + Σ_j P_ij                    (running row sum)
 //             acc = acc e^(m - m') + P V[j0:, h]
 //   pass 3  Z = acc / l, logsumexp = m + log l; a row that saw nothing gives Z = 0, lse = -inf.
-// Each (head, query tile) is computed by one thread in a fixed order, so results are bitwise the
-// same whatever the number of threads. Memory: per thread tq x (d_head + tk + d_v) scalars.
+// Every number a query row gets is computed by the same instructions in the same order whatever
+// the other rows of its tile, the tile sizes of queries, the number of keys past the row's last
+// visible one and the thread count: the products are the deterministic ones of
+// detail/tile_product.hpp, exp and the row sums run over whole SIMD packets of a zero-padded row,
+// and key tiles start at multiples of the key tile size. So results are bitwise the same for any
+// thread count, and decoding token by token (a KV cache) reproduces the full forward bitwise.
+// Memory: the packed keys and values (the size of K and V) and, per thread, a few tq x tk tiles.
 #pragma once
 
 #include <algorithm>
@@ -28,15 +33,20 @@
 #include "headwise/attention_core.hpp"
 #include "headwise/causal_mask.hpp"
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/tile_product.hpp"
+#include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/options.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
 
-/// Tile sizes of the fused kernel (rows of queries and of keys per tile).
+/// Tile sizes of the fused kernel (rows of queries and of keys per tile; the key tile is rounded
+/// up to a multiple of the micro-tile width). 128 x 128 measured best
+/// at d_head 64 on AMD EPYC (Zen 3), float32: 37 GFLOP/s against 33 for 64 x 64 and 26 for 32 x 32
+/// (bench/RESULTS.md); larger tiles amortise the packing of each tile product.
 struct FusedTiles {
-  Index queries = 64;
-  Index keys = 64;
+  Index queries = 128;
+  Index keys = 128;
 };
 
 namespace detail {
@@ -67,16 +77,142 @@ inline int this_thread() {
 #endif
 }
 
-/// Per-thread scratch of the kernel, allocated once per call.
+/// Per-thread scratch of the kernel, allocated once per call and reused across its jobs.
 template <class Scalar>
 struct FusedScratch {
-  Matrix<Scalar> q;         // (tq, d_head): the scaled query tile
-  Matrix<Scalar> s;         // (tq, tk): one tile of scores, then of exp(scores - max)
-  Matrix<Scalar> acc;       // (tq, d_v): running Σ P V
-  Vector<Scalar> max, sum;  // (tq): running row maximum and row sum
+  Matrix<Scalar> scaled;          // (tq, d_head): the query tile divided by the divisor
+  std::vector<Scalar> q;          // the scaled query tile, packed (detail::pack_a)
+  std::vector<Scalar> s;          // (tq, tk): scores, then exp(scores - max), rows padded to W
+  std::vector<Scalar> p;          // the probabilities, packed for the product with V
+  std::vector<Scalar> acc;        // (tq, d_v padded): running Σ P V
+  std::vector<Scalar> max, sum;   // (tq): running row maximum and row sum
 };
 
+/// row[0, padded) <- exp(row - max) over whole packets, so that every entry goes through the same
+/// vectorised exp whatever its position (Eigen's .exp() sends a ragged tail to std::exp).
+template <class Scalar>
+inline void exp_shifted(Scalar* row, Index padded, Scalar max) {
+  using namespace Eigen::internal;
+  using Packet = typename TileShape<Scalar>::Packet;
+  constexpr Index P = TileShape<Scalar>::packet;
+  const Packet m = pset1<Packet>(max);
+  for (Index j = 0; j < padded; j += P) pstoreu(row + j, pexp(psub(ploadu<Packet>(row + j), m)));
+}
+
+/// Σ row[0, padded), packet lanes first then one fixed reduction tree: the same order for any
+/// padded length (entries past the visible ones are exact zeros and change nothing).
+template <class Scalar>
+inline Scalar packet_sum(const Scalar* row, Index padded) {
+  using namespace Eigen::internal;
+  using Packet = typename TileShape<Scalar>::Packet;
+  constexpr Index P = TileShape<Scalar>::packet;
+  Packet total = pset1<Packet>(Scalar(0));
+  for (Index j = 0; j < padded; j += P) total = padd(total, ploadu<Packet>(row + j));
+  return predux(total);
+}
+
 }  // namespace detail
+
+/// Fused causal multi-head attention against keys and values already packed (a KV cache, or
+/// the packing done by fused_multi_head_attention). q: (n_q, n_heads d_head); kv holds n_k =
+/// kv.size() keys of n_kv_heads heads; head h reads key/value head h / (n_heads / n_kv_heads).
+/// Writes z: (n_q, n_heads d_v) and, if given, logsumexp: (n_heads, n_q) (resized).
+/// Queries are aligned to the end of the keys: query i sits at position n_k - n_q + i.
+template <class Scalar>
+void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads,
+                            const PackedKeysValues<Scalar>& kv, Eigen::Ref<Matrix<Scalar>> z,
+                            Matrix<Scalar>* logsumexp = nullptr, const AttentionOptions& options = {},
+                            const FusedTiles& tiles = {}) {
+  constexpr const char* where = "fused_multi_head_attention";
+  using Shape = detail::TileShape<Scalar>;
+  constexpr Index R = Shape::rows, W = Shape::lanes;
+  if (n_heads <= 0) detail::invalid(where, "n_heads and n_kv_heads must be > 0, got ", n_heads, " and ", kv.n_kv_heads());
+  if (n_heads % kv.n_kv_heads() != 0)
+    detail::invalid(where, "n_heads = ", n_heads, " is not divisible by n_kv_heads = ", kv.n_kv_heads());
+  const Index d_head = kv.d_head(), d_v = kv.d_v();
+  if (q.cols() != n_heads * d_head)
+    detail::invalid(where, "q has ", q.cols(), " columns, expected n_heads d_head = ", n_heads * d_head);
+  if (z.rows() != q.rows() || z.cols() != n_heads * d_v)
+    detail::invalid(where, "z is ", z.rows(), "x", z.cols(), ", expected ", q.rows(), "x", n_heads * d_v);
+  if (tiles.queries <= 0 || tiles.keys <= 0)
+    detail::invalid(where, "tile sizes must be > 0, got ", tiles.queries, " and ", tiles.keys);
+  const double divisor = resolve_divisor(options, d_head, where);
+
+  const Index n_q = q.rows(), n_k = kv.size(), group = n_heads / kv.n_kv_heads();
+  // Key tiles start at multiples of tk, itself a multiple of W: a key's place in its panel, and so
+  // the order of every sum, is the same whatever n_k is.
+  const Index tq = tiles.queries, tk = (tiles.keys + W - 1) / W * W;
+  const Index tq_padded = (tq + R - 1) / R * R, dv_padded = (d_v + W - 1) / W * W;
+  const bool causal = options.causal;
+  if (logsumexp) logsumexp->resize(n_heads, n_q);
+
+  const std::vector<Index> tile_starts = detail::query_tiles_by_cost(n_q, tq, causal);
+  const Index n_jobs = static_cast<Index>(tile_starts.size()) * n_heads;
+  const int threads = static_cast<int>(std::min<Index>(detail::thread_count(options), std::max<Index>(n_jobs, 1)));
+  std::vector<detail::FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
+  const Scalar inv_divisor = static_cast<Scalar>(1.0 / divisor);
+  constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
+
+  // Job j: tile j / n_heads (most expensive first), head j % n_heads.
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
+  for (Index job = 0; job < n_jobs; ++job) {
+    const Index i0 = tile_starts[static_cast<std::size_t>(job / n_heads)];
+    const Index h = job % n_heads, g = h / group;
+    const Index rows = std::min(tq, n_q - i0), rows_padded = (rows + R - 1) / R * R;
+    detail::FusedScratch<Scalar>& w = scratch[static_cast<std::size_t>(detail::this_thread())];
+    w.q.resize(rows_padded * d_head);
+    w.s.resize(rows_padded * tk);
+    w.p.resize(rows_padded * tk);
+    w.acc.assign(static_cast<std::size_t>(tq_padded * dv_padded), Scalar(0));
+    w.max.assign(static_cast<std::size_t>(rows), minus_inf);
+    w.sum.assign(static_cast<std::size_t>(rows), Scalar(0));
+
+    // pass 1: the query tile, scaled once and packed for the score product.
+    w.scaled.noalias() = q.block(i0, h * d_head, rows, d_head) * inv_divisor;
+    detail::pack_a<Scalar>(rows, d_head, {w.scaled.data(), d_head}, w.q.data());
+
+    // pass 2: key tiles up to the last key the tile's last query sees; later tiles are never touched.
+    const Index keys_seen = visible_keys(i0 + rows - 1, n_q, n_k, causal);
+    for (Index j0 = 0; j0 < keys_seen; j0 += tk) {
+      const Index cols = std::min(tk, keys_seen - j0);
+      const Index padded = (cols + W - 1) / W * W;
+      // S = Qs K[j0 : j0 + cols]ᵀ, from the packed key panels.
+      std::fill(w.s.begin(), w.s.begin() + rows_padded * padded, Scalar(0));
+      detail::multiply_packed<Scalar>(rows_padded, padded, d_head, w.q.data(),
+                                      kv.keys(g) + (j0 / W) * kv.key_panel_stride(), kv.key_panel_stride(),
+                                      w.s.data(), padded);
+      for (Index r = 0; r < rows; ++r) {
+        // Keys of this tile that query i0 + r sees: a prefix of the tile (all of it below the diagonal).
+        const Index visible = std::clamp<Index>(visible_keys(i0 + r, n_q, n_k, causal) - j0, 0, cols);
+        Scalar* row = w.s.data() + r * padded;
+        if (visible == 0) {
+          std::fill(row, row + padded, Scalar(0));
+          continue;
+        }
+        const Scalar new_max = std::max(w.max[r], *std::max_element(row, row + visible));
+        const Scalar correction = std::exp(w.max[r] - new_max);  // exp(-inf) = 0 on the first tile
+        detail::exp_shifted(row, padded, new_max);
+        std::fill(row + visible, row + padded, Scalar(0));  // the mask: exact zeros, never exp(-inf)
+        w.sum[r] = w.sum[r] * correction + detail::packet_sum(row, padded);
+        if (correction != Scalar(1))
+          for (Index c = 0; c < d_v; ++c) w.acc[r * dv_padded + c] *= correction;
+        w.max[r] = new_max;
+      }
+      // acc += P V[j0 : j0 + cols]: P packed over its cols keys, V's panels from row j0.
+      detail::pack_a<Scalar>(rows, cols, {w.s.data(), padded}, w.p.data());
+      detail::multiply_packed<Scalar>(rows_padded, dv_padded, cols, w.p.data(), kv.values(g) + j0 * W,
+                                      kv.value_panel_stride(), w.acc.data(), dv_padded);
+    }
+
+    // pass 3: normalise.
+    for (Index r = 0; r < rows; ++r) {
+      const bool saw_something = w.sum[r] > Scalar(0);
+      for (Index c = 0; c < d_v; ++c)
+        z(i0 + r, h * d_v + c) = saw_something ? w.acc[r * dv_padded + c] / w.sum[r] : Scalar(0);
+      if (logsumexp) (*logsumexp)(h, i0 + r) = saw_something ? w.max[r] + std::log(w.sum[r]) : minus_inf;
+    }
+  }
+}
 
 /// Fused causal multi-head attention on heads laid side by side.
 /// q: (n_q, n_heads d_head); k: (n_k, n_kv_heads d_head); v: (n_k, n_kv_heads d_v);
@@ -94,85 +230,18 @@ void fused_multi_head_attention(const Eigen::Ref<const Matrix<Scalar>>& q,
     detail::invalid(where, "n_heads and n_kv_heads must be > 0, got ", n_heads, " and ", n_kv_heads);
   if (n_heads % n_kv_heads != 0)
     detail::invalid(where, "n_heads = ", n_heads, " is not divisible by n_kv_heads = ", n_kv_heads);
-  if (q.cols() % n_heads != 0)
+  if (q.cols() % n_heads != 0 || q.cols() == 0)
     detail::invalid(where, "q has ", q.cols(), " columns, not divisible by n_heads = ", n_heads);
   const Index d_head = q.cols() / n_heads;
   if (k.cols() != n_kv_heads * d_head)
     detail::invalid(where, "k has ", k.cols(), " columns, expected n_kv_heads d_head = ", n_kv_heads * d_head);
   if (v.rows() != k.rows())
     detail::invalid(where, "v has ", v.rows(), " rows but k has ", k.rows(), " (one per key)");
-  if (v.cols() % n_kv_heads != 0)
+  if (v.cols() % n_kv_heads != 0 || v.cols() == 0)
     detail::invalid(where, "v has ", v.cols(), " columns, not divisible by n_kv_heads = ", n_kv_heads);
-  const Index d_v = v.cols() / n_kv_heads;
-  if (z.rows() != q.rows() || z.cols() != n_heads * d_v)
-    detail::invalid(where, "z is ", z.rows(), "x", z.cols(), ", expected ", q.rows(), "x", n_heads * d_v);
-  if (tiles.queries <= 0 || tiles.keys <= 0)
-    detail::invalid(where, "tile sizes must be > 0, got ", tiles.queries, " and ", tiles.keys);
-  const double divisor = resolve_divisor(options, d_head, where);
-
-  const Index n_q = q.rows(), n_k = k.rows(), group = n_heads / n_kv_heads;
-  const Index tq = tiles.queries, tk = tiles.keys;
-  const bool causal = options.causal;
-  if (logsumexp) logsumexp->resize(n_heads, n_q);
-
-  const std::vector<Index> tile_starts = detail::query_tiles_by_cost(n_q, tq, causal);
-  const Index n_tiles = static_cast<Index>(tile_starts.size());
-  const Index n_jobs = n_tiles * n_heads;
-  const int threads = static_cast<int>(std::min<Index>(detail::thread_count(options), std::max<Index>(n_jobs, 1)));
-  std::vector<detail::FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
-  const Scalar inv_divisor = static_cast<Scalar>(1.0 / divisor);
-  constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
-
-  // Job j: tile j / n_heads (most expensive first), head j % n_heads.
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
-  for (Index job = 0; job < n_jobs; ++job) {
-    const Index i0 = tile_starts[static_cast<std::size_t>(job / n_heads)];
-    const Index h = job % n_heads, kv = h / group;
-    const Index rows = std::min(tq, n_q - i0);
-    detail::FusedScratch<Scalar>& w = scratch[static_cast<std::size_t>(detail::this_thread())];
-    w.q.resize(rows, d_head);
-    w.acc.setZero(rows, d_v);
-    w.max.setConstant(rows, minus_inf);
-    w.sum.setZero(rows);
-
-    // pass 1: the scaled query tile, contiguous.
-    w.q.noalias() = q.block(i0, h * d_head, rows, d_head) * inv_divisor;
-
-    // pass 2: key tiles up to the last key the tile's last query sees.
-    const Index keys_seen = visible_keys(i0 + rows - 1, n_q, n_k, causal);
-    for (Index j0 = 0; j0 < keys_seen; j0 += tk) {
-      const Index cols = std::min(tk, keys_seen - j0);
-      w.s.resize(rows, cols);
-      w.s.noalias() = w.q * k.block(j0, kv * d_head, cols, d_head).transpose();
-      for (Index r = 0; r < rows; ++r) {
-        // Keys of this tile that query i0 + r sees: a prefix of the tile (all of it below the diagonal).
-        const Index visible = std::clamp<Index>(visible_keys(i0 + r, n_q, n_k, causal) - j0, 0, cols);
-        auto row = w.s.row(r);
-        if (visible == 0) {
-          row.setZero();
-          continue;
-        }
-        auto seen = row.head(visible);
-        const Scalar new_max = std::max(w.max(r), seen.maxCoeff());
-        const Scalar correction = std::exp(w.max(r) - new_max);  // exp(-inf) = 0 on the first tile
-        seen = (seen.array() - new_max).exp();
-        row.tail(cols - visible).setZero();
-        w.sum(r) = w.sum(r) * correction + seen.sum();
-        if (correction != Scalar(1)) w.acc.row(r) *= correction;
-        w.max(r) = new_max;
-      }
-      w.acc.noalias() += w.s * v.block(j0, kv * d_v, cols, d_v);
-    }
-
-    // pass 3: normalise.
-    for (Index r = 0; r < rows; ++r) {
-      const bool saw_something = w.sum(r) > Scalar(0);
-      auto out = z.block(i0 + r, h * d_v, 1, d_v);
-      if (saw_something) out = w.acc.row(r) / w.sum(r);
-      else out.setZero();
-      if (logsumexp) (*logsumexp)(h, i0 + r) = saw_something ? w.max(r) + std::log(w.sum(r)) : minus_inf;
-    }
-  }
+  PackedKeysValues<Scalar> kv(k.rows(), n_kv_heads, d_head, v.cols() / n_kv_heads);
+  kv.append(k, v);
+  fused_attention_packed<Scalar>(q, n_heads, kv, z, logsumexp, options, tiles);
 }
 
 /// The fused kernel on one head, with the interface of attention() in attention_core.hpp.

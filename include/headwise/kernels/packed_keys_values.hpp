@@ -1,0 +1,96 @@
+// PackedKeysValues: keys and values of n_kv_heads heads, stored in the layout the fused kernel
+// multiplies by, with room for `capacity` tokens. The fused kernel reads them as they are, so a
+// KV cache built on it costs no repacking per decoding step.
+//
+// Layout, per key/value head, in panels of W = detail::TileShape<Scalar>::lanes columns:
+//   keys    Kᵀ in panels of W keys:         panel p = keys [pW, pW + W), d_head x W, row c = dim c
+//   values  V in panels of W value columns: panel q = columns [qW, qW + W), capacity x W, row j = key j
+// Appending token t writes column t % W of key panel t / W and row t of every value panel: no
+// existing entry moves, so appending never reallocates.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "headwise/detail/errors.hpp"
+#include "headwise/detail/tile_product.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise {
+
+template <class Scalar>
+class PackedKeysValues {
+ public:
+  static constexpr Index lanes = detail::TileShape<Scalar>::lanes;
+
+  /// Room for `capacity` tokens of n_kv_heads heads, keys of width d_head and values of d_v.
+  PackedKeysValues(Index capacity, Index n_kv_heads, Index d_head, Index d_v)
+      : capacity_(capacity), n_kv_heads_(n_kv_heads), d_head_(d_head), d_v_(d_v) {
+    constexpr const char* where = "PackedKeysValues";
+    if (capacity < 0) detail::invalid(where, "capacity must be >= 0, got ", capacity);
+    if (n_kv_heads <= 0) detail::invalid(where, "n_kv_heads must be > 0, got ", n_kv_heads);
+    if (d_head <= 0 || d_v <= 0) detail::invalid(where, "d_head and d_v must be > 0, got ", d_head, " and ", d_v);
+    rows_ = round_up(capacity);
+    key_head_size_ = rows_ * d_head_;
+    value_head_size_ = round_up(d_v_) * rows_;
+    keys_.assign(static_cast<std::size_t>(n_kv_heads_ * key_head_size_), Scalar(0));
+    values_.assign(static_cast<std::size_t>(n_kv_heads_ * value_head_size_), Scalar(0));
+  }
+
+  Index size() const { return size_; }
+  Index capacity() const { return capacity_; }
+  Index n_kv_heads() const { return n_kv_heads_; }
+  Index d_head() const { return d_head_; }
+  Index d_v() const { return d_v_; }
+
+  /// Appends m tokens. k: (m, n_kv_heads d_head), v: (m, n_kv_heads d_v), head by head in columns.
+  void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v) {
+    constexpr const char* where = "PackedKeysValues::append";
+    if (k.cols() != n_kv_heads_ * d_head_)
+      detail::invalid(where, "k has ", k.cols(), " columns, expected n_kv_heads d_head = ", n_kv_heads_ * d_head_);
+    if (v.cols() != n_kv_heads_ * d_v_)
+      detail::invalid(where, "v has ", v.cols(), " columns, expected n_kv_heads d_v = ", n_kv_heads_ * d_v_);
+    if (v.rows() != k.rows()) detail::invalid(where, "k has ", k.rows(), " rows but v has ", v.rows());
+    if (k.rows() > capacity_ - size_)
+      detail::invalid(where, "appending ", k.rows(), " tokens to ", size_, " would exceed the capacity of ",
+                      capacity_, " tokens");
+    for (Index t = 0; t < k.rows(); ++t) {
+      const Index pos = size_ + t;
+      for (Index h = 0; h < n_kv_heads_; ++h) {
+        Scalar* kp = keys_.data() + h * key_head_size_ + (pos / lanes) * d_head_ * lanes + pos % lanes;
+        for (Index c = 0; c < d_head_; ++c) kp[c * lanes] = k(t, h * d_head_ + c);
+        Scalar* vp = values_.data() + h * value_head_size_ + pos * lanes;
+        for (Index c = 0; c < d_v_; ++c) vp[(c / lanes) * rows_ * lanes + c % lanes] = v(t, h * d_v_ + c);
+      }
+    }
+    size_ += k.rows();
+  }
+
+  /// Forgets every token from position `size` on (speculative decoding rolls back this way).
+  void truncate(Index size) {
+    if (size < 0 || size > size_)
+      detail::invalid("PackedKeysValues::truncate", "position ", size, " is outside [0, ", size_, "]");
+    size_ = size;
+  }
+  void clear() { size_ = 0; }
+
+  /// Head h's key panels: panel p at keys(h) + p * key_panel_stride().
+  const Scalar* keys(Index h) const { return keys_.data() + h * key_head_size_; }
+  Index key_panel_stride() const { return d_head_ * lanes; }
+  /// Head h's value panels: panel q at values(h) + q * value_panel_stride(), row j at j * lanes.
+  const Scalar* values(Index h) const { return values_.data() + h * value_head_size_; }
+  Index value_panel_stride() const { return rows_ * lanes; }
+
+  /// Key j of head h, and entry (j, c) of head h's values: for tests and inspection.
+  Scalar key(Index h, Index j, Index c) const { return keys(h)[(j / lanes) * key_panel_stride() + c * lanes + j % lanes]; }
+  Scalar value(Index h, Index j, Index c) const { return values(h)[(c / lanes) * value_panel_stride() + j * lanes + c % lanes]; }
+
+ private:
+  static Index round_up(Index x) { return (x + lanes - 1) / lanes * lanes; }
+
+  Index capacity_, n_kv_heads_, d_head_, d_v_;
+  Index rows_ = 0, key_head_size_ = 0, value_head_size_ = 0, size_ = 0;
+  std::vector<Scalar> keys_, values_;
+};
+
+}  // namespace headwise
