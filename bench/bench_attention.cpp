@@ -93,9 +93,11 @@ void BM_LayerNaive(benchmark::State& state) {
   Eigen::setNbThreads(1);
   const auto mha = gpt2_small_layer();
   const Mat x = random_matrix(n, d_model, 8);
+  headwise::AttentionOptions options;
+  options.threads = 1;
   Mat out;
   for (auto _ : state) {
-    out = mha.forward_step_by_step(x);
+    out = mha.forward_step_by_step(x, options);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }

@@ -24,7 +24,7 @@ def load(path):
 
 def gflops(results, name):
     b = results.get(name)
-    return b["GFLOPs"] / 1e9 if b and "GFLOPs" in b else None
+    return b["GFLOPs"] if b and "GFLOPs" in b else None  # the counter is already in GFLOP/s
 
 
 def fmt(x, digits=2):

@@ -138,7 +138,11 @@ TEMPLATE_TEST_CASE("multi-head attention refuses bad configurations and inputs",
                       "headwise: MultiHeadAttention: d_model = 10 is not divisible by n_heads = 3");
   auto bad = w;
   bad.w_k = Matrix<TestType>::Zero(10, 8);
-  REQUIRE_THROWS_WITH(MultiHeadAttention<TestType>(2, bad), "headwise: MultiHeadAttention: w_k is 10x8, expected 10x10");
+  REQUIRE_THROWS_WITH(MultiHeadAttention<TestType>(2, bad),
+                      "headwise: MultiHeadAttention: w_k is 10x8, expected 10x(n_kv_heads d_head) with d_head = 5");
+  bad.w_k = Matrix<TestType>::Zero(10, 15);  // 3 key/value heads for 2 query heads
+  REQUIRE_THROWS_WITH(MultiHeadAttention<TestType>(2, bad),
+                      "headwise: MultiHeadAttention: n_heads = 2 is not divisible by n_kv_heads = 3");
   bad = w;
   bad.w_o = Matrix<TestType>::Zero(10, 9);
   REQUIRE_THROWS_WITH(MultiHeadAttention<TestType>(2, bad), "headwise: MultiHeadAttention: w_o is 10x9, expected 10x10");

@@ -12,4 +12,5 @@
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
 #include "headwise/kernels/fused_attention.hpp"
+#include "headwise/kv_cache.hpp"
 #include "headwise/multi_head_attention.hpp"

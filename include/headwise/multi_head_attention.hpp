@@ -9,6 +9,7 @@
 #include "headwise/attention_head.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/kernels/fused_attention.hpp"
+#include "headwise/kv_cache.hpp"
 #include "headwise/linear.hpp"
 #include "headwise/options.hpp"
 #include "headwise/types.hpp"
@@ -16,12 +17,15 @@
 namespace headwise {
 
 /// The weights of a multi-head attention layer, as Hugging Face GPT-2 lays them out.
-/// Inside W_Q, W_K and W_V head h owns columns [h d_head, (h+1) d_head); inside W_O it owns the
-/// rows with the same numbers, W_O[h].
+/// Inside W_Q head h owns columns [h d_head, (h+1) d_head), and likewise inside W_O the rows with
+/// those numbers, W_O[h]. W_K and W_V hold n_kv_heads heads of d_head columns each: n_kv_heads =
+/// n_heads for multi-head attention, fewer for grouped-query attention (1: multi-query), where
+/// query head h uses key/value head h / (n_heads / n_kv_heads).
 template <class Scalar>
 struct MultiHeadWeights {
-  Matrix<Scalar> w_q, w_k, w_v;     ///< (d_model, n_heads d_head) each
-  RowVector<Scalar> b_q, b_k, b_v;  ///< (1, n_heads d_head) each, or empty for no bias
+  Matrix<Scalar> w_q;               ///< (d_model, n_heads d_head)
+  Matrix<Scalar> w_k, w_v;          ///< (d_model, n_kv_heads d_head) each
+  RowVector<Scalar> b_q, b_k, b_v;  ///< matching (1, ...) biases, or empty for no bias
   Matrix<Scalar> w_o;               ///< (n_heads d_head, d_model)
   RowVector<Scalar> b_o;            ///< (1, d_model), or empty for no bias
 };
@@ -34,13 +38,14 @@ struct MultiHeadTrace {
   Matrix<Scalar> output;                      ///< (n, d_model): Σ_h contributions + b_O
 };
 
-/// Causal multi-head self-attention.
+/// Causal multi-head self-attention, with grouped-query attention when W_K and W_V hold fewer heads.
 ///   MultiHeadAttention<float> mha(/*n_heads=*/12, weights);
 ///   Matrix<float> out = mha.forward(x);           // x, out: (n, d_model)
 ///   MultiHeadTrace<float> t = mha.trace(x);       // every head's intermediates and contribution
 template <class Scalar>
 class MultiHeadAttention {
  public:
+  /// n_heads query heads; n_kv_heads is read from the width of w.w_k (n_kv_heads d_head columns).
   MultiHeadAttention(Index n_heads, MultiHeadWeights<Scalar> w) : n_heads_(n_heads) {
     constexpr const char* where = "MultiHeadAttention";
     if (n_heads <= 0) detail::invalid(where, "n_heads must be > 0, got ", n_heads);
@@ -52,31 +57,40 @@ class MultiHeadAttention {
       detail::invalid(where, "w_q has ", width, " columns, not divisible by n_heads = ", n_heads);
     }
     if (width == 0) detail::invalid(where, "w_q has 0 columns, expected n_heads d_head > 0");
-    check_shape(where, "w_k", w.w_k, d_model, width);
-    check_shape(where, "w_v", w.w_v, d_model, width);
+    d_head_ = width / n_heads;
+    if (w.w_k.rows() != d_model || w.w_k.cols() == 0 || w.w_k.cols() % d_head_ != 0)
+      detail::invalid(where, "w_k is ", w.w_k.rows(), "x", w.w_k.cols(), ", expected ", d_model,
+                      "x(n_kv_heads d_head) with d_head = ", d_head_);
+    n_kv_heads_ = w.w_k.cols() / d_head_;
+    if (n_heads % n_kv_heads_ != 0)
+      detail::invalid(where, "n_heads = ", n_heads, " is not divisible by n_kv_heads = ", n_kv_heads_);
+    const Index kv_width = n_kv_heads_ * d_head_;
+    check_shape(where, "w_v", w.w_v, d_model, kv_width);
     check_shape(where, "w_o", w.w_o, width, d_model);
     check_bias(where, "b_q", w.b_q, width);
-    check_bias(where, "b_k", w.b_k, width);
-    check_bias(where, "b_v", w.b_v, width);
+    check_bias(where, "b_k", w.b_k, kv_width);
+    check_bias(where, "b_v", w.b_v, kv_width);
     check_bias(where, "b_o", w.b_o, d_model);
-    d_head_ = width / n_heads;
 
     // Q, K and V come from one product X [W_Q | W_K | W_V]: one pass over X instead of three.
-    w_qkv_.resize(d_model, 3 * width);
+    w_qkv_.resize(d_model, width + 2 * kv_width);
     w_qkv_ << w.w_q, w.w_k, w.w_v;
-    b_qkv_ = RowVector<Scalar>::Zero(3 * width);
+    b_qkv_ = RowVector<Scalar>::Zero(width + 2 * kv_width);
     if (w.b_q.size()) b_qkv_.segment(0, width) = w.b_q;
-    if (w.b_k.size()) b_qkv_.segment(width, width) = w.b_k;
-    if (w.b_v.size()) b_qkv_.segment(2 * width, width) = w.b_v;
+    if (w.b_k.size()) b_qkv_.segment(width, kv_width) = w.b_k;
+    if (w.b_v.size()) b_qkv_.segment(width + kv_width, kv_width) = w.b_v;
     w_o_ = std::move(w.w_o);
     b_o_ = w.b_o.size() ? std::move(w.b_o) : RowVector<Scalar>::Zero(d_model);
   }
 
   Index n_heads() const { return n_heads_; }
+  Index n_kv_heads() const { return n_kv_heads_; }
   Index d_head() const { return d_head_; }
   Index d_model() const { return w_qkv_.rows(); }
+  /// The key/value head that query head h reads.
+  Index kv_head_of(Index h) const { return checked_head(h, "kv_head_of") / (n_heads_ / n_kv_heads_); }
 
-  /// W_Q | W_K | W_V side by side: (d_model, 3 n_heads d_head); and its bias (1, 3 n_heads d_head).
+  /// W_Q | W_K | W_V side by side: (d_model, (n_heads + 2 n_kv_heads) d_head); and its bias.
   const Matrix<Scalar>& w_qkv() const { return w_qkv_; }
   const RowVector<Scalar>& b_qkv() const { return b_qkv_; }
   /// W_O: (n_heads d_head, d_model), and b_O: (1, d_model).
@@ -88,7 +102,8 @@ class MultiHeadAttention {
   /// Head h on its own, with its slices of W_Q, W_K, W_V and their biases.
   AttentionHead<Scalar> head(Index h) const {
     checked_head(h, "head");
-    return AttentionHead<Scalar>(slice(0, h), slice(1, h), slice(2, h));
+    const Index g = kv_head_of(h);
+    return AttentionHead<Scalar>(slice(0, h), slice(1, g), slice(2, g));
   }
 
   /// The layer's output, by the fused kernel. x: (n, d_model) -> (n, d_model). n = 0 gives an
@@ -98,10 +113,37 @@ class MultiHeadAttention {
     resolve_divisor(options, d_head_, "MultiHeadAttention::forward");
     const int threads = detail::thread_count(options);
     const Matrix<Scalar> qkv = qkv_of(x, threads);
-    const Index width = n_heads_ * d_head_;
+    const Index width = n_heads_ * d_head_, kv_width = n_kv_heads_ * d_head_;
     Matrix<Scalar> z(x.rows(), width);  // every head's Z side by side
-    fused_multi_head_attention<Scalar>(qkv.leftCols(width), qkv.middleCols(width, width), qkv.rightCols(width),
-                                       n_heads_, n_heads_, z, nullptr, options);
+    fused_multi_head_attention<Scalar>(qkv.leftCols(width), qkv.middleCols(width, kv_width), qkv.rightCols(kv_width),
+                                       n_heads_, n_kv_heads_, z, nullptr, options);
+    return output_of(z, threads);
+  }
+
+  /// A KV cache for this layer with room for `capacity` tokens.
+  KvCache<Scalar> make_cache(Index capacity) const { return KvCache<Scalar>(capacity, n_kv_heads_, d_head_); }
+
+  /// Incremental decoding: the output rows of the m tokens x (m, d_model) that follow the
+  /// cache.size() tokens already in `cache`, whose keys and values are appended to it. Token i of
+  /// x sits at position cache.size() + i and sees keys 0 .. cache.size() + i. Bitwise equal to
+  /// the matching rows of forward() on the whole sequence, for any split into chunks.
+  Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
+                                     const AttentionOptions& options = {}) const {
+    constexpr const char* where = "MultiHeadAttention::forward_incremental";
+    check_input(x, where);
+    resolve_divisor(options, d_head_, where);
+    if (cache.n_kv_heads() != n_kv_heads_ || cache.d_head() != d_head_)
+      detail::invalid(where, "the cache holds ", cache.n_kv_heads(), " heads of ", cache.d_head(),
+                      ", expected ", n_kv_heads_, " of ", d_head_);
+    if (x.rows() > cache.capacity() - cache.size())
+      detail::invalid(where, "appending ", x.rows(), " tokens to ", cache.size(),
+                      " would exceed the cache's capacity of ", cache.capacity(), " tokens");
+    const int threads = detail::thread_count(options);
+    const Matrix<Scalar> qkv = qkv_of(x, threads);
+    const Index width = n_heads_ * d_head_, kv_width = n_kv_heads_ * d_head_;
+    cache.append(qkv.middleCols(width, kv_width), qkv.rightCols(kv_width));
+    Matrix<Scalar> z(x.rows(), width);
+    fused_attention_packed<Scalar>(qkv.leftCols(width), n_heads_, cache.packed(), z, nullptr, options);
     return output_of(z, threads);
   }
 
@@ -114,7 +156,8 @@ class MultiHeadAttention {
     const Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options));
     Matrix<Scalar> z(x.rows(), n_heads_ * d_head_);
     for (Index h = 0; h < n_heads_; ++h)
-      z.middleCols(h * d_head_, d_head_) = attention(block(qkv, 0, h), block(qkv, 1, h), block(qkv, 2, h), options).z;
+      z.middleCols(h * d_head_, d_head_) =
+          attention(block(qkv, 0, h), block(qkv, 1, kv_head_of(h)), block(qkv, 2, kv_head_of(h)), options).z;
     return project_heads(z);
   }
 
@@ -190,16 +233,20 @@ class MultiHeadAttention {
     if (h < 0 || h >= n_heads_) detail::invalid(where, "head ", h, " out of range [0, ", n_heads_, ")");
     return h;
   }
-  /// Head h's columns of part p (0 = Q, 1 = K, 2 = V) of a (n, 3 n_heads d_head) matrix.
+  /// The first column of head h of part p (0 = Q, 1 = K, 2 = V) in [Q | K | V].
+  Index first_column(Index part, Index h) const {
+    return part == 0 ? h * d_head_ : (n_heads_ + (part - 1) * n_kv_heads_ + h) * d_head_;
+  }
+  /// Head h's columns of part p of a (n, (n_heads + 2 n_kv_heads) d_head) matrix.
   auto block(const Matrix<Scalar>& qkv, Index part, Index h) const {
-    return qkv.middleCols((part * n_heads_ + h) * d_head_, d_head_);
+    return qkv.middleCols(first_column(part, h), d_head_);
   }
   Linear<Scalar> slice(Index part, Index h) const {
-    const Index first = (part * n_heads_ + h) * d_head_;
+    const Index first = first_column(part, h);
     return Linear<Scalar>(w_qkv_.middleCols(first, d_head_), b_qkv_.segment(first, d_head_));
   }
 
-  Index n_heads_ = 0, d_head_ = 0;
+  Index n_heads_ = 0, n_kv_heads_ = 0, d_head_ = 0;
   Matrix<Scalar> w_qkv_, w_o_;
   RowVector<Scalar> b_qkv_, b_o_;
 };

@@ -37,31 +37,48 @@ struct MatrixView {
   bool transposed = false;  // true: the view is of the transpose, element (i, j) at data[j * stride + i]
 };
 
-/// c (R x W, leading dimension ldc) continues its chains: c += a_packed b_packed over `depth`.
-/// a_packed: depth x R (k-major); b_packed: depth x W. Written with Eigen's packet primitives so
-/// that the 2R accumulators stay in registers (plain loops vectorise the wrong way round).
-template <class Scalar>
+/// c (Rows x W, leading dimension ldc) continues its chains: c += a_packed b_packed over `depth`.
+/// a_packed: depth x R (k-major, an R-row sliver of which the first Rows rows are used);
+/// b_packed: depth x W. Each row is the same chain of packet multiply-adds whatever Rows is, so a
+/// short sliver (a decoding step's single query) costs one row, not R. Written with Eigen's packet
+/// primitives so that the 2 Rows accumulators stay in registers (plain loops vectorise the wrong way).
+template <class Scalar, int Rows>
 inline void micro_kernel(Index depth, const Scalar* a, const Scalar* b, Scalar* c, Index ldc) {
   using namespace Eigen::internal;
   using Shape = TileShape<Scalar>;
   using Packet = typename Shape::Packet;
   constexpr Index R = Shape::rows, P = Shape::packet, W = Shape::lanes;
-  Packet acc[R][2];
-  for (Index r = 0; r < R; ++r) {
+  static_assert(Rows >= 1 && Rows <= R, "a sliver has at most R rows");
+  Packet acc[Rows][2];
+  for (Index r = 0; r < Rows; ++r) {
     acc[r][0] = ploadu<Packet>(c + r * ldc);
     acc[r][1] = ploadu<Packet>(c + r * ldc + P);
   }
   for (Index k = 0; k < depth; ++k) {
     const Packet b0 = ploadu<Packet>(b + k * W), b1 = ploadu<Packet>(b + k * W + P);
-    for (Index r = 0; r < R; ++r) {
+    for (Index r = 0; r < Rows; ++r) {
       const Packet ar = pset1<Packet>(a[k * R + r]);
       acc[r][0] = pmadd(ar, b0, acc[r][0]);
       acc[r][1] = pmadd(ar, b1, acc[r][1]);
     }
   }
-  for (Index r = 0; r < R; ++r) {
+  for (Index r = 0; r < Rows; ++r) {
     pstoreu(c + r * ldc, acc[r][0]);
     pstoreu(c + r * ldc + P, acc[r][1]);
+  }
+}
+
+/// micro_kernel on the first `rows` (1..R) rows of a sliver.
+template <class Scalar>
+inline void micro_kernel_rows(Index rows, Index depth, const Scalar* a, const Scalar* b, Scalar* c, Index ldc) {
+  static_assert(TileShape<Scalar>::rows == 6, "one case per sliver height");
+  switch (rows) {
+    case 1: return micro_kernel<Scalar, 1>(depth, a, b, c, ldc);
+    case 2: return micro_kernel<Scalar, 2>(depth, a, b, c, ldc);
+    case 3: return micro_kernel<Scalar, 3>(depth, a, b, c, ldc);
+    case 4: return micro_kernel<Scalar, 4>(depth, a, b, c, ldc);
+    case 5: return micro_kernel<Scalar, 5>(depth, a, b, c, ldc);
+    default: return micro_kernel<Scalar, 6>(depth, a, b, c, ldc);
   }
 }
 
@@ -99,7 +116,7 @@ inline void pack_b(Index depth, Index cols, MatrixView<Scalar> b, Scalar* out) {
   }
 }
 
-/// C += A B on packed operands, C in whole micro-tiles: rows a multiple of R, cols of W.
+/// C[0 : rows, 0 : cols] += A B on packed operands; cols a multiple of W (C padded to whole panels).
 /// a_packed: R-row slivers of `depth` (pack_a); b_packed: W-column panels, panel p at
 /// b_packed + p * b_panel_stride and its row k at k * W (pack_b, or a slice of a packed panel).
 template <class Scalar>
@@ -109,7 +126,8 @@ inline void multiply_packed(Index rows, Index cols, Index depth, const Scalar* a
   for (Index j0 = 0; j0 < cols; j0 += W) {
     const Scalar* bp = b_packed + (j0 / W) * b_panel_stride;
     const Scalar* ap = a_packed;
-    for (Index r0 = 0; r0 < rows; r0 += R, ap += depth * R) micro_kernel(depth, ap, bp, c + r0 * ldc + j0, ldc);
+    for (Index r0 = 0; r0 < rows; r0 += R, ap += depth * R)
+      micro_kernel_rows(std::min(R, rows - r0), depth, ap, bp, c + r0 * ldc + j0, ldc);
   }
 }
 
@@ -153,15 +171,15 @@ void accumulate_product(Index rows, Index cols, Index depth, MatrixView<Scalar> 
         for (Index r0 = 0; r0 < mc; r0 += R, as += kc * R) {
           Scalar* ct = c + (i0 + r0) * ldc + j0;
           const Index nr = std::min(R, mc - r0);
-          if (nr == R && nw == W) {
-            micro_kernel(kc, as, bp, ct, ldc);
+          if (nw == W) {
+            micro_kernel_rows(nr, kc, as, bp, ct, ldc);
             continue;
           }
-          // An edge tile: the same kernel on a padded copy, then the valid part back.
+          // A tile at the right edge: the same kernel on a padded copy, then the valid part back.
           Scalar* e = scratch.edge.data();
           for (Index r = 0; r < R; ++r)
             for (Index w = 0; w < W; ++w) e[r * W + w] = r < nr && w < nw ? ct[r * ldc + w] : Scalar(0);
-          micro_kernel(kc, as, bp, e, W);
+          micro_kernel_rows(nr, kc, as, bp, e, W);
           for (Index r = 0; r < nr; ++r)
             for (Index w = 0; w < nw; ++w) ct[r * ldc + w] = e[r * W + w];
         }

@@ -177,8 +177,8 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
       const Index cols = std::min(tk, keys_seen - j0);
       const Index padded = (cols + W - 1) / W * W;
       // S = Qs K[j0 : j0 + cols]ᵀ, from the packed key panels.
-      std::fill(w.s.begin(), w.s.begin() + rows_padded * padded, Scalar(0));
-      detail::multiply_packed<Scalar>(rows_padded, padded, d_head, w.q.data(),
+      std::fill(w.s.begin(), w.s.begin() + rows * padded, Scalar(0));
+      detail::multiply_packed<Scalar>(rows, padded, d_head, w.q.data(),
                                       kv.keys(g) + (j0 / W) * kv.key_panel_stride(), kv.key_panel_stride(),
                                       w.s.data(), padded);
       for (Index r = 0; r < rows; ++r) {
@@ -200,7 +200,7 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
       }
       // acc += P V[j0 : j0 + cols]: P packed over its cols keys, V's panels from row j0.
       detail::pack_a<Scalar>(rows, cols, {w.s.data(), padded}, w.p.data());
-      detail::multiply_packed<Scalar>(rows_padded, dv_padded, cols, w.p.data(), kv.values(g) + j0 * W,
+      detail::multiply_packed<Scalar>(rows, dv_padded, cols, w.p.data(), kv.values(g) + j0 * W,
                                       kv.value_panel_stride(), w.acc.data(), dv_padded);
     }
 

@@ -1,0 +1,51 @@
+// KvCache: the keys and values a layer has seen, for incremental decoding. Capacity is set up
+// front and never grows, so a decoding step never reallocates; truncate() rolls back (for
+// speculative decoding). Stores n_kv_heads heads (fewer than n_heads under grouped-query attention),
+// already in the layout of the fused kernel.
+#pragma once
+
+#include "headwise/detail/errors.hpp"
+#include "headwise/kernels/packed_keys_values.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise {
+
+/// A per-layer KV cache.
+///   KvCache<float> cache = layer.make_cache(/*capacity=*/1024);
+///   Matrix<float> y0 = layer.forward_incremental(prompt, cache);   // (p, d_model)
+///   Matrix<float> y1 = layer.forward_incremental(next_token, cache);
+template <class Scalar>
+class KvCache {
+ public:
+  /// Room for `capacity` tokens of n_kv_heads heads of width d_head.
+  KvCache(Index capacity, Index n_kv_heads, Index d_head) : store_(capacity, n_kv_heads, d_head, d_head) {}
+
+  /// Tokens held (the position the next token will take).
+  Index size() const { return store_.size(); }
+  Index capacity() const { return store_.capacity(); }
+  Index n_kv_heads() const { return store_.n_kv_heads(); }
+  Index d_head() const { return store_.d_head(); }
+
+  /// Forgets everything.
+  void reset() { store_.clear(); }
+  /// Keeps tokens 0 .. position - 1 and forgets the rest. 0 <= position <= size().
+  void truncate(Index position) { store_.truncate(position); }
+
+  /// Appends keys and values of m tokens: k, v: (m, n_kv_heads d_head). Throws, appending
+  /// nothing, if the capacity would be exceeded.
+  void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v) {
+    store_.append(k, v);
+  }
+
+  /// Key j of key/value head h, component c; value likewise: for inspection.
+  Scalar key(Index h, Index j, Index c) const { return store_.key(h, j, c); }
+  Scalar value(Index h, Index j, Index c) const { return store_.value(h, j, c); }
+
+  /// The packed store the fused kernel reads.
+  const PackedKeysValues<Scalar>& packed() const { return store_; }
+
+ private:
+  PackedKeysValues<Scalar> store_;
+};
+
+}  // namespace headwise
