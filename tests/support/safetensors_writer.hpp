@@ -1,0 +1,39 @@
+// Writes small safetensors files in memory (F32), to test the readers' error paths.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace headwise_test {
+
+struct TensorSpec {
+  std::vector<std::uint64_t> shape;
+  float fill = 0.0f;
+};
+
+inline std::vector<unsigned char> write_safetensors(const std::map<std::string, TensorSpec>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<unsigned char> data;
+  for (const auto& [name, spec] : tensors) {
+    std::uint64_t count = 1;
+    for (auto d : spec.shape) count *= d;
+    const std::uint64_t begin = data.size();
+    data.resize(data.size() + count * 4);
+    for (std::uint64_t i = 0; i < count; ++i) std::memcpy(data.data() + begin + i * 4, &spec.fill, 4);
+    header[name] = {{"dtype", "F32"}, {"shape", spec.shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  const std::string text = header.dump();
+  const std::uint64_t length = text.size();
+  std::vector<unsigned char> bytes(8 + text.size() + data.size());
+  std::memcpy(bytes.data(), &length, 8);
+  std::memcpy(bytes.data() + 8, text.data(), text.size());
+  if (!data.empty()) std::memcpy(bytes.data() + 8 + text.size(), data.data(), data.size());
+  return bytes;
+}
+
+}  // namespace headwise_test
