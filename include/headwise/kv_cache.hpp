@@ -41,8 +41,9 @@ class KvCache {
   Scalar key(Index h, Index j, Index c) const { return store_.key(h, j, c); }
   Scalar value(Index h, Index j, Index c) const { return store_.value(h, j, c); }
 
-  /// The packed store the fused kernel reads.
+  /// The packed store the fused kernel reads (and the layer appends to).
   const PackedKeysValues<Scalar>& packed() const { return store_; }
+  PackedKeysValues<Scalar>& packed() { return store_; }
 
  private:
   PackedKeysValues<Scalar> store_;

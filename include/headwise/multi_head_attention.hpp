@@ -107,17 +107,14 @@ class MultiHeadAttention {
   }
 
   /// The layer's output, by the fused kernel. x: (n, d_model) -> (n, d_model). n = 0 gives an
-  /// empty result. Q, K and V come from one product X [W_Q | W_K | W_V]; no (n, n) matrix is held.
+  /// empty result. Q, K and V come from one product X [W_Q | W_K | W_V], taken over chunks of
+  /// rows so that K and V go straight into the kernel's packed layout; no (n, n) matrix is held,
+  /// and memory stays O(n d_model). The same code as forward_incremental on an empty cache.
   Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
     check_input(x, "MultiHeadAttention::forward");
     resolve_divisor(options, d_head_, "MultiHeadAttention::forward");
-    const int threads = detail::thread_count(options);
-    const Matrix<Scalar> qkv = qkv_of(x, threads);
-    const Index width = n_heads_ * d_head_, kv_width = n_kv_heads_ * d_head_;
-    Matrix<Scalar> z(x.rows(), width);  // every head's Z side by side
-    fused_multi_head_attention<Scalar>(qkv.leftCols(width), qkv.middleCols(width, kv_width), qkv.rightCols(kv_width),
-                                       n_heads_, n_kv_heads_, z, nullptr, options);
-    return output_of(z, threads);
+    PackedKeysValues<Scalar> kv(x.rows(), n_kv_heads_, d_head_, d_head_);
+    return attend(x, kv, options);
   }
 
   /// A KV cache for this layer with room for `capacity` tokens.
@@ -138,13 +135,7 @@ class MultiHeadAttention {
     if (x.rows() > cache.capacity() - cache.size())
       detail::invalid(where, "appending ", x.rows(), " tokens to ", cache.size(),
                       " would exceed the cache's capacity of ", cache.capacity(), " tokens");
-    const int threads = detail::thread_count(options);
-    const Matrix<Scalar> qkv = qkv_of(x, threads);
-    const Index width = n_heads_ * d_head_, kv_width = n_kv_heads_ * d_head_;
-    cache.append(qkv.middleCols(width, kv_width), qkv.rightCols(kv_width));
-    Matrix<Scalar> z(x.rows(), width);
-    fused_attention_packed<Scalar>(qkv.leftCols(width), n_heads_, cache.packed(), z, nullptr, options);
-    return output_of(z, threads);
+    return attend(x, cache.packed(), options);
   }
 
   /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
@@ -202,6 +193,28 @@ class MultiHeadAttention {
   }
 
  private:
+  /// Rows of x projected in chunks by X [W_Q | W_K | W_V] + b: K and V appended to kv, then the
+  /// fused kernel against everything kv holds, then W_O. x: (m, d_model) -> (m, d_model).
+  Matrix<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
+                        const AttentionOptions& options) const {
+    const int threads = detail::thread_count(options);
+    const Index width = n_heads_ * d_head_, kv_width = n_kv_heads_ * d_head_;
+    Matrix<Scalar> z(x.rows(), width);  // every head's Z side by side
+    {
+      Matrix<Scalar> q(x.rows(), width), part;
+      constexpr Index chunk = 256;  // rows per product: a (256, 3 d_model) buffer, not (n, 3 d_model)
+      for (Index i0 = 0; i0 < x.rows(); i0 += chunk) {
+        const Index rows = std::min(chunk, x.rows() - i0);
+        detail::product<Scalar>(x.middleRows(i0, rows), w_qkv_, part, threads);
+        part.rowwise() += b_qkv_;
+        q.middleRows(i0, rows) = part.leftCols(width);
+        kv.append(part.middleCols(width, kv_width), part.rightCols(kv_width));
+      }
+      fused_attention_packed<Scalar>(q, n_heads_, kv, z, nullptr, options);
+    }
+    return output_of(z, threads);
+  }
+
   // The layer's two products use the deterministic product of detail/tile_product.hpp: a token's
   // row never depends on the other tokens computed with it (what incremental decoding needs).
   Matrix<Scalar> qkv_of(const Eigen::Ref<const Matrix<Scalar>>& x, int threads) const {

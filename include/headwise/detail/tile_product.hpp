@@ -49,12 +49,15 @@ inline void micro_kernel(Index depth, const Scalar* a, const Scalar* b, Scalar* 
   using Packet = typename Shape::Packet;
   constexpr Index R = Shape::rows, P = Shape::packet, W = Shape::lanes;
   static_assert(Rows >= 1 && Rows <= R, "a sliver has at most R rows");
+  constexpr Index prefetch_rows = 16;  // rows of B ahead: 1 KiB for float
   Packet acc[Rows][2];
   for (Index r = 0; r < Rows; ++r) {
     acc[r][0] = ploadu<Packet>(c + r * ldc);
     acc[r][1] = ploadu<Packet>(c + r * ldc + P);
   }
   for (Index k = 0; k < depth; ++k) {
+    // B streams from memory when few rows share it (a decoding step): ask for it early.
+    if (Rows <= 2) prefetch(b + (k + prefetch_rows) * W);
     const Packet b0 = ploadu<Packet>(b + k * W), b1 = ploadu<Packet>(b + k * W + P);
     for (Index r = 0; r < Rows; ++r) {
       const Packet ar = pset1<Packet>(a[k * R + r]);
