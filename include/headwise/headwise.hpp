@@ -1,5 +1,5 @@
 // headwise: causal multi-head self-attention on Eigen. This umbrella header only includes the
-// one-concept headers; io/safetensors.hpp (which needs nlohmann_json) is included on its own.
+// one-concept headers; io/ (which needs nlohmann_json) and interpret.hpp are included on their own.
 #pragma once
 
 #include "headwise/version.hpp"
@@ -12,5 +12,7 @@
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
 #include "headwise/kernels/fused_attention.hpp"
+#include "headwise/head_interventions.hpp"
+#include "headwise/kernels/row_statistics.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/multi_head_attention.hpp"

@@ -8,6 +8,7 @@
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
 #include "headwise/detail/errors.hpp"
+#include "headwise/head_interventions.hpp"
 #include "headwise/kernels/fused_attention.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/linear.hpp"
@@ -28,6 +29,15 @@ struct MultiHeadWeights {
   RowVector<Scalar> b_q, b_k, b_v;  ///< matching (1, ...) biases, or empty for no bias
   Matrix<Scalar> w_o;               ///< (n_heads d_head, d_model)
   RowVector<Scalar> b_o;            ///< (1, d_model), or empty for no bias
+};
+
+/// What the fused path can return besides Z, on request (each pointer may be null).
+template <class Scalar>
+struct HeadOutputExtras {
+  Matrix<Scalar>* q = nullptr;                      ///< (n, n_heads d_head): the queries
+  PackedKeysValues<Scalar>* keys_values = nullptr;  ///< the keys and values (replaced: n tokens)
+  Matrix<Scalar>* logsumexp = nullptr;              ///< (n_heads, n)
+  RowStatistics<Scalar>* statistics = nullptr;      ///< (n_heads, n) each
 };
 
 /// Every intermediate of a multi-head layer on one input.
@@ -110,11 +120,26 @@ class MultiHeadAttention {
   /// empty result. Q, K and V come from one product X [W_Q | W_K | W_V], taken over chunks of
   /// rows so that K and V go straight into the kernel's packed layout; no (n, n) matrix is held,
   /// and memory stays O(n d_model). The same code as forward_incremental on an empty cache.
-  Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
+  /// With interventions: each head's Z changed (ablated, gated, patched) before the W_O sum.
+  Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
+                         const HeadInterventions<Scalar>* interventions = nullptr) const {
+    Matrix<Scalar> z = head_outputs(x, options);
+    if (interventions) check_interventions(*interventions).apply(z);
+    return output_of(z, detail::thread_count(options));
+  }
+
+  /// Every head's Z side by side, (n, n_heads d_head), by the fused kernel, before W_O; and on
+  /// request the queries, keys and values, logsumexp and per-row statistics, all O(n d_model).
+  Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
+                              const HeadOutputExtras<Scalar>& extras = {}) const {
     check_input(x, "MultiHeadAttention::forward");
     resolve_divisor(options, d_head_, "MultiHeadAttention::forward");
+    if (extras.keys_values) {
+      *extras.keys_values = PackedKeysValues<Scalar>(x.rows(), n_kv_heads_, d_head_, d_head_);
+      return attend(x, *extras.keys_values, options, extras);
+    }
     PackedKeysValues<Scalar> kv(x.rows(), n_kv_heads_, d_head_, d_head_);
-    return attend(x, kv, options);
+    return attend(x, kv, options, extras);
   }
 
   /// A KV cache for this layer with room for `capacity` tokens.
@@ -135,13 +160,13 @@ class MultiHeadAttention {
     if (x.rows() > cache.capacity() - cache.size())
       detail::invalid(where, "appending ", x.rows(), " tokens to ", cache.size(),
                       " would exceed the cache's capacity of ", cache.capacity(), " tokens");
-    return attend(x, cache.packed(), options);
+    return output_of(attend(x, cache.packed(), options, {}), detail::thread_count(options));
   }
 
   /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
   /// For reference and comparison; forward() is the fast path.
-  Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x,
-                                      const AttentionOptions& options = {}) const {
+  Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
+                                      const HeadInterventions<Scalar>* interventions = nullptr) const {
     check_input(x, "MultiHeadAttention::forward_step_by_step");
     resolve_divisor(options, d_head_, "MultiHeadAttention::forward_step_by_step");
     const Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options));
@@ -149,6 +174,7 @@ class MultiHeadAttention {
     for (Index h = 0; h < n_heads_; ++h)
       z.middleCols(h * d_head_, d_head_) =
           attention(block(qkv, 0, h), block(qkv, 1, kv_head_of(h)), block(qkv, 2, kv_head_of(h)), options).z;
+    if (interventions) check_interventions(*interventions).apply(z);
     return project_heads(z);
   }
 
@@ -193,10 +219,17 @@ class MultiHeadAttention {
   }
 
  private:
+  const HeadInterventions<Scalar>& check_interventions(const HeadInterventions<Scalar>& iv) const {
+    if (iv.n_heads() != n_heads_)
+      detail::invalid("MultiHeadAttention::forward", "interventions for ", iv.n_heads(), " heads, the layer has ",
+                      n_heads_);
+    return iv;
+  }
+
   /// Rows of x projected in chunks by X [W_Q | W_K | W_V] + b: K and V appended to kv, then the
-  /// fused kernel against everything kv holds, then W_O. x: (m, d_model) -> (m, d_model).
+  /// fused kernel against everything kv holds. x: (m, d_model) -> Z (m, n_heads d_head).
   Matrix<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
-                        const AttentionOptions& options) const {
+                        const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras) const {
     const int threads = detail::thread_count(options);
     const Index width = n_heads_ * d_head_, kv_width = n_kv_heads_ * d_head_;
     Matrix<Scalar> z(x.rows(), width);  // every head's Z side by side
@@ -210,9 +243,10 @@ class MultiHeadAttention {
         q.middleRows(i0, rows) = part.leftCols(width);
         kv.append(part.middleCols(width, kv_width), part.rightCols(kv_width));
       }
-      fused_attention_packed<Scalar>(q, n_heads_, kv, z, nullptr, options);
+      fused_attention_packed<Scalar>(q, n_heads_, kv, z, extras.logsumexp, options, FusedTiles{}, extras.statistics);
+      if (extras.q) *extras.q = std::move(q);
     }
-    return output_of(z, threads);
+    return z;
   }
 
   // The layer's two products use the deterministic product of detail/tile_product.hpp: a token's

@@ -1,6 +1,7 @@
 // Matrix matchers for the tests: print both matrices and the worst element on failure.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -16,7 +17,9 @@ namespace headwise_test {
 /// not demand more digits than the type holds). Shapes must agree; NaN never matches.
 class MatrixNearMatcher : public MatcherBase<Eigen::MatrixXd> {
  public:
-  MatrixNearMatcher(Eigen::MatrixXd expected, double rel) : expected_(std::move(expected)), rel_(rel) {}
+  /// floor: the scale never goes below it (for quantities near 0 whose natural unit is 1).
+  MatrixNearMatcher(Eigen::MatrixXd expected, double rel, double floor = 0)
+      : expected_(std::move(expected)), rel_(rel), floor_(floor) {}
 
   bool match(const Eigen::MatrixXd& actual) const override {
     std::ostringstream why;
@@ -27,7 +30,7 @@ class MatrixNearMatcher : public MatcherBase<Eigen::MatrixXd> {
       return false;
     }
     if (actual.size() == 0) return true;
-    const double scale = expected_.cwiseAbs().maxCoeff();
+    const double scale = std::max(expected_.cwiseAbs().maxCoeff(), floor_);
     const double allowed = rel_ * (scale > 0 ? scale : 1.0);
     double worst = -1;
     Eigen::Index wi = 0, wj = 0;
@@ -56,7 +59,7 @@ class MatrixNearMatcher : public MatcherBase<Eigen::MatrixXd> {
 
  private:
   Eigen::MatrixXd expected_;
-  double rel_;
+  double rel_, floor_;
   mutable std::string detail_;
 };
 
@@ -86,8 +89,8 @@ Eigen::MatrixXd as_double(const Eigen::MatrixBase<Derived>& m) {
 }
 
 template <class Derived>
-MatrixNearMatcher IsNear(const Eigen::MatrixBase<Derived>& expected, double rel) {
-  return MatrixNearMatcher(as_double(expected), rel);
+MatrixNearMatcher IsNear(const Eigen::MatrixBase<Derived>& expected, double rel, double floor = 0) {
+  return MatrixNearMatcher(as_double(expected), rel, floor);
 }
 template <class Derived>
 MatrixEqualMatcher IsExactly(const Eigen::MatrixBase<Derived>& expected) {

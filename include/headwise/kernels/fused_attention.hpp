@@ -35,6 +35,7 @@
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/kernels/packed_keys_values.hpp"
+#include "headwise/kernels/row_statistics.hpp"
 #include "headwise/options.hpp"
 #include "headwise/types.hpp"
 
@@ -86,6 +87,11 @@ struct FusedScratch {
   std::vector<Scalar> p;          // the probabilities, packed for the product with V
   std::vector<Scalar> acc;        // (tq, d_v padded): running Σ P V
   std::vector<Scalar> max, sum;   // (tq): running row maximum and row sum
+  // Only when statistics are asked for:
+  std::vector<Scalar> raw;        // one row of scaled scores, kept before exp overwrites it
+  std::vector<Scalar> dot;        // (tq): running Σ_j exp(s_ij - max) (s_ij - max), rescaled like sum
+  std::vector<Scalar> first, previous, best;  // (tq): s_i0, s_i,pos-1, the largest s_ij so far
+  std::vector<Index> best_at;     // (tq): where the largest s_ij lies
 };
 
 /// row[0, padded) <- exp(row - max) over whole packets, so that every entry goes through the same
@@ -116,13 +122,14 @@ inline Scalar packet_sum(const Scalar* row, Index padded) {
 /// Fused causal multi-head attention against keys and values already packed (a KV cache, or
 /// the packing done by fused_multi_head_attention). q: (n_q, n_heads d_head); kv holds n_k =
 /// kv.size() keys of n_kv_heads heads; head h reads key/value head h / (n_heads / n_kv_heads).
-/// Writes z: (n_q, n_heads d_v) and, if given, logsumexp: (n_heads, n_q) (resized).
+/// Writes z: (n_q, n_heads d_v) and, if given, logsumexp: (n_heads, n_q) (resized) and the
+/// per-row statistics of every head's pattern (row_statistics.hpp), computed on the fly.
 /// Queries are aligned to the end of the keys: query i sits at position n_k - n_q + i.
 template <class Scalar>
 void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads,
                             const PackedKeysValues<Scalar>& kv, Eigen::Ref<Matrix<Scalar>> z,
                             Matrix<Scalar>* logsumexp = nullptr, const AttentionOptions& options = {},
-                            const FusedTiles& tiles = {}) {
+                            const FusedTiles& tiles = {}, RowStatistics<Scalar>* statistics = nullptr) {
   constexpr const char* where = "fused_multi_head_attention";
   using Shape = detail::TileShape<Scalar>;
   constexpr Index R = Shape::rows, W = Shape::lanes;
@@ -145,6 +152,7 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
   const Index tq_padded = (tq + R - 1) / R * R, dv_padded = (d_v + W - 1) / W * W;
   const bool causal = options.causal;
   if (logsumexp) logsumexp->resize(n_heads, n_q);
+  if (statistics) statistics->resize(n_heads, n_q);
 
   const std::vector<Index> tile_starts = detail::query_tiles_by_cost(n_q, tq, causal);
   const Index n_jobs = static_cast<Index>(tile_starts.size()) * n_heads;
@@ -166,6 +174,14 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
     w.acc.assign(static_cast<std::size_t>(tq_padded * dv_padded), Scalar(0));
     w.max.assign(static_cast<std::size_t>(rows), minus_inf);
     w.sum.assign(static_cast<std::size_t>(rows), Scalar(0));
+    if (statistics) {
+      w.raw.resize(static_cast<std::size_t>(tk));
+      w.dot.assign(static_cast<std::size_t>(rows), Scalar(0));
+      w.first.assign(static_cast<std::size_t>(rows), minus_inf);
+      w.previous.assign(static_cast<std::size_t>(rows), minus_inf);
+      w.best.assign(static_cast<std::size_t>(rows), minus_inf);
+      w.best_at.assign(static_cast<std::size_t>(rows), Index(-1));
+    }
 
     // pass 1: the query tile, scaled once and packed for the score product.
     w.scaled.noalias() = q.block(i0, h * d_head, rows, d_head) * inv_divisor;
@@ -189,10 +205,26 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
           std::fill(row, row + padded, Scalar(0));
           continue;
         }
-        const Scalar new_max = std::max(w.max[r], *std::max_element(row, row + visible));
+        const Scalar* tile_max = std::max_element(row, row + visible);
+        const Scalar new_max = std::max(w.max[r], *tile_max);
         const Scalar correction = std::exp(w.max[r] - new_max);  // exp(-inf) = 0 on the first tile
+        if (statistics) {  // read the scores before exp overwrites them
+          const Index previous = n_k - n_q + i0 + r - 1 - j0;  // the key just before the query, in this tile
+          if (j0 == 0) w.first[r] = row[0];
+          if (previous >= 0 && previous < visible) w.previous[r] = row[previous];
+          if (*tile_max > w.best[r]) w.best[r] = *tile_max, w.best_at[r] = j0 + (tile_max - row);
+          std::copy(row, row + visible, w.raw.begin());
+        }
         detail::exp_shifted(row, padded, new_max);
         std::fill(row + visible, row + padded, Scalar(0));  // the mask: exact zeros, never exp(-inf)
+        if (statistics) {
+          // dot = Σ_j exp(s_j - max) (s_j - max), shifted by the running max like the sum, so
+          // that the entropy log(sum) - dot / sum does not cancel when it is near 0.
+          Scalar dot = 0;
+          for (Index j = 0; j < visible; ++j) dot += row[j] * (w.raw[static_cast<std::size_t>(j)] - new_max);
+          const Scalar carried = w.sum[r] > Scalar(0) ? correction * (w.dot[r] + (w.max[r] - new_max) * w.sum[r]) : Scalar(0);
+          w.dot[r] = carried + dot;
+        }
         w.sum[r] = w.sum[r] * correction + detail::packet_sum(row, padded);
         if (correction != Scalar(1))
           for (Index c = 0; c < d_v; ++c) w.acc[r * dv_padded + c] *= correction;
@@ -209,7 +241,18 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
       const bool saw_something = w.sum[r] > Scalar(0);
       for (Index c = 0; c < d_v; ++c)
         z(i0 + r, h * d_v + c) = saw_something ? w.acc[r * dv_padded + c] / w.sum[r] : Scalar(0);
-      if (logsumexp) (*logsumexp)(h, i0 + r) = saw_something ? w.max[r] + std::log(w.sum[r]) : minus_inf;
+      const Scalar lse = saw_something ? w.max[r] + std::log(w.sum[r]) : minus_inf;
+      if (logsumexp) (*logsumexp)(h, i0 + r) = lse;
+      if (statistics) {
+        // p = exp(s - lse); exp(-inf - lse) = 0 covers a key the row never saw.
+        auto& st = *statistics;
+        // H = lse - Σ p s = log(sum) - Σ p (s - max), the same identity with the max taken out.
+        st.entropy(h, i0 + r) = saw_something ? std::log(w.sum[r]) - w.dot[r] / w.sum[r] : Scalar(0);
+        st.first_token_mass(h, i0 + r) = saw_something ? std::exp(w.first[r] - lse) : Scalar(0);
+        st.previous_token_mass(h, i0 + r) = saw_something ? std::exp(w.previous[r] - lse) : Scalar(0);
+        st.max_weight(h, i0 + r) = saw_something ? std::exp(w.best[r] - lse) : Scalar(0);
+        st.argmax(h, i0 + r) = w.best_at[r];
+      }
     }
   }
 }

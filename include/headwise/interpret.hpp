@@ -1,0 +1,7 @@
+// headwise's tools for studying heads one at a time: inspection from the fast path, head-type
+// scores and SVG heatmaps. Interventions are part of the layer (head_interventions.hpp).
+#pragma once
+
+#include "headwise/interpret/head_scores.hpp"
+#include "headwise/interpret/inspection.hpp"
+#include "headwise/interpret/svg_heatmap.hpp"

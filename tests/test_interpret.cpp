@@ -1,0 +1,205 @@
+// Studying heads: statistics from the fused kernel against the full pattern, patterns rebuilt
+// from the logsumexp, contribution norms, interventions in both paths, head-type scores.
+#include <cmath>
+#include <random>
+
+#include "headwise/headwise.hpp"
+#include "headwise/interpret.hpp"
+#include "support/catch.hpp"
+#include "support/matchers.hpp"
+#include "support/random.hpp"
+
+using namespace headwise;
+using headwise_test::IsNear;
+using headwise_test::tolerance;
+
+namespace {
+
+template <class Scalar>
+MultiHeadAttention<Scalar> random_layer(Index d_model, Index n_heads, Index n_kv_heads, std::mt19937& rng) {
+  const Index d_head = d_model / n_heads;
+  const double scale = 2.0 / std::sqrt(double(d_model));
+  MultiHeadWeights<Scalar> w;
+  w.w_q = headwise_test::random_matrix<Scalar>(d_model, d_model, rng, scale);
+  w.w_k = headwise_test::random_matrix<Scalar>(d_model, n_kv_heads * d_head, rng, scale);
+  w.w_v = headwise_test::random_matrix<Scalar>(d_model, n_kv_heads * d_head, rng, scale);
+  w.w_o = headwise_test::random_matrix<Scalar>(d_model, d_model, rng, scale);
+  w.b_o = headwise_test::random_row<Scalar>(d_model, rng, 0.1);
+  return MultiHeadAttention<Scalar>(n_heads, std::move(w));
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("statistics from the fused kernel equal those of the full pattern", "[interpret][statistics]",
+                   float, double) {
+  const Index n = GENERATE(1, 2, 37, 300);
+  const bool causal = GENERATE(true, false);
+  const Index n_kv_heads = GENERATE(4, 2);
+  CAPTURE(n, causal, n_kv_heads);
+  std::mt19937 rng(static_cast<unsigned>(n * 7 + n_kv_heads));
+  const auto layer = random_layer<TestType>(32, 4, n_kv_heads, rng);
+  const Matrix<TestType> x = headwise_test::random_matrix<TestType>(n, 32, rng);
+  AttentionOptions options;
+  options.causal = causal;
+  const auto run = interpret::inspect(layer, x, options);
+  const auto trace = layer.trace(x, options);
+  const double tol = 10 * tolerance<TestType>();
+  for (Index h = 0; h < 4; ++h) {
+    CAPTURE(h);
+    const Matrix<double> a = trace.heads[h].weights.template cast<double>();
+    Eigen::MatrixXd entropy(1, n), first(1, n), previous(1, n), largest(1, n);
+    for (Index i = 0; i < n; ++i) {
+      double e = 0;
+      Index best = 0;
+      for (Index j = 0; j < n; ++j) {
+        if (a(i, j) > 0) e -= a(i, j) * std::log(a(i, j));
+        if (a(i, j) > a(i, best)) best = j;
+      }
+      entropy(0, i) = e;
+      first(0, i) = a(i, 0);
+      previous(0, i) = i > 0 ? a(i, i - 1) : 0.0;
+      largest(0, i) = a(i, best);
+      if (a(i, best) - a(i, run.statistics.argmax(h, i)) > tol) CHECK(run.statistics.argmax(h, i) == best);
+    }
+    // Entropy in nats: near 0 it is checked to tol nats, not tol of itself.
+    CHECK_THAT(headwise_test::as_double(run.statistics.entropy.row(h)), IsNear(entropy, tol, /*floor=*/1.0));
+    CHECK_THAT(headwise_test::as_double(run.statistics.first_token_mass.row(h)), IsNear(first, tol));
+    CHECK_THAT(headwise_test::as_double(run.statistics.previous_token_mass.row(h)), IsNear(previous, tol));
+    CHECK_THAT(headwise_test::as_double(run.statistics.max_weight.row(h)), IsNear(largest, tol));
+    // Patterns rebuilt from the saved logsumexp, without rerunning the layer.
+    CHECK_THAT(headwise_test::as_double(run.pattern(h)), IsNear(a, tol));
+    if (n > 2) CHECK_THAT(headwise_test::as_double(run.pattern(h, {n - 1, 1})),
+                          IsNear((Eigen::MatrixXd(2, n) << a.row(n - 1), a.row(1)).finished(), tol));
+  }
+  CHECK_THAT(headwise_test::as_double(run.output), IsNear(trace.output, tol));
+}
+
+TEST_CASE("statistics: a row that sees nothing, and a hand-made pattern", "[interpret][statistics]") {
+  // Two queries against one key: the first sees nothing.
+  Matrix<double> q(2, 4), k(1, 4), v(1, 4);
+  q << 1, 0, 0, 0, 0, 1, 0, 0;
+  k << 1, 1, 0, 0;
+  v << 1, 2, 3, 4;
+  KvCache<double> cache(1, 1, 4);
+  cache.append(k, v);
+  Matrix<double> z(2, 4), lse;
+  RowStatistics<double> stats;
+  fused_attention_packed<double>(q, 1, cache.packed(), z, &lse, AttentionOptions{}, FusedTiles{}, &stats);
+  CHECK(stats.argmax(0, 0) == -1);
+  CHECK(stats.max_weight(0, 0) == 0.0);
+  CHECK(stats.entropy(0, 0) == 0.0);
+  CHECK(stats.argmax(0, 1) == 0);
+  CHECK(stats.max_weight(0, 1) == 1.0);
+  CHECK_THAT(stats.entropy(0, 1), WithinAbs(0.0, 1e-15));
+  CHECK(stats.first_token_mass(0, 1) == 1.0);
+}
+
+TEMPLATE_TEST_CASE("contribution norms equal the norms of Z_h W_O[h]", "[interpret][contributions]", float, double) {
+  std::mt19937 rng(3);
+  const auto layer = random_layer<TestType>(48, 6, 6, rng);
+  const Matrix<TestType> x = headwise_test::random_matrix<TestType>(25, 48, rng);
+  const auto run = interpret::inspect(layer, x);
+  const Matrix<TestType> norms = interpret::contribution_norms(layer, run.z);
+  REQUIRE(norms.rows() == 6);
+  REQUIRE(norms.cols() == 25);
+  Eigen::MatrixXd expected(6, 25);
+  for (Index h = 0; h < 6; ++h)
+    expected.row(h) = layer.head_contribution(run.z_head(h), h).template cast<double>().rowwise().norm().transpose();
+  CHECK_THAT(headwise_test::as_double(norms), IsNear(expected, 100 * tolerance<TestType>()));
+}
+
+TEMPLATE_TEST_CASE("interventions inside the W_O sum, in both paths", "[interpret][interventions]", float, double) {
+  std::mt19937 rng(4);
+  const auto layer = random_layer<TestType>(32, 4, 4, rng);
+  const Matrix<TestType> x = headwise_test::random_matrix<TestType>(30, 32, rng);
+  const Matrix<TestType> x_b = headwise_test::random_matrix<TestType>(30, 32, rng);
+  const auto trace = layer.trace(x);
+  const double tol = 10 * tolerance<TestType>();
+
+  SECTION("ablating a head equals subtracting its contribution") {
+    HeadInterventions<TestType> iv(4);
+    iv.ablate(2);
+    const Matrix<TestType> expected = trace.output - trace.contributions[2];
+    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, &iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, &iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(interpret::inspect(layer, x, {}, &iv).output), IsNear(expected, tol));
+  }
+  SECTION("a gate scales a head's contribution") {
+    HeadInterventions<TestType> iv(4);
+    iv.gate(1, TestType(0.25));
+    const Matrix<TestType> expected = trace.output - TestType(0.75) * trace.contributions[1];
+    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, &iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, &iv)), IsNear(expected, tol));
+  }
+  SECTION("patching every head from run B reproduces run B") {
+    const auto run_b = interpret::inspect(layer, x_b);
+    HeadInterventions<TestType> iv(4);
+    for (Index h = 0; h < 4; ++h) iv.patch(h, run_b.z_head(h));
+    const Matrix<TestType> expected = layer.trace(x_b).output;
+    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, &iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, &iv)), IsNear(expected, tol));
+  }
+  SECTION("mean ablation replaces a head's Z by its mean over positions from a reference run") {
+    const auto reference = interpret::inspect(layer, x_b);
+    const RowVector<TestType> mean = mean_over_positions(reference.z, 4, 3);
+    HeadInterventions<TestType> iv(4);
+    iv.ablate_with_mean(3, mean);
+    const Matrix<TestType> expected =
+        trace.output - trace.contributions[3] + layer.head_contribution(mean.replicate(30, 1), 3);
+    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, &iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, &iv)), IsNear(expected, tol));
+  }
+  SECTION("errors") {
+    REQUIRE_THROWS_WITH(HeadInterventions<TestType>(0), "headwise: HeadInterventions: n_heads must be > 0, got 0");
+    HeadInterventions<TestType> iv(4);
+    REQUIRE_THROWS_WITH(iv.gate(4, 1), "headwise: gate: head 4 out of range [0, 4)");
+    iv.patch(0, Matrix<TestType>::Zero(29, 8));
+    REQUIRE_THROWS_WITH(layer.forward(x, {}, &iv),
+                        "headwise: HeadInterventions::apply: the replacement of head 0 is 29x8, expected 30x8 or 1x8");
+    HeadInterventions<TestType> three(3);
+    REQUIRE_THROWS_WITH(layer.forward(x, {}, &three),
+                        "headwise: MultiHeadAttention::forward: interventions for 3 heads, the layer has 4");
+  }
+}
+
+TEST_CASE("head-type scores on hand-built patterns", "[interpret][scores]") {
+  const Index n = 6;
+  // Previous-token head: row i puts all its weight on i - 1 (row 0 on itself).
+  Matrix<double> previous = Matrix<double>::Zero(n, n);
+  previous(0, 0) = 1;
+  for (Index i = 1; i < n; ++i) previous(i, i - 1) = 1;
+  CHECK(interpret::previous_token_score(previous) == 1.0);
+  CHECK(interpret::first_token_score(previous) == 0.2);  // only row 1 looks at token 0: 1 / 5
+
+  // Sink: everything on token 0.
+  Matrix<double> sink = Matrix<double>::Zero(n, n);
+  sink.col(0).setOnes();
+  CHECK(interpret::first_token_score(sink) == 1.0);
+  CHECK(interpret::previous_token_score(sink) == 0.2);
+
+  // Tokens A B C A B C: a duplicate-token head looks at the earlier copy, an induction head at
+  // what followed it.
+  const std::vector<int> tokens = {1, 2, 3, 1, 2, 3};
+  Matrix<double> duplicate = Matrix<double>::Identity(n, n), induction = Matrix<double>::Identity(n, n);
+  for (Index i = 3; i < n; ++i) {
+    duplicate.row(i).setZero();
+    duplicate(i, i - 3) = 1;
+    induction.row(i).setZero();
+    induction(i, i - 2) = 1;
+  }
+  CHECK(interpret::duplicate_token_score(duplicate, tokens) == 1.0);
+  CHECK(interpret::induction_score(duplicate, tokens) == 0.0);
+  CHECK(interpret::induction_score(induction, tokens) == 1.0);
+  CHECK(interpret::duplicate_token_score(induction, tokens) == 0.0);
+  // Half and half.
+  Matrix<double> mixed = 0.5 * duplicate + 0.5 * induction;
+  CHECK(interpret::duplicate_token_score(mixed, tokens) == 0.5);
+  CHECK(interpret::induction_score(mixed, tokens) == 0.5);
+  // No repeats: nothing to score.
+  CHECK(interpret::duplicate_token_score(duplicate, {1, 2, 3, 4, 5, 6}) == 0.0);
+
+  REQUIRE_THROWS_WITH(interpret::induction_score(duplicate, {1, 2}),
+                      "headwise: induction_score: there are 2 tokens for a pattern of 6 rows");
+  REQUIRE_THROWS_WITH(interpret::previous_token_score(Matrix<double>(Matrix<double>::Zero(2, 3))),
+                      "headwise: previous_token_score: the pattern is 2x3, expected square");
+}
