@@ -13,23 +13,6 @@ using namespace headwise;
 using headwise_test::IsNear;
 using headwise_test::tolerance;
 
-namespace {
-
-template <class Scalar>
-MultiHeadAttention<Scalar> random_layer(Index d_model, Index n_heads, Index n_kv_heads, std::mt19937& rng) {
-  const Index d_head = d_model / n_heads;
-  const double scale = 2.0 / std::sqrt(double(d_model));
-  MultiHeadWeights<Scalar> w;
-  w.w_q = headwise_test::random_matrix<Scalar>(d_model, d_model, rng, scale);
-  w.w_k = headwise_test::random_matrix<Scalar>(d_model, n_kv_heads * d_head, rng, scale);
-  w.w_v = headwise_test::random_matrix<Scalar>(d_model, n_kv_heads * d_head, rng, scale);
-  w.w_o = headwise_test::random_matrix<Scalar>(d_model, d_model, rng, scale);
-  w.b_o = headwise_test::random_row<Scalar>(d_model, rng, 0.1);
-  return MultiHeadAttention<Scalar>(n_heads, std::move(w));
-}
-
-}  // namespace
-
 TEMPLATE_TEST_CASE("statistics from the fused kernel equal those of the full pattern", "[interpret][statistics]",
                    float, double) {
   const Index n = GENERATE(1, 2, 37, 300);
@@ -37,7 +20,7 @@ TEMPLATE_TEST_CASE("statistics from the fused kernel equal those of the full pat
   const Index n_kv_heads = GENERATE(4, 2);
   CAPTURE(n, causal, n_kv_heads);
   std::mt19937 rng(static_cast<unsigned>(n * 7 + n_kv_heads));
-  const auto layer = random_layer<TestType>(32, 4, n_kv_heads, rng);
+  const auto layer = headwise_test::random_layer<TestType>(32, 4, n_kv_heads, rng, 2.0);
   const Matrix<TestType> x = headwise_test::random_matrix<TestType>(n, 32, rng);
   AttentionOptions options;
   options.causal = causal;
@@ -96,7 +79,7 @@ TEST_CASE("statistics: a row that sees nothing, and a hand-made pattern", "[inte
 
 TEMPLATE_TEST_CASE("contribution norms equal the norms of Z_h W_O[h]", "[interpret][contributions]", float, double) {
   std::mt19937 rng(3);
-  const auto layer = random_layer<TestType>(48, 6, 6, rng);
+  const auto layer = headwise_test::random_layer<TestType>(48, 6, 6, rng, 2.0);
   const Matrix<TestType> x = headwise_test::random_matrix<TestType>(25, 48, rng);
   const auto run = interpret::inspect(layer, x);
   const Matrix<TestType> norms = interpret::contribution_norms(layer, run.z);
@@ -110,7 +93,7 @@ TEMPLATE_TEST_CASE("contribution norms equal the norms of Z_h W_O[h]", "[interpr
 
 TEMPLATE_TEST_CASE("interventions inside the W_O sum, in both paths", "[interpret][interventions]", float, double) {
   std::mt19937 rng(4);
-  const auto layer = random_layer<TestType>(32, 4, 4, rng);
+  const auto layer = headwise_test::random_layer<TestType>(32, 4, 4, rng, 2.0);
   const Matrix<TestType> x = headwise_test::random_matrix<TestType>(30, 32, rng);
   const Matrix<TestType> x_b = headwise_test::random_matrix<TestType>(30, 32, rng);
   const auto trace = layer.trace(x);

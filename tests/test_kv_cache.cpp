@@ -14,33 +14,13 @@ using namespace headwise;
 using headwise_test::IsExactly;
 using headwise_test::IsNear;
 
-namespace {
-
-template <class Scalar>
-MultiHeadAttention<Scalar> random_layer(Index d_model, Index n_heads, Index n_kv_heads, std::mt19937& rng) {
-  const Index d_head = d_model / n_heads;
-  const double scale = 1.0 / std::sqrt(double(d_model));
-  MultiHeadWeights<Scalar> w;
-  w.w_q = headwise_test::random_matrix<Scalar>(d_model, d_model, rng, scale);
-  w.w_k = headwise_test::random_matrix<Scalar>(d_model, n_kv_heads * d_head, rng, scale);
-  w.w_v = headwise_test::random_matrix<Scalar>(d_model, n_kv_heads * d_head, rng, scale);
-  w.w_o = headwise_test::random_matrix<Scalar>(d_model, d_model, rng, scale);
-  w.b_q = headwise_test::random_row<Scalar>(d_model, rng, 0.1);
-  w.b_k = headwise_test::random_row<Scalar>(n_kv_heads * d_head, rng, 0.1);
-  w.b_v = headwise_test::random_row<Scalar>(n_kv_heads * d_head, rng, 0.1);
-  w.b_o = headwise_test::random_row<Scalar>(d_model, rng, 0.1);
-  return MultiHeadAttention<Scalar>(n_heads, std::move(w));
-}
-
-}  // namespace
-
 TEMPLATE_TEST_CASE("decoding in random chunks is bitwise equal to the full forward", "[kv-cache][property]",
                    float, double) {
   const unsigned seed = GENERATE(1u, 2u, 3u, 4u);
   const Index n_kv_heads = GENERATE(4, 2, 1);  // multi-head, grouped-query, multi-query
   CAPTURE(seed, n_kv_heads);
   std::mt19937 rng(seed);
-  const auto mha = random_layer<TestType>(64, 4, n_kv_heads, rng);
+  const auto mha = headwise_test::random_layer<TestType>(64, 4, n_kv_heads, rng);
   const Index n = 150 + static_cast<Index>(seed) * 37;  // crosses several key tiles
   const Matrix<TestType> x = headwise_test::random_matrix<TestType>(n, 64, rng);
   const Matrix<TestType> full = mha.forward(x);
@@ -72,7 +52,7 @@ TEMPLATE_TEST_CASE("decoding in random chunks is bitwise equal to the full forwa
 TEMPLATE_TEST_CASE("truncate rolls back: re-decoding after it gives the full forward again", "[kv-cache]", float,
                    double) {
   std::mt19937 rng(9);
-  const auto mha = random_layer<TestType>(32, 2, 2, rng);
+  const auto mha = headwise_test::random_layer<TestType>(32, 2, 2, rng);
   const Matrix<TestType> x = headwise_test::random_matrix<TestType>(40, 32, rng);
   const Matrix<TestType> full = mha.forward(x);
   auto cache = mha.make_cache(64);
@@ -88,7 +68,7 @@ TEMPLATE_TEST_CASE("truncate rolls back: re-decoding after it gives the full for
 
 TEMPLATE_TEST_CASE("the cache never reallocates and refuses to overflow", "[kv-cache][errors]", float, double) {
   std::mt19937 rng(10);
-  const auto mha = random_layer<TestType>(16, 2, 1, rng);
+  const auto mha = headwise_test::random_layer<TestType>(16, 2, 1, rng);
   auto cache = mha.make_cache(5);
   CHECK(cache.capacity() == 5);
   CHECK(cache.n_kv_heads() == 1);
@@ -107,7 +87,7 @@ TEMPLATE_TEST_CASE("the cache never reallocates and refuses to overflow", "[kv-c
                       "headwise: PackedKeysValues::append: k has 7 columns, expected n_kv_heads d_head = 8");
   cache.reset();
   CHECK(cache.size() == 0);
-  const auto other = random_layer<TestType>(16, 2, 2, rng);
+  const auto other = headwise_test::random_layer<TestType>(16, 2, 2, rng);
   REQUIRE_THROWS_WITH(other.forward_incremental(x.row(0), cache),
                       "headwise: MultiHeadAttention::forward_incremental: the cache holds 1 heads of 8, expected 2 of 8");
   REQUIRE_THROWS_WITH(KvCache<TestType>(-1, 1, 8), "headwise: PackedKeysValues: capacity must be >= 0, got -1");

@@ -1,10 +1,10 @@
-// Multi-head attention: GPT-2 layers against PyTorch, the per-head sum, and the properties.
+// Multi-head attention: the per-head sum, the properties and the errors (GPT-2 layers against
+// PyTorch are in test_gpt2.cpp).
 #include <random>
 #include <string>
 
 #include "headwise/multi_head_attention.hpp"
 #include "support/catch.hpp"
-#include "support/fixtures.hpp"
 #include "support/matchers.hpp"
 #include "support/random.hpp"
 
@@ -13,75 +13,13 @@ using headwise_test::IsExactly;
 using headwise_test::IsNear;
 using headwise_test::tolerance;
 
-namespace {
-
-// GPT-2's c_attn [d, 3d] is W_Q | W_K | W_V as column blocks; c_proj is W_O.
-template <class Scalar>
-MultiHeadAttention<Scalar> gpt2_layer(const io::SafetensorsFile& model, int layer, Index n_heads) {
-  const std::string p = "h." + std::to_string(layer) + ".attn.";
-  const Matrix<Scalar> c_attn = model.matrix<Scalar>(p + "c_attn.weight");
-  const RowVector<Scalar> c_attn_b = model.row_vector<Scalar>(p + "c_attn.bias");
-  const Index d = c_attn.rows();
-  MultiHeadWeights<Scalar> w;
-  w.w_q = c_attn.leftCols(d);
-  w.w_k = c_attn.middleCols(d, d);
-  w.w_v = c_attn.rightCols(d);
-  w.b_q = c_attn_b.head(d);
-  w.b_k = c_attn_b.segment(d, d);
-  w.b_v = c_attn_b.tail(d);
-  w.w_o = model.matrix<Scalar>(p + "c_proj.weight");
-  w.b_o = model.row_vector<Scalar>(p + "c_proj.bias");
-  return MultiHeadAttention<Scalar>(n_heads, std::move(w));
-}
-
-template <class Scalar>
-MultiHeadAttention<Scalar> random_layer(Index d_model, Index n_heads, std::mt19937& rng) {
-  const double scale = 1.0 / std::sqrt(double(d_model));
-  MultiHeadWeights<Scalar> w;
-  w.w_q = headwise_test::random_matrix<Scalar>(d_model, d_model, rng, scale);
-  w.w_k = headwise_test::random_matrix<Scalar>(d_model, d_model, rng, scale);
-  w.w_v = headwise_test::random_matrix<Scalar>(d_model, d_model, rng, scale);
-  w.w_o = headwise_test::random_matrix<Scalar>(d_model, d_model, rng, scale);
-  w.b_q = headwise_test::random_row<Scalar>(d_model, rng, 0.1);
-  w.b_k = headwise_test::random_row<Scalar>(d_model, rng, 0.1);
-  w.b_v = headwise_test::random_row<Scalar>(d_model, rng, 0.1);
-  w.b_o = headwise_test::random_row<Scalar>(d_model, rng, 0.1);
-  return MultiHeadAttention<Scalar>(n_heads, std::move(w));
-}
-
-}  // namespace
-
-TEMPLATE_TEST_CASE("gpt2-tiny: every layer's output and pattern match PyTorch", "[mha][fixture]", float, double) {
-  const auto model = headwise_test::load_fixture("gpt2-tiny/model.safetensors");
-  const auto reference = headwise_test::load_fixture("gpt2-tiny/attention-reference.safetensors");
-  // float32 within 1e-5 of the float64 reference; float64 within 1e-10.
-  const double rel = sizeof(TestType) == 4 ? 1e-5 : 1e-10;
-  for (int layer = 0; layer < 2; ++layer) {
-    CAPTURE(layer);
-    const std::string p = "h." + std::to_string(layer) + ".attn.";
-    const auto mha = gpt2_layer<TestType>(model, layer, 4);
-    const Matrix<TestType> x = reference.matrix<TestType>(p + "input");
-    const Matrix<double> expected = reference.matrix<double>(p + "output.f64");
-    CHECK_THAT(headwise_test::as_double(mha.forward(x)), IsNear(expected, rel));
-    CHECK_THAT(headwise_test::as_double(mha.forward_step_by_step(x)), IsNear(expected, rel));
-
-    const auto trace = mha.trace(x);
-    CHECK_THAT(headwise_test::as_double(trace.output), IsNear(expected, rel));
-    for (Index h = 0; h < 4; ++h) {
-      CAPTURE(h);
-      CHECK_THAT(headwise_test::as_double(trace.heads[h].weights),
-                 IsNear(reference.slice<double>(p + "pattern.f64", h), rel));
-    }
-  }
-}
-
 TEMPLATE_TEST_CASE("the sum of per-head contributions equals the concatenate-then-W_O form", "[mha][property]",
                    float, double) {
   const Index n = GENERATE(0, 1, 6, 31);
   const Index n_heads = GENERATE(1, 2, 4);
   CAPTURE(n, n_heads);
   std::mt19937 rng(static_cast<unsigned>(17 * n + n_heads));
-  const auto mha = random_layer<TestType>(8 * n_heads, n_heads, rng);
+  const auto mha = headwise_test::random_layer<TestType>(8 * n_heads, n_heads, n_heads, rng);
   const Matrix<TestType> x = headwise_test::random_matrix<TestType>(n, mha.d_model(), rng);
   const auto trace = mha.trace(x);
 
@@ -106,7 +44,7 @@ TEMPLATE_TEST_CASE("changing a future token leaves earlier outputs unchanged", "
   const Index changed = GENERATE(0, 1);  // the last token, or the middle one
   CAPTURE(n, changed);
   std::mt19937 rng(static_cast<unsigned>(n));
-  const auto mha = random_layer<TestType>(16, 4, rng);
+  const auto mha = headwise_test::random_layer<TestType>(16, 4, 4, rng);
   Matrix<TestType> x = headwise_test::random_matrix<TestType>(n, 16, rng);
   const Matrix<TestType> before_x = x;
   const Matrix<TestType> before = mha.forward(x);
@@ -122,7 +60,7 @@ TEMPLATE_TEST_CASE("changing a future token leaves earlier outputs unchanged", "
 
 TEMPLATE_TEST_CASE("n = 0 tokens gives an empty output", "[mha]", float, double) {
   std::mt19937 rng(1);
-  const auto mha = random_layer<TestType>(8, 2, rng);
+  const auto mha = headwise_test::random_layer<TestType>(8, 2, 2, rng);
   const Matrix<TestType> out = mha.forward(Matrix<TestType>(0, 8));
   CHECK(out.rows() == 0);
   CHECK(out.cols() == 8);
