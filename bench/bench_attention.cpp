@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #include "headwise/headwise.hpp"
+#include "headwise/interpret.hpp"
 
 namespace {
 
@@ -144,6 +145,23 @@ void BM_LayerFused(benchmark::State& state) {
   set_counters(state, layer_flops(n), n);
 }
 BENCHMARK(BM_LayerFused)->Apply(fused_args)->Unit(benchmark::kMillisecond);
+
+// The fused layer kept for study (issue 5): per-row statistics computed in the kernel, and Q, the
+// packed K and V, Z and the logsumexp kept: what it costs next to BM_LayerFused.
+void BM_LayerInspect(benchmark::State& state) {
+  const Index n = state.range(0);
+  headwise::AttentionOptions options;
+  options.threads = use_threads(state, 1);
+  const auto mha = gpt2_small_layer();
+  const Mat x = random_matrix(n, d_model, 8);
+  for (auto _ : state) {
+    auto run = headwise::interpret::inspect(mha, x, options);
+    benchmark::DoNotOptimize(run.output.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, layer_flops(n), n);
+}
+BENCHMARK(BM_LayerInspect)->Args({512, 1})->Args({2048, 1})->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
