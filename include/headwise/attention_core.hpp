@@ -28,6 +28,11 @@ void check_core_shapes(const char* where, const Eigen::MatrixBase<DerivedQ>& q,
     invalid(where, "q has ", q.cols(), " columns but k has ", k.cols(), " (both must be d_head)");
   if (v.rows() != k.rows())
     invalid(where, "v has ", v.rows(), " rows but k has ", k.rows(), " (one per key)");
+  // Finite inputs only: a masked weight is an exact 0, and 0 x inf in A V would carry a later
+  // key's value into earlier rows. (Scores that overflow make their own row NaN, and no other.)
+  require_finite(where, "q", q.derived());
+  require_finite(where, "k", k.derived());
+  require_finite(where, "v", v.derived());
 }
 }  // namespace detail
 

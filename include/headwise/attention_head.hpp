@@ -61,6 +61,9 @@ class AttentionHead {
     t.q = query_.forward(x);                                      // step 1: project
     t.k = key_.forward(x);
     t.v = value_.forward(x);
+    detail::require_finite("AttentionHead::trace", "the query projection x W_Q + b_Q", t.q);
+    detail::require_finite("AttentionHead::trace", "the key projection x W_K + b_K", t.k);
+    detail::require_finite("AttentionHead::trace", "the value projection x W_V + b_V", t.v);
     t.scores = scores(t.q, t.k);                                  // step 2: score every pair
     t.scaled_scores = t.scores / static_cast<Scalar>(t.divisor);  // step 3: shrink
     t.masked_scores = masked_scores_for_display(t.scaled_scores, options.causal);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/sizes.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -17,8 +18,13 @@ namespace headwise {
 template <class Scalar>
 class HeadInterventions {
  public:
-  explicit HeadInterventions(Index n_heads) : gates_(static_cast<std::size_t>(checked(n_heads)), Scalar(1)),
-                                              replacements_(static_cast<std::size_t>(n_heads)) {}
+  explicit HeadInterventions(Index n_heads) {
+    constexpr const char* where = "HeadInterventions";
+    if (n_heads <= 0) detail::invalid(where, "n_heads must be > 0, got ", n_heads);
+    detail::allocate(gates_, detail::checked_size<Scalar>(where, "the gates", n_heads), Scalar(1), where, "the gates");
+    detail::allocate(replacements_, detail::checked_size<std::optional<Matrix<Scalar>>>(where, "the replacements", n_heads),
+                     std::optional<Matrix<Scalar>>(), where, "the replacements");
+  }
 
   Index n_heads() const { return static_cast<Index>(gates_.size()); }
 
@@ -61,10 +67,6 @@ class HeadInterventions {
   }
 
  private:
-  static Index checked(Index n_heads) {
-    if (n_heads <= 0) detail::invalid("HeadInterventions", "n_heads must be > 0, got ", n_heads);
-    return n_heads;
-  }
   std::size_t index(Index h, const char* where) const {
     if (h < 0 || h >= n_heads()) detail::invalid(where, "head ", h, " out of range [0, ", n_heads(), ")");
     return static_cast<std::size_t>(h);

@@ -37,7 +37,8 @@ class KvCache {
     store_.append(k, v);
   }
 
-  /// Key j of key/value head h, component c; value likewise: for inspection.
+  /// Key j of key/value head h, component c; value likewise: for inspection. Throws
+  /// std::invalid_argument unless h < n_kv_heads(), j < size() and c < d_head().
   Scalar key(Index h, Index j, Index c) const { return store_.key(h, j, c); }
   Scalar value(Index h, Index j, Index c) const { return store_.value(h, j, c); }
 

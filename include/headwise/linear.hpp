@@ -20,6 +20,8 @@ class Linear {
     if (bias_.size() != 0 && bias_.size() != weight_.cols())
       detail::invalid("Linear", "bias has ", bias_.size(), " entries, expected 0 or out = ",
                       weight_.cols());
+    detail::require_finite("Linear", "weight", weight_);
+    detail::require_finite("Linear", "bias", bias_);
   }
 
   Index in_features() const { return weight_.rows(); }

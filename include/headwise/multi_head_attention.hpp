@@ -2,6 +2,7 @@
 // the layer is a sum of per-head contributions:  out = Σ_h Z_h W_O[h] + b_O.
 #pragma once
 
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -81,6 +82,16 @@ class MultiHeadAttention {
     check_bias(where, "b_k", w.b_k, kv_width);
     check_bias(where, "b_v", w.b_v, kv_width);
     check_bias(where, "b_o", w.b_o, d_model);
+    // Non-finite weights are refused: a NaN would make every output NaN, or (worse) a masked 0 x inf
+    // would carry a later token into earlier rows.
+    detail::require_finite(where, "w_q", w.w_q);
+    detail::require_finite(where, "w_k", w.w_k);
+    detail::require_finite(where, "w_v", w.w_v);
+    detail::require_finite(where, "w_o", w.w_o);
+    detail::require_finite(where, "b_q", w.b_q);
+    detail::require_finite(where, "b_k", w.b_k);
+    detail::require_finite(where, "b_v", w.b_v);
+    detail::require_finite(where, "b_o", w.b_o);
 
     // Q, K and V come from one product X [W_Q | W_K | W_V]: one pass over X instead of three.
     w_qkv_.resize(d_model, width + 2 * kv_width);
@@ -136,10 +147,10 @@ class MultiHeadAttention {
     resolve_divisor(options, d_head_, "MultiHeadAttention::forward");
     if (extras.keys_values) {
       *extras.keys_values = PackedKeysValues<Scalar>(x.rows(), n_kv_heads_, d_head_, d_head_);
-      return attend(x, *extras.keys_values, options, extras);
+      return attend(x, *extras.keys_values, options, extras, "MultiHeadAttention::forward");
     }
     PackedKeysValues<Scalar> kv(x.rows(), n_kv_heads_, d_head_, d_head_);
-    return attend(x, kv, options, extras);
+    return attend(x, kv, options, extras, "MultiHeadAttention::forward");
   }
 
   /// A KV cache for this layer with room for `capacity` tokens.
@@ -160,7 +171,7 @@ class MultiHeadAttention {
     if (x.rows() > cache.capacity() - cache.size())
       detail::invalid(where, "appending ", x.rows(), " tokens to ", cache.size(),
                       " would exceed the cache's capacity of ", cache.capacity(), " tokens");
-    return output_of(attend(x, cache.packed(), options, {}), detail::thread_count(options));
+    return output_of(attend(x, cache.packed(), options, {}, where), detail::thread_count(options));
   }
 
   /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
@@ -169,7 +180,7 @@ class MultiHeadAttention {
                                       const HeadInterventions<Scalar>* interventions = nullptr) const {
     check_input(x, "MultiHeadAttention::forward_step_by_step");
     resolve_divisor(options, d_head_, "MultiHeadAttention::forward_step_by_step");
-    const Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options));
+    const Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options), "MultiHeadAttention::forward_step_by_step");
     Matrix<Scalar> z(x.rows(), n_heads_ * d_head_);
     for (Index h = 0; h < n_heads_; ++h)
       z.middleCols(h * d_head_, d_head_) =
@@ -215,7 +226,7 @@ class MultiHeadAttention {
   /// X [W_Q | W_K | W_V] + [b_Q | b_K | b_V]: x (n, d_model) -> (n, 3 n_heads d_head).
   Matrix<Scalar> project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const {
     check_input(x, "project_qkv");
-    return qkv_of(x, detail::thread_count(AttentionOptions{}));
+    return qkv_of(x, detail::thread_count(AttentionOptions{}), "project_qkv");
   }
 
  private:
@@ -228,8 +239,21 @@ class MultiHeadAttention {
 
   /// Rows of x projected in chunks by X [W_Q | W_K | W_V] + b: K and V appended to kv, then the
   /// fused kernel against everything kv holds. x: (m, d_model) -> Z (m, n_heads d_head).
+  /// If anything throws, kv is rolled back to the tokens it held: a refused call changes nothing.
   Matrix<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
-                        const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras) const {
+                        const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
+                        const char* where) const {
+    const Index held = kv.size();
+    try {
+      return attend_unchecked(x, kv, options, extras, where);
+    } catch (...) {
+      kv.truncate(held);
+      throw;
+    }
+  }
+  Matrix<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
+                                  const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
+                                  const char* where) const {
     const int threads = detail::thread_count(options);
     const Index width = n_heads_ * d_head_, kv_width = n_kv_heads_ * d_head_;
     Matrix<Scalar> z(x.rows(), width);  // every head's Z side by side
@@ -240,6 +264,7 @@ class MultiHeadAttention {
         const Index rows = std::min(chunk, x.rows() - i0);
         detail::product<Scalar>(x.middleRows(i0, rows), w_qkv_, part, threads);
         part.rowwise() += b_qkv_;
+        check_projection(part, kv.size(), where);
         q.middleRows(i0, rows) = part.leftCols(width);
         kv.append(part.middleCols(width, kv_width), part.rightCols(kv_width));
       }
@@ -249,12 +274,29 @@ class MultiHeadAttention {
     return z;
   }
 
+  /// Throws unless every Q, K and V of the projected rows qkv ((m, (n_heads + 2 n_kv_heads) d_head),
+  /// row t at position first_position + t) is finite, naming the token, the part and the head.
+  /// With finite x and weights this catches X W + b overflowing (|x| near 1e38 in float).
+  void check_projection(const Matrix<Scalar>& qkv, Index first_position, const char* where) const {
+    if (qkv.allFinite()) return;
+    for (Index t = 0; t < qkv.rows(); ++t)
+      for (Index c = 0; c < qkv.cols(); ++c) {
+        if (std::isfinite(qkv(t, c))) continue;
+        const Index head = c / d_head_, part = head < n_heads_ ? 0 : 1 + (head - n_heads_) / n_kv_heads_;
+        const char* name = part == 0 ? "query" : part == 1 ? "key" : "value";
+        detail::invalid(where, "the ", name, " of the token at position ", first_position + t, " (head ",
+                        part == 0 ? head : (head - n_heads_) % n_kv_heads_, ") is not finite (", qkv(t, c),
+                        "): x W + b overflowed; scale x or the weights down");
+      }
+  }
+
   // The layer's two products use the deterministic product of detail/tile_product.hpp: a token's
   // row never depends on the other tokens computed with it (what incremental decoding needs).
-  Matrix<Scalar> qkv_of(const Eigen::Ref<const Matrix<Scalar>>& x, int threads) const {
+  Matrix<Scalar> qkv_of(const Eigen::Ref<const Matrix<Scalar>>& x, int threads, const char* where) const {
     Matrix<Scalar> qkv;
     detail::product<Scalar>(x, w_qkv_, qkv, threads);
     qkv.rowwise() += b_qkv_;
+    check_projection(qkv, 0, where);
     return qkv;
   }
   Matrix<Scalar> output_of(const Eigen::Ref<const Matrix<Scalar>>& z, int threads) const {

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "headwise/detail/parallel.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::detail {
@@ -203,12 +204,15 @@ void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const M
   const Index panels = (m + W - 1) / W;
   const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads, panels)));
   const MatrixView<Scalar> av{a.data(), a.outerStride()}, bv{b.data(), b.outerStride()};
+  ExceptionCarrier carrier;  // scratch allocation may throw; no exception may leave the region
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-  for (int part = 0; part < parts; ++part) {
-    const Index first = panels * part / parts * W, last = std::min(m, panels * (part + 1) / parts * W);
-    ProductScratch<Scalar> scratch;
-    accumulate_product<Scalar>(n, last - first, k, av, {bv.data + first, bv.stride}, c.data() + first, m, scratch);
-  }
+  for (int part = 0; part < parts; ++part)
+    carrier.run([&] {
+      const Index first = panels * part / parts * W, last = std::min(m, panels * (part + 1) / parts * W);
+      ProductScratch<Scalar> scratch;
+      accumulate_product<Scalar>(n, last - first, k, av, {bv.data + first, bv.stride}, c.data() + first, m, scratch);
+    });
+  carrier.rethrow();
 }
 
 }  // namespace headwise::detail

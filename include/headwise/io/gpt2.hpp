@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,10 @@
 
 namespace headwise::io {
 
+/// The largest width, head or layer count a config may give (2^32): sizes derived from it, such
+/// as the 3 n_embd columns of c_attn, then fit in 64 bits with room to spare.
+inline constexpr Index max_config_value = Index(1) << 32;
+
 /// What config.json says of the attention: width, heads and layers.
 struct Gpt2Config {
   Index n_embd = 0;   ///< d_model
@@ -26,35 +31,46 @@ struct Gpt2Config {
   Index n_layer = 0;  ///< layers in the checkpoint (0 if the config does not say)
 };
 
-/// Reads n_embd, n_head (required) and n_layer (optional) from a config.json.
-inline Gpt2Config read_gpt2_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw SafetensorsError("headwise: gpt2 config: cannot open " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+/// Parses the text of a config.json: n_embd, n_head (required) and n_layer (optional). Each must be
+/// a positive integer no larger than `max_config_value`, and n_embd divisible by n_head; `name`
+/// is used in error messages (SafetensorsError).
+inline Gpt2Config parse_gpt2_config(const std::string& text, const std::string& name) {
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object())
-    throw SafetensorsError("headwise: gpt2 config: " + path + " is not a JSON object");
-  auto field = [&](const char* name, bool required) -> Index {
-    const auto it = json.find(name);
+    throw SafetensorsError("headwise: gpt2 config: " + name + " is not a JSON object");
+  auto field = [&](const char* key, bool required) -> Index {
+    const auto it = json.find(key);
     if (it == json.end() || !it->is_number_integer()) {
       if (!required) return 0;
-      throw SafetensorsError("headwise: gpt2 config: " + path + " has no integer field \"" + name + "\"");
+      throw SafetensorsError("headwise: gpt2 config: " + name + " has no integer field \"" + key + "\"");
     }
-    const auto value = it->get<std::int64_t>();
-    if (value <= 0)
-      throw SafetensorsError("headwise: gpt2 config: " + path + ": \"" + name + "\" must be > 0, got " +
-                             std::to_string(value));
-    return static_cast<Index>(value);
+    // An unsigned above INT64_MAX must not wrap to a negative number: read the text as it is.
+    const bool positive = it->is_number_unsigned() ? it->get<std::uint64_t>() > 0 : it->get<std::int64_t>() > 0;
+    if (!positive)
+      throw SafetensorsError("headwise: gpt2 config: " + name + ": \"" + key + "\" must be > 0, got " + it->dump());
+    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > static_cast<std::uint64_t>(max_config_value))
+      throw SafetensorsError("headwise: gpt2 config: " + name + ": \"" + key + "\" = " + it->dump() +
+                             " is larger than headwise accepts (" + std::to_string(max_config_value) + ")");
+    return static_cast<Index>(it->get<std::uint64_t>());
   };
   Gpt2Config config;
   config.n_embd = field("n_embd", true);
   config.n_head = field("n_head", true);
   config.n_layer = field("n_layer", false);
   if (config.n_embd % config.n_head != 0)
-    throw SafetensorsError("headwise: gpt2 config: " + path + ": n_embd = " + std::to_string(config.n_embd) +
+    throw SafetensorsError("headwise: gpt2 config: " + name + ": n_embd = " + std::to_string(config.n_embd) +
                            " is not divisible by n_head = " + std::to_string(config.n_head));
   return config;
+}
+
+/// Reads n_embd, n_head (required) and n_layer (optional) from a config.json (parse_gpt2_config).
+inline Gpt2Config read_gpt2_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw SafetensorsError("headwise: gpt2 config: cannot open " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw SafetensorsError("headwise: gpt2 config: cannot read " + path);
+  return parse_gpt2_config(text.str(), path);
 }
 
 /// Layer `layer`'s attention from a GPT-2 checkpoint already open, with its config.
@@ -64,6 +80,10 @@ MultiHeadAttention<Scalar> load_gpt2_attention(const SafetensorsFile& model, con
   if (layer < 0 || (config.n_layer > 0 && layer >= config.n_layer))
     throw SafetensorsError(where + "layer " + std::to_string(layer) + " is out of range [0, " +
                            std::to_string(config.n_layer) + ")");
+  if (config.n_embd <= 0 || config.n_head <= 0 || config.n_embd > max_config_value || config.n_head > max_config_value)
+    throw SafetensorsError(where + "config has n_embd = " + std::to_string(config.n_embd) + " and n_head = " +
+                           std::to_string(config.n_head) + ", expected each in [1, " +
+                           std::to_string(max_config_value) + "]");
   const std::string plain = "h." + std::to_string(layer) + ".attn.";
   const std::string prefix = model.contains(plain + "c_attn.weight") ? plain : "transformer." + plain;
   auto tensor = [&](const std::string& name, std::vector<std::uint64_t> shape) {
@@ -93,7 +113,35 @@ MultiHeadAttention<Scalar> load_gpt2_attention(const SafetensorsFile& model, con
   w.b_v = c_attn_b.tail(n);
   w.w_o = model.matrix<Scalar>(tensor("c_proj.weight", {d, d}));
   w.b_o = model.row_vector<Scalar>(tensor("c_proj.bias", {d}));
-  return MultiHeadAttention<Scalar>(config.n_head, std::move(w));
+  try {
+    return MultiHeadAttention<Scalar>(config.n_head, std::move(w));
+  } catch (const std::invalid_argument& e) {  // non-finite weights, a head count that does not fit
+    throw SafetensorsError(where + "layer " + std::to_string(layer) + ": " + e.what());
+  }
+}
+
+/// Every layer's attention, 0 .. n_layer - 1, from a checkpoint already open. The config must give
+/// n_layer; the file is validated once and each tensor converted once.
+template <class Scalar>
+std::vector<MultiHeadAttention<Scalar>> load_gpt2_attention_layers(const SafetensorsFile& model,
+                                                                   const Gpt2Config& config) {
+  if (config.n_layer <= 0)
+    throw SafetensorsError("headwise: gpt2: " + model.name() + ": the config gives no n_layer, so the layers "
+                           "to load are unknown; load them one by one with load_gpt2_attention");
+  std::vector<MultiHeadAttention<Scalar>> layers;
+  layers.reserve(static_cast<std::size_t>(config.n_layer));
+  for (Index layer = 0; layer < config.n_layer; ++layer) layers.push_back(load_gpt2_attention<Scalar>(model, config, layer));
+  return layers;
+}
+
+/// Every layer's attention from a checkpoint folder holding model.safetensors and config.json:
+/// the file is mapped once, where calling the folder overload per layer would map and validate it
+/// once per layer.
+///   auto layers = io::load_gpt2_attention_layers<float>("gpt2/");   // layers[5].forward(x)
+template <class Scalar>
+std::vector<MultiHeadAttention<Scalar>> load_gpt2_attention_layers(const std::string& folder) {
+  const Gpt2Config config = read_gpt2_config(folder + "/config.json");
+  return load_gpt2_attention_layers<Scalar>(SafetensorsFile::open(folder + "/model.safetensors"), config);
 }
 
 /// Layer `layer`'s attention from a checkpoint folder holding model.safetensors and config.json.

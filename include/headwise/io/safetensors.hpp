@@ -8,14 +8,24 @@
 // dtype size equal to the byte range (overflow-checked), byte ranges contiguous, non-overlapping
 // and inside the file. A bad file throws SafetensorsError naming the problem.
 //
+// SafetensorsFile::open maps the file read-only (POSIX mmap; elsewhere it reads it whole) and
+// converts only the tensors asked for: opening a 500 MB checkpoint to take one layer's attention
+// touches that layer's bytes, not the file. As with every memory-mapped reader (safetensors' own,
+// llama.cpp's), the file must not be truncated while it is open: the system would signal a read
+// past its new end (SIGBUS).
+//
 // This header needs nlohmann_json; the rest of headwise does not.
 #pragma once
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -24,6 +34,14 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define HEADWISE_SAFETENSORS_MMAP 1
+#endif
 
 #include "headwise/types.hpp"
 
@@ -146,9 +164,68 @@ inline std::string shape_string(const std::vector<std::uint64_t>& shape) {
   return out.str();
 }
 
+/// The bytes of a file, read-only: a memory mapping, or a buffer. Shared by the copies of a
+/// SafetensorsFile; the mapping is released with the last of them.
+struct Bytes {
+  std::shared_ptr<const void> owner;  // keeps the mapping or the buffer alive
+  const unsigned char* data = nullptr;
+  std::size_t size = 0;
+};
+
+inline Bytes bytes_of(std::vector<unsigned char> buffer) {
+  auto owned = std::make_shared<const std::vector<unsigned char>>(std::move(buffer));
+  return {owned, owned->data(), owned->size()};
+}
+
+inline std::string system_error_text() { return std::strerror(errno); }
+
+#ifdef HEADWISE_SAFETENSORS_MMAP
+/// Maps the regular file at `path` read-only. A directory, a device or a file that cannot be opened
+/// or mapped throws SafetensorsError.
+inline Bytes map_file(const std::string& path) {
+  const std::string where = "headwise: safetensors: ";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw SafetensorsError(where + "cannot open " + path + ": " + system_error_text());
+  struct stat status {};
+  if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+    const std::string why = S_ISDIR(status.st_mode) ? "is a directory" : "is not a regular file";
+    ::close(fd);
+    throw SafetensorsError(where + "cannot read " + path + ": it " + why);
+  }
+  const auto size = static_cast<std::size_t>(status.st_size);
+  if (size == 0) {  // mmap refuses a length of 0; an empty file is refused by the parser
+    ::close(fd);
+    return {};
+  }
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const std::string error = mapped == MAP_FAILED ? system_error_text() : "";
+  ::close(fd);  // the mapping keeps the file's pages reachable
+  if (mapped == MAP_FAILED) throw SafetensorsError(where + "cannot map " + path + ": " + error);
+  std::shared_ptr<const void> owner(mapped, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
+  return {owner, static_cast<const unsigned char*>(mapped), size};
+}
+#else
+/// Reads the regular file at `path` whole (where there is no mmap).
+inline Bytes map_file(const std::string& path) {
+  const std::string where = "headwise: safetensors: ";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw SafetensorsError(where + "cannot read " + path + ": it is not a regular file");
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw SafetensorsError(where + "cannot open " + path);
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw SafetensorsError(where + "cannot read " + path);
+  std::vector<unsigned char> buffer(static_cast<std::size_t>(size));
+  in.seekg(0);
+  if (size > 0 && !in.read(reinterpret_cast<char*>(buffer.data()), size))
+    throw SafetensorsError(where + "cannot read " + path);
+  return bytes_of(std::move(buffer));
+}
+#endif
+
 }  // namespace detail
 
-/// A safetensors file read into memory and validated.
+/// A safetensors file, mapped (or read) and validated.
 ///   auto file = io::SafetensorsFile::open("model.safetensors");
 ///   Matrix<float> w = file.matrix<float>("h.0.attn.c_attn.weight");   // (768, 2304)
 
@@ -157,24 +234,13 @@ class SafetensorsFile {
   /// The largest header the format allows.
   static constexpr std::uint64_t max_header_length = 100000000;
 
-  /// Reads and validates the file at `path`.
-  static SafetensorsFile open(const std::string& path) {
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (!in) throw SafetensorsError("headwise: safetensors: cannot open " + path);
-    const std::streamoff size = in.tellg();
-    if (size < 0) throw SafetensorsError("headwise: safetensors: cannot read " + path);
-    std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
-    in.seekg(0);
-    if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size))
-      throw SafetensorsError("headwise: safetensors: cannot read " + path);
-    return SafetensorsFile(std::move(bytes), path);
-  }
+  /// Maps the file at `path` read-only and validates its header; tensors are converted only
+  /// when asked for. Copies of the returned object share the mapping.
+  static SafetensorsFile open(const std::string& path) { return SafetensorsFile(detail::map_file(path), path); }
 
-  /// Validates the bytes of a whole file; `name` is used in error messages.
+  /// Validates the bytes of a whole file held in memory; `name` is used in error messages.
   explicit SafetensorsFile(std::vector<unsigned char> bytes, std::string name = "<memory>")
-      : bytes_(std::move(bytes)), name_(std::move(name)) {
-    parse();
-  }
+      : SafetensorsFile(detail::bytes_of(std::move(bytes)), std::move(name)) {}
 
   const std::string& name() const { return name_; }
   /// The "__metadata__" map (empty if the file has none).
@@ -212,8 +278,8 @@ class SafetensorsFile {
     if (t.shape.size() - leading > 2)
       fail("tensor \"" + tensor + "\" has shape " + detail::shape_string(t.shape) +
            ", expected at most 2 dimensions");
-    const Index rows = t.shape.size() - leading == 2 ? static_cast<Index>(t.shape[leading]) : 1;
-    const Index cols = t.shape.empty() ? 1 : static_cast<Index>(t.shape.back());
+    const Index rows = t.shape.size() - leading == 2 ? dimension(t, leading) : 1;
+    const Index cols = t.shape.empty() ? 1 : dimension(t, t.shape.size() - 1);
     Matrix<Scalar> m(rows, cols);
     convert(t, m.data());
     return m;
@@ -226,7 +292,7 @@ class SafetensorsFile {
     if (t.shape.size() != 1)
       fail("tensor \"" + tensor + "\" has shape " + detail::shape_string(t.shape) +
            ", expected 1 dimension");
-    RowVector<Scalar> v(static_cast<Index>(t.shape[0]));
+    RowVector<Scalar> v(dimension(t, 0));
     convert(t, v.data());
     return v;
   }
@@ -241,34 +307,46 @@ class SafetensorsFile {
     if (index < 0 || static_cast<std::uint64_t>(index) >= t.shape[0])
       fail("slice " + std::to_string(index) + " of tensor \"" + tensor + "\" is out of range [0, " +
            std::to_string(t.shape[0]) + ")");
-    const auto rows = static_cast<Index>(t.shape[1]), cols = static_cast<Index>(t.shape[2]);
-    const std::vector<Scalar> all = values<Scalar>(tensor);
+    const Index rows = dimension(t, 1), cols = dimension(t, 2);
     Matrix<Scalar> m(rows, cols);
-    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(index * rows * cols), rows * cols, m.data());
+    if (m.size() == 0) return m;  // rows x cols <= elements / shape[0]: no product below overflows
+    convert(t, m.data(), static_cast<std::uint64_t>(index) * static_cast<std::uint64_t>(m.size()),
+            static_cast<std::uint64_t>(m.size()));
     return m;
   }
 
  private:
+  SafetensorsFile(detail::Bytes bytes, std::string name) : bytes_(std::move(bytes)), name_(std::move(name)) { parse(); }
+
+  /// Dimension i of t as an Eigen index; a dimension past 2^63 - 1 (legal in the format when
+  /// another dimension is 0) cannot be one, and is refused.
+  Index dimension(const TensorInfo& t, std::size_t i) const {
+    if (t.shape[i] > static_cast<std::uint64_t>(std::numeric_limits<Index>::max()))
+      fail("tensor \"" + t.name + "\" has shape " + detail::shape_string(t.shape) + ": dimension " +
+           std::to_string(t.shape[i]) + " is larger than a matrix can have");
+    return static_cast<Index>(t.shape[i]);
+  }
+
   [[noreturn]] void fail(const std::string& what) const {
     throw SafetensorsError("headwise: safetensors: " + name_ + ": " + what);
   }
 
   void parse() {
-    if (bytes_.size() < 8)
-      fail("file is " + std::to_string(bytes_.size()) +
+    if (bytes_.size < 8)
+      fail("file is " + std::to_string(bytes_.size) +
            " bytes, too short for the 8-byte header length");
     if (!detail::host_is_little_endian()) fail("reading on a big-endian host is not supported");
-    const std::uint64_t header_length = detail::load<std::uint64_t>(bytes_.data());
+    const std::uint64_t header_length = detail::load<std::uint64_t>(bytes_.data);
     if (header_length > max_header_length)
       fail("header length " + std::to_string(header_length) + " exceeds the limit of " +
            std::to_string(max_header_length) + " bytes");
-    if (header_length > bytes_.size() - 8)
+    if (header_length > bytes_.size - 8)
       fail("header length " + std::to_string(header_length) + " runs past the end of the file (" +
-           std::to_string(bytes_.size()) + " bytes)");
+           std::to_string(bytes_.size) + " bytes)");
     data_begin_ = 8 + header_length;
-    const std::uint64_t data_size = bytes_.size() - data_begin_;
+    const std::uint64_t data_size = bytes_.size - data_begin_;
 
-    const auto* text = reinterpret_cast<const char*>(bytes_.data() + 8);
+    const auto* text = reinterpret_cast<const char*>(bytes_.data + 8);
     const nlohmann::json header =
         nlohmann::json::parse(text, text + header_length, /*callback=*/nullptr, /*allow_exceptions=*/false);
     if (header.is_discarded()) fail("header is not valid JSON");
@@ -369,11 +447,13 @@ class SafetensorsFile {
     return t;
   }
 
-  /// Converts every element of t to Scalar; one switch on the dtype, then a plain loop.
+  /// Converts elements [first, first + count) of t (all of them by default) to Scalar; one
+  /// switch on the dtype, then a plain loop.
   template <class Scalar>
-  void convert(const TensorInfo& t, Scalar* out) const {
-    const unsigned char* p = bytes_.data() + data_begin_ + t.begin;
-    const auto n = static_cast<std::size_t>(t.elements);
+  void convert(const TensorInfo& t, Scalar* out, std::uint64_t first = 0,
+               std::uint64_t count = std::numeric_limits<std::uint64_t>::max()) const {
+    const unsigned char* p = bytes_.data + data_begin_ + t.begin + first * dtype_size(t.dtype);
+    const auto n = static_cast<std::size_t>(std::min(count, t.elements - first));
     auto each = [&](auto decode) {
       const std::size_t size = dtype_size(t.dtype);
       for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<Scalar>(decode(p + i * size));
@@ -399,7 +479,7 @@ class SafetensorsFile {
     fail("tensor \"" + t.name + "\" has dtype " + dtype_name(t.dtype) + ", which headwise cannot convert");
   }
 
-  std::vector<unsigned char> bytes_;
+  detail::Bytes bytes_;
   std::string name_;
   std::uint64_t data_begin_ = 0;
   std::map<std::string, std::string> metadata_;

@@ -10,9 +10,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
@@ -30,11 +32,16 @@ class PackedKeysValues {
     if (capacity < 0) detail::invalid(where, "capacity must be >= 0, got ", capacity);
     if (n_kv_heads <= 0) detail::invalid(where, "n_kv_heads must be > 0, got ", n_kv_heads);
     if (d_head <= 0 || d_v <= 0) detail::invalid(where, "d_head and d_v must be > 0, got ", d_head, " and ", d_v);
-    rows_ = round_up(capacity);
-    key_head_size_ = rows_ * d_head_;
-    value_head_size_ = round_up(d_v_) * rows_;
-    keys_.assign(static_cast<std::size_t>(n_kv_heads_ * key_head_size_), Scalar(0));
-    values_.assign(static_cast<std::size_t>(n_kv_heads_ * value_head_size_), Scalar(0));
+    // Every size is checked before anything is allocated: a capacity near 2^63 must be refused,
+    // not wrap around to a small buffer that appending would overrun.
+    rows_ = detail::round_up_within(capacity, lanes, detail::max_elements<Scalar>());
+    if (rows_ < 0) detail::invalid(where, "capacity ", capacity, " is too large to round up to whole panels");
+    key_head_size_ = detail::checked_size<Scalar>(where, "one head's keys", rows_, d_head_);
+    value_head_size_ = detail::checked_size<Scalar>(where, "one head's values", rows_, round_up(d_v_));
+    const Index key_count = detail::checked_size<Scalar>(where, "the keys", n_kv_heads_, key_head_size_);
+    const Index value_count = detail::checked_size<Scalar>(where, "the values", n_kv_heads_, value_head_size_);
+    detail::allocate(keys_, key_count, Scalar(0), where, "the keys");
+    detail::allocate(values_, value_count, Scalar(0), where, "the values");
   }
 
   Index size() const { return size_; }
@@ -54,6 +61,10 @@ class PackedKeysValues {
     if (k.rows() > capacity_ - size_)
       detail::invalid(where, "appending ", k.rows(), " tokens to ", size_, " would exceed the capacity of ",
                       capacity_, " tokens");
+    // Everything stored is finite: the kernel multiplies the probabilities of a query's future
+    // keys (exact zeros) by their values, and 0 x inf would carry a later token into earlier rows.
+    require_finite_rows(where, "k", k, d_head_);
+    require_finite_rows(where, "v", v, d_v_);
     for (Index t = 0; t < k.rows(); ++t) {
       const Index pos = size_ + t;
       for (Index h = 0; h < n_kv_heads_; ++h) {
@@ -81,12 +92,39 @@ class PackedKeysValues {
   const Scalar* values(Index h) const { return values_.data() + h * value_head_size_; }
   Index value_panel_stride() const { return rows_ * lanes; }
 
-  /// Key j of head h, and entry (j, c) of head h's values: for tests and inspection.
-  Scalar key(Index h, Index j, Index c) const { return keys(h)[(j / lanes) * key_panel_stride() + c * lanes + j % lanes]; }
-  Scalar value(Index h, Index j, Index c) const { return values(h)[(c / lanes) * value_panel_stride() + j * lanes + c % lanes]; }
+  /// Key j of head h, and entry (j, c) of head h's values: for tests and inspection. Throws
+  /// std::invalid_argument unless h < n_kv_heads, j < size() and c < d_head (d_v).
+  Scalar key(Index h, Index j, Index c) const {
+    check_entry("PackedKeysValues::key", h, j, c, d_head_);
+    return keys(h)[(j / lanes) * key_panel_stride() + c * lanes + j % lanes];
+  }
+  Scalar value(Index h, Index j, Index c) const {
+    check_entry("PackedKeysValues::value", h, j, c, d_v_);
+    return values(h)[(c / lanes) * value_panel_stride() + j * lanes + c % lanes];
+  }
 
  private:
-  static Index round_up(Index x) { return (x + lanes - 1) / lanes * lanes; }
+  static Index round_up(Index x) {
+    const Index rounded = detail::round_up_within(x, lanes, detail::max_elements<Scalar>());
+    if (rounded < 0) detail::invalid("PackedKeysValues", "width ", x, " is too large to round up to whole panels");
+    return rounded;
+  }
+
+  void check_entry(const char* where, Index h, Index j, Index c, Index width) const {
+    if (h < 0 || h >= n_kv_heads_) detail::invalid(where, "head ", h, " out of range [0, ", n_kv_heads_, ")");
+    if (j < 0 || j >= size_) detail::invalid(where, "token ", j, " out of range [0, ", size_, ") (the tokens held)");
+    if (c < 0 || c >= width) detail::invalid(where, "component ", c, " out of range [0, ", width, ")");
+  }
+  /// Throws unless m (rows to append) is finite, naming the first bad entry by position and head.
+  void require_finite_rows(const char* where, const char* name, const Eigen::Ref<const Matrix<Scalar>>& m,
+                                  Index width) const {
+    if (m.allFinite()) return;
+    for (Index t = 0; t < m.rows(); ++t)
+      for (Index c = 0; c < m.cols(); ++c)
+        if (!std::isfinite(m(t, c)))
+          detail::invalid(where, name, " of the token at position ", size_ + t, " (head ", c / width, ", component ", c % width,
+                          ") is not finite (", m(t, c), "): keys and values must be finite");
+  }
 
   Index capacity_, n_kv_heads_, d_head_, d_v_;
   Index rows_ = 0, key_head_size_ = 0, value_head_size_ = 0, size_ = 0;

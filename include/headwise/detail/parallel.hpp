@@ -1,0 +1,72 @@
+// Internal: the OpenMP loops' helpers: how many threads, which thread, and carrying an exception
+// out of a parallel region.
+//
+// An exception may not leave an OpenMP parallel region (the runtime calls std::terminate). Each
+// loop body runs inside ExceptionCarrier::run, which keeps the first exception thrown by any
+// thread; the loop's other iterations are skipped and the exception is rethrown after the region,
+// on the calling thread, as if the loop had been sequential.
+#pragma once
+
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <utility>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "headwise/options.hpp"
+
+namespace headwise::detail {
+
+/// The threads `options` asks for: options.threads, or OpenMP's default when it is 0.
+inline int thread_count(const AttentionOptions& options) {
+#ifdef _OPENMP
+  return options.threads > 0 ? options.threads : omp_get_max_threads();
+#else
+  (void)options;
+  return 1;
+#endif
+}
+
+/// The calling thread's number inside a parallel region (0 outside one, or without OpenMP).
+inline int this_thread() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+/// Keeps the first exception thrown inside a parallel loop and rethrows it after the loop:
+///   detail::ExceptionCarrier carrier;
+///   #pragma omp parallel for
+///   for (Index i = 0; i < n; ++i) carrier.run([&] { work(i); });
+///   carrier.rethrow();
+class ExceptionCarrier {
+ public:
+  /// Runs body() unless an exception was already caught (then the rest of the loop is skipped).
+  template <class Body>
+  void run(Body&& body) noexcept {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    try {
+      std::forward<Body>(body)();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!first_) first_ = std::current_exception();
+      failed_.store(true, std::memory_order_relaxed);
+    }
+  }
+  /// Rethrows the first exception caught, if any. Call after the parallel region.
+  void rethrow() const {
+    if (first_) std::rethrow_exception(first_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::mutex mutex_;
+  std::exception_ptr first_;
+};
+
+}  // namespace headwise::detail

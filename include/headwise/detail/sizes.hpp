@@ -1,0 +1,76 @@
+// Internal: sizes computed from user-given numbers, checked before anything is allocated.
+//
+// A capacity, a tile size or a head count comes from the caller; multiplied together it becomes the
+// length of a buffer. Every such product goes through checked_size, which refuses (with
+// std::invalid_argument naming the numbers) a negative factor or a product that does not fit in a
+// buffer of Scalar, instead of letting it wrap around to a small buffer that a later write overruns.
+// A size that fits but that the machine cannot provide is refused the same way by allocate, which
+// turns std::bad_alloc into a message that names the request.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <new>
+#include <vector>
+
+#include "headwise/detail/errors.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise::detail {
+
+/// The largest number of Scalars a buffer may hold (its bytes must fit in std::ptrdiff_t).
+template <class Scalar>
+constexpr Index max_elements() {
+  return static_cast<Index>(std::numeric_limits<std::ptrdiff_t>::max() / static_cast<std::ptrdiff_t>(sizeof(Scalar)));
+}
+
+/// a * b, or -1 if either is negative or the product exceeds `limit`.
+inline Index multiply_within(Index a, Index b, Index limit) {
+  if (a < 0 || b < 0) return -1;
+  if (a != 0 && b > limit / a) return -1;
+  return a * b;
+}
+
+/// x rounded up to a multiple of `step` (> 0), or -1 if that exceeds `limit`.
+inline Index round_up_within(Index x, Index step, Index limit) {
+  if (x < 0 || x > limit - (step - 1)) return -1;
+  return (x + step - 1) / step * step;
+}
+
+/// The product of `factors`, as the length of a buffer of Scalar holding `what`; throws
+/// std::invalid_argument("headwise: <where>: <what> needs a x b x ... elements, ...") if a factor
+/// is negative or the product does not fit.
+template <class Scalar, class... Factors>
+Index checked_size(const char* where, const char* what, Factors... factors) {
+  constexpr Index limit = max_elements<Scalar>();
+  Index product = 1;
+  bool fits = true;
+  for (const Index f : {static_cast<Index>(factors)...}) {
+    product = fits ? multiply_within(product, f, limit) : product;
+    fits = fits && product >= 0;
+  }
+  if (!fits) {
+    std::ostringstream sizes;
+    bool first = true;
+    for (const Index f : {static_cast<Index>(factors)...}) sizes << (first ? "" : " x ") << f, first = false;
+    invalid(where, what, " needs ", sizes.str(), " elements of ", sizeof(Scalar),
+            " bytes, which is negative or more than a buffer can hold (", limit, " elements)");
+  }
+  return product;
+}
+
+/// buffer.assign(count, value), with std::bad_alloc turned into std::invalid_argument naming the
+/// request: "headwise: <where>: cannot allocate <bytes> bytes for <what>".
+template <class T>
+void allocate(std::vector<T>& buffer, Index count, const T& value, const char* where, const char* what) {
+  try {
+    buffer.assign(static_cast<std::size_t>(count), value);
+  } catch (const std::bad_alloc&) {
+    invalid(where, "cannot allocate ", count, " elements of ", sizeof(T), " bytes (",
+            static_cast<double>(count) * static_cast<double>(sizeof(T)) / (1 << 30), " GiB) for ", what);
+  } catch (const std::length_error&) {
+    invalid(where, "cannot allocate ", count, " elements of ", sizeof(T), " bytes for ", what);
+  }
+}
+
+}  // namespace headwise::detail
