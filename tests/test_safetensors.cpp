@@ -8,22 +8,13 @@
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 #include "support/matchers.hpp"
+#include "support/safetensors_writer.hpp"
 
 using namespace headwise;
 using headwise::io::SafetensorsError;
 using headwise::io::SafetensorsFile;
 
 namespace {
-
-// Builds a file in memory: header JSON then the given data bytes.
-std::vector<unsigned char> make_file(const std::string& header, const std::vector<unsigned char>& data) {
-  const std::uint64_t n = header.size();
-  std::vector<unsigned char> bytes(8 + header.size() + data.size());
-  std::memcpy(bytes.data(), &n, 8);
-  std::copy(header.begin(), header.end(), bytes.begin() + 8);
-  std::copy(data.begin(), data.end(), bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header.size()));
-  return bytes;
-}
 
 std::string error_of(const std::string& relative) {
   try {
@@ -79,7 +70,7 @@ TEST_CASE("safetensors: F16 and BF16 special values and every integer dtype deco
   // BF16: 1.0 = 0x3f80, -0.5 = 0xbf00.
   const std::vector<unsigned char> data = {0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00, 0x00, 0x7c,
                                            0x80, 0x3f, 0x00, 0xbf, 0xfe, 0xff, 0xff, 0xff};
-  const auto bytes = make_file(
+  const auto bytes = headwise_test::file_with_header(
       R"({"h":{"dtype":"F16","shape":[4],"data_offsets":[0,8]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]},)"
       R"("i":{"dtype":"I32","shape":[1],"data_offsets":[12,16]},"__metadata__":{"what":"test"}})",
       data);
@@ -119,7 +110,7 @@ TEST_CASE("safetensors: hand-made malformed headers", "[safetensors][errors]") {
   using Catch::Matchers::Contains;
   auto error = [](const std::string& header, std::size_t data_bytes) -> std::string {
     try {
-      SafetensorsFile(make_file(header, std::vector<unsigned char>(data_bytes)), "m");
+      SafetensorsFile(headwise_test::file_with_header(header, std::vector<unsigned char>(data_bytes)), "m");
     } catch (const SafetensorsError& e) {
       return e.what();
     }
@@ -136,6 +127,6 @@ TEST_CASE("safetensors: hand-made malformed headers", "[safetensors][errors]") {
   CHECK_THAT(error(R"({"__metadata__":{"k":1}})", 0), Contains("__metadata__ entry \"k\" is not a string"));
   CHECK_THAT(error(R"({"a":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", 4), Contains("no error"));
   CHECK(error("{}", 0) == "no error");
-  const SafetensorsFile f8(make_file(R"({"a":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", std::vector<unsigned char>(4)), "m");
+  const SafetensorsFile f8(headwise_test::file_with_header(R"({"a":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", std::vector<unsigned char>(4)), "m");
   REQUIRE_THROWS_WITH(f8.values<float>("a"), Contains("has dtype F8_E4M3, which headwise cannot convert"));
 }

@@ -1,4 +1,4 @@
-// Writes small safetensors files in memory (F32), to test the readers' error paths.
+// Writes small safetensors files in memory (F32, or any header as text), to test the readers' error paths.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,16 @@ struct TensorSpec {
   float fill = 0.0f;
 };
 
+/// A file made of a header (JSON text, taken as it is) and data bytes.
+inline std::vector<unsigned char> file_with_header(const std::string& header, const std::vector<unsigned char>& data = {}) {
+  const std::uint64_t n = header.size();
+  std::vector<unsigned char> bytes(8 + header.size() + data.size());
+  std::memcpy(bytes.data(), &n, 8);
+  std::memcpy(bytes.data() + 8, header.data(), header.size());
+  if (!data.empty()) std::memcpy(bytes.data() + 8 + header.size(), data.data(), data.size());
+  return bytes;
+}
+
 inline std::vector<unsigned char> write_safetensors(const std::map<std::string, TensorSpec>& tensors) {
   nlohmann::json header = nlohmann::json::object();
   std::vector<unsigned char> data;
@@ -27,13 +37,7 @@ inline std::vector<unsigned char> write_safetensors(const std::map<std::string, 
     for (std::uint64_t i = 0; i < count; ++i) std::memcpy(data.data() + begin + i * 4, &spec.fill, 4);
     header[name] = {{"dtype", "F32"}, {"shape", spec.shape}, {"data_offsets", {begin, data.size()}}};
   }
-  const std::string text = header.dump();
-  const std::uint64_t length = text.size();
-  std::vector<unsigned char> bytes(8 + text.size() + data.size());
-  std::memcpy(bytes.data(), &length, 8);
-  std::memcpy(bytes.data() + 8, text.data(), text.size());
-  if (!data.empty()) std::memcpy(bytes.data() + 8 + text.size(), data.data(), data.size());
-  return bytes;
+  return file_with_header(header.dump(), data);
 }
 
 }  // namespace headwise_test
