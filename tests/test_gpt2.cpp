@@ -145,3 +145,25 @@ TEST_CASE("GPT-2 loading errors name the problem", "[gpt2][errors]") {
   CHECK_THAT(error_of([&] { io::load_gpt2_attention<float>(wrong_shape, config, 0); }),
              Contains("tensor \"h.0.attn.c_attn.weight\" has shape [8, 16], expected [8, 24]"));
 }
+
+TEST_CASE("every layer at once equals the layers loaded one by one, and reproduces PyTorch", "[gpt2][fixture]") {
+  const auto layers = io::load_gpt2_attention_layers<float>(headwise_test::data_path("gpt2-tiny"));
+  REQUIRE(layers.size() == 2);
+  const auto reference = headwise_test::load_fixture("gpt2-tiny/attention-reference.safetensors");
+  for (Index layer = 0; layer < 2; ++layer) {
+    CAPTURE(layer);
+    const auto one = io::load_gpt2_attention<float>(headwise_test::data_path("gpt2-tiny"), layer);
+    const auto& all = layers[static_cast<std::size_t>(layer)];
+    CHECK_THAT(headwise_test::as_double(all.w_qkv()), headwise_test::IsExactly(one.w_qkv()));
+    CHECK_THAT(headwise_test::as_double(all.w_o()), headwise_test::IsExactly(one.w_o()));
+    const std::string p = "h." + std::to_string(layer) + ".attn.";
+    CHECK_THAT(headwise_test::as_double(all.forward(reference.matrix<float>(p + "input"))),
+               IsNear(reference.matrix<double>(p + "output.f64"), 1e-5));
+  }
+  const io::Gpt2Config no_layers{64, 4, 0};
+  CHECK_THAT(error_of([&] {
+               io::load_gpt2_attention_layers<float>(headwise_test::load_fixture("gpt2-tiny/model.safetensors"),
+                                                     no_layers);
+             }),
+             Catch::Matchers::Contains("the config gives no n_layer"));
+}

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <optional>
 
 #include "headwise/io/safetensors.hpp"
 #include "support/catch.hpp"
@@ -129,4 +132,19 @@ TEST_CASE("safetensors: hand-made malformed headers", "[safetensors][errors]") {
   CHECK(error("{}", 0) == "no error");
   const SafetensorsFile f8(headwise_test::file_with_header(R"({"a":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", std::vector<unsigned char>(4)), "m");
   REQUIRE_THROWS_WITH(f8.values<float>("a"), Contains("has dtype F8_E4M3, which headwise cannot convert"));
+}
+
+TEST_CASE("an open file is mapped: copies share it and outlive the original", "[safetensors]") {
+  std::optional<SafetensorsFile> original = headwise_test::load_fixture("gpt2-tiny/model.safetensors");
+  const Matrix<float> before = original->matrix<float>("h.1.attn.c_proj.weight");
+  const SafetensorsFile copy = *original;
+  original.reset();  // the mapping stays while a copy holds it
+  CHECK_THAT(headwise_test::as_double(copy.matrix<float>("h.1.attn.c_proj.weight")), headwise_test::IsExactly(before));
+  // The bytes of a file read into memory give the same tensors as the mapped file.
+  std::ifstream in(headwise_test::data_path("gpt2-tiny/model.safetensors"), std::ios::binary);
+  const std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const SafetensorsFile in_memory(bytes, "in memory");
+  CHECK_THAT(headwise_test::as_double(in_memory.matrix<float>("h.1.attn.c_proj.weight")),
+             headwise_test::IsExactly(before));
+  CHECK(in_memory.names() == copy.names());
 }
