@@ -1,0 +1,174 @@
+// Loading the attention of every layer of a GPT-2-small-sized checkpoint (124 M parameters, 498 MB
+// of float32, 12 layers of d_model 768), time and peak memory, three ways in one run:
+//   BM_LoadLayersOneByOne    load_gpt2_attention(folder, L) for L = 0..11: maps and validates the
+//                            file 12 times
+//   BM_LoadAllLayers         load_gpt2_attention_layers(folder): maps it once, converts only the
+//                            attention tensors (the contender)
+//   BM_LoadAllLayersReadWhole the file read whole into memory, then the same loader on the bytes:
+//                            what SafetensorsFile::open did before it mapped files (the baseline)
+//
+// The benchmark writes the checkpoint itself (every tensor of GPT2LMHeadModel's layout, random
+// weights) into --dir (default: a folder under the system's temporary directory) unless a file of
+// the right size is already there. The file is then in the page cache: the figures are warm-cache
+// ones. Peak memory is the process's peak resident set during the benchmark (VmHWM, reset before
+// each one by writing 5 to /proc/self/clear_refs); it counts the file's pages that were touched.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
+
+#include "headwise/io/gpt2.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using headwise::Index;
+
+constexpr std::uint64_t d = 768, layers = 12, vocab = 50257, context = 1024;
+std::string folder;  // set in main
+
+/// GPT-2 small's tensors in GPT2LMHeadModel's names and shapes.
+std::vector<std::pair<std::string, std::vector<std::uint64_t>>> gpt2_small_tensors() {
+  std::vector<std::pair<std::string, std::vector<std::uint64_t>>> t = {{"transformer.wte.weight", {vocab, d}},
+                                                                       {"transformer.wpe.weight", {context, d}}};
+  for (std::uint64_t l = 0; l < layers; ++l) {
+    const std::string p = "transformer.h." + std::to_string(l) + ".";
+    for (const char* ln : {"ln_1", "ln_2"}) {
+      t.push_back({p + ln + ".weight", {d}});
+      t.push_back({p + ln + ".bias", {d}});
+    }
+    t.push_back({p + "attn.c_attn.weight", {d, 3 * d}});
+    t.push_back({p + "attn.c_attn.bias", {3 * d}});
+    t.push_back({p + "attn.c_proj.weight", {d, d}});
+    t.push_back({p + "attn.c_proj.bias", {d}});
+    t.push_back({p + "mlp.c_fc.weight", {d, 4 * d}});
+    t.push_back({p + "mlp.c_fc.bias", {4 * d}});
+    t.push_back({p + "mlp.c_proj.weight", {4 * d, d}});
+    t.push_back({p + "mlp.c_proj.bias", {d}});
+  }
+  t.push_back({"transformer.ln_f.weight", {d}});
+  t.push_back({"transformer.ln_f.bias", {d}});
+  return t;
+}
+
+/// Writes model.safetensors and config.json into `dir` (streamed: the 498 MB are never all in
+/// memory), unless a model.safetensors of the expected size is there already.
+void write_checkpoint(const std::string& dir) {
+  nlohmann::json header = nlohmann::json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  std::uint64_t bytes = 0;
+  const auto tensors = gpt2_small_tensors();
+  for (const auto& [name, shape] : tensors) {
+    std::uint64_t count = 1;
+    for (const auto s : shape) count *= s;
+    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {bytes, bytes + 4 * count}}};
+    bytes += 4 * count;
+  }
+  const std::string text = header.dump();
+  const std::uint64_t file_size = 8 + text.size() + bytes;
+  fs::create_directories(dir);
+  const std::string path = dir + "/model.safetensors";
+  std::ofstream(dir + "/config.json") << R"({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12})";
+  std::error_code ec;
+  if (fs::file_size(path, ec) == file_size) return;
+  std::ofstream out(path, std::ios::binary);
+  const std::uint64_t length = text.size();
+  out.write(reinterpret_cast<const char*>(&length), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::vector<float> block(1 << 20);
+  std::uint32_t state = 12345;
+  for (std::uint64_t left = bytes / 4; left > 0;) {
+    const std::uint64_t n = std::min<std::uint64_t>(left, block.size());
+    for (std::uint64_t i = 0; i < n; ++i) {  // small random weights, as an initialised model has
+      state = state * 1664525u + 1013904223u;
+      block[i] = (static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 0.04f;
+    }
+    out.write(reinterpret_cast<const char*>(block.data()), static_cast<std::streamsize>(n * 4));
+    left -= n;
+  }
+  if (!out) throw std::runtime_error("bench_loading: cannot write " + path);
+}
+
+/// Resets the peak resident set (Linux 4.0 and later); false if this system cannot.
+bool reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  return static_cast<bool>(clear);
+}
+
+/// The peak resident set in MiB since the last reset (VmHWM), or -1 if unknown.
+double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // in kB
+  return -1;
+}
+
+template <class Load>
+void run(benchmark::State& state, Load load) {
+  const bool resettable = reset_peak_rss();
+  double peak = 0;
+  for (auto _ : state) {
+    auto loaded = load();
+    benchmark::DoNotOptimize(loaded.data());
+    peak = std::max(peak, peak_rss_mib());
+  }
+  state.counters["peak_RSS_MiB"] = resettable ? peak : -1;
+  state.counters["file_MB"] = double(fs::file_size(folder + "/model.safetensors")) / 1e6;
+  state.counters["layers"] = double(layers);
+}
+
+void BM_LoadLayersOneByOne(benchmark::State& state) {
+  run(state, [] {
+    std::vector<headwise::MultiHeadAttention<float>> all;
+    for (Index l = 0; l < Index(layers); ++l) all.push_back(headwise::io::load_gpt2_attention<float>(folder, l));
+    return all;
+  });
+}
+
+void BM_LoadAllLayers(benchmark::State& state) {
+  run(state, [] { return headwise::io::load_gpt2_attention_layers<float>(folder); });
+}
+
+void BM_LoadAllLayersReadWhole(benchmark::State& state) {
+  run(state, [] {
+    std::ifstream in(folder + "/model.safetensors", std::ios::binary | std::ios::ate);
+    std::vector<unsigned char> bytes(static_cast<std::size_t>(in.tellg()));
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    const headwise::io::SafetensorsFile file(std::move(bytes), "model.safetensors");
+    return headwise::io::load_gpt2_attention_layers<float>(file,
+                                                           headwise::io::read_gpt2_config(folder + "/config.json"));
+  });
+}
+
+// The mapped loaders first: the read-whole baseline's 498 MB would otherwise raise the peak of
+// what follows it in a process whose peak could not be reset.
+BENCHMARK(BM_LoadAllLayers)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_LoadLayersOneByOne)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_LoadAllLayersReadWhole)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  folder = (fs::temp_directory_path() / "headwise-bench-gpt2-small").string();
+  int kept = 0;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--dir=", 6) == 0) folder = argv[i] + 6;
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  write_checkpoint(folder);
+  std::printf("checkpoint: %s/model.safetensors\n", folder.c_str());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
