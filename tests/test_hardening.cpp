@@ -116,7 +116,7 @@ TEMPLATE_TEST_CASE("tile sizes far larger than the input work, and give the same
 TEST_CASE("an exception thrown inside a parallel loop reaches the caller", "[hardening][parallel]") {
   detail::ExceptionCarrier carrier;
   int ran = 0;
-#pragma omp parallel for num_threads(2) reduction(+ : ran)
+HEADWISE_OMP(omp parallel for num_threads(2) reduction(+ : ran))
   for (int i = 0; i < 64; ++i)
     carrier.run([&] {
       ++ran;

@@ -18,6 +18,14 @@
 
 #include "headwise/options.hpp"
 
+/// An OpenMP pragma, or nothing when OpenMP is off (so that a build without it has no unknown
+/// pragmas to warn about): HEADWISE_OMP(omp parallel for num_threads(t) if (t > 1)).
+#ifdef _OPENMP
+#define HEADWISE_OMP(...) _Pragma(#__VA_ARGS__)
+#else
+#define HEADWISE_OMP(...)
+#endif
+
 namespace headwise::detail {
 
 /// The threads `options` asks for: options.threads, or OpenMP's default when it is 0.
@@ -41,7 +49,7 @@ inline int this_thread() {
 
 /// Keeps the first exception thrown inside a parallel loop and rethrows it after the loop:
 ///   detail::ExceptionCarrier carrier;
-///   #pragma omp parallel for
+///   HEADWISE_OMP(omp parallel for)
 ///   for (Index i = 0; i < n; ++i) carrier.run([&] { work(i); });
 ///   carrier.rethrow();
 class ExceptionCarrier {

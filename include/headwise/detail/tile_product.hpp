@@ -205,7 +205,7 @@ void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const M
   const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads, panels)));
   const MatrixView<Scalar> av{a.data(), a.outerStride()}, bv{b.data(), b.outerStride()};
   ExceptionCarrier carrier;  // scratch allocation may throw; no exception may leave the region
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+HEADWISE_OMP(omp parallel for num_threads(parts) schedule(static) if (parts > 1))
   for (int part = 0; part < parts; ++part)
     carrier.run([&] {
       const Index first = panels * part / parts * W, last = std::min(m, panels * (part + 1) / parts * W);

@@ -304,7 +304,7 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
 
   // Job j: tile j / n_heads (most expensive first), head j % n_heads.
   detail::ExceptionCarrier carrier;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
+HEADWISE_OMP(omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1))
   for (Index job = 0; job < n_jobs; ++job)
     carrier.run([&] {
       detail::attend_query_tile(call, scratch[static_cast<std::size_t>(detail::this_thread())],
