@@ -4,14 +4,19 @@
 // length of a buffer. Every such product goes through checked_size, which refuses (with
 // std::invalid_argument naming the numbers) a negative factor or a product that does not fit in a
 // buffer of Scalar, instead of letting it wrap around to a small buffer that a later write overruns.
-// A size that fits but that the machine cannot provide is refused the same way by allocate, which
-// turns std::bad_alloc into a message that names the request.
+// A size that fits but that the machine cannot provide is refused the same way by allocate: a
+// buffer larger than the machine's physical memory before anything is allocated (every buffer here
+// is filled when made, so it would have to be resident), and any other std::bad_alloc after.
 #pragma once
 
 #include <cstddef>
 #include <limits>
 #include <new>
 #include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
 
 #include "headwise/detail/errors.hpp"
 #include "headwise/types.hpp"
@@ -59,15 +64,29 @@ Index checked_size(const char* where, const char* what, Factors... factors) {
   return product;
 }
 
-/// buffer.assign(count, value), with std::bad_alloc turned into std::invalid_argument naming the
-/// request: "headwise: <where>: cannot allocate <bytes> bytes for <what>".
+/// The machine's physical memory in bytes, or 0 where the system does not say.
+inline double physical_memory_bytes() {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return static_cast<double>(pages) * static_cast<double>(page);
+#endif
+  return 0;
+}
+
+/// buffer.assign(count, value), refused with std::invalid_argument naming the request ("headwise:
+/// <where>: cannot allocate <count> elements ... for <what>") if it exceeds the machine's physical
+/// memory or the allocation fails.
 template <class T>
 void allocate(std::vector<T>& buffer, Index count, const T& value, const char* where, const char* what) {
+  constexpr double gib = 1 << 30;
+  const double bytes = static_cast<double>(count) * static_cast<double>(sizeof(T)), memory = physical_memory_bytes();
+  if (memory > 0 && bytes > memory)
+    invalid(where, "cannot allocate ", count, " elements of ", sizeof(T), " bytes (", bytes / gib, " GiB) for ", what,
+            ": the machine has ", memory / gib, " GiB of memory");
   try {
     buffer.assign(static_cast<std::size_t>(count), value);
   } catch (const std::bad_alloc&) {
-    invalid(where, "cannot allocate ", count, " elements of ", sizeof(T), " bytes (",
-            static_cast<double>(count) * static_cast<double>(sizeof(T)) / (1 << 30), " GiB) for ", what);
+    invalid(where, "cannot allocate ", count, " elements of ", sizeof(T), " bytes (", bytes / gib, " GiB) for ", what);
   } catch (const std::length_error&) {
     invalid(where, "cannot allocate ", count, " elements of ", sizeof(T), " bytes for ", what);
   }
