@@ -4,6 +4,8 @@
 // GFLOPs counters count useful causal FLOPs only:
 //   core   2 · 2 · (n(n+1)/2) · d_model     (Q Kᵀ and A V over the visible pairs, all heads)
 //   layer  the core + 2·n·d·3d (Q, K, V) + 2·n·d·d (W_O)
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <random>
 
@@ -128,6 +130,52 @@ void BM_CoreFused(benchmark::State& state) {
   set_counters(state, core_flops(n), n);
 }
 BENCHMARK(BM_CoreFused)->Apply(fused_args)->Unit(benchmark::kMillisecond);
+
+// Where the fused core's time goes, phase by phase, on one thread: the kernel's own loop
+// (detail::run_fused_jobs) with a clock that reads the time at every phase change. Counters:
+// each phase's share of the time in percent (query: scale and pack the query tile; scores: the
+// Q Kᵀ tile product; softmax: row maxima, exp, sums, rescaling; pack: packing P for the product;
+// values: P V; normalise: Z = acc / l), and the GFLOP/s of the whole (timing costs ~1%).
+struct PhaseClock {
+  using clock = std::chrono::steady_clock;
+  std::array<double, headwise::detail::fused_phase_count> seconds{};
+  int current = -1;
+  clock::time_point since;
+  void enter(headwise::detail::FusedPhase phase) {
+    const auto now = clock::now();
+    if (current >= 0) seconds[static_cast<std::size_t>(current)] += std::chrono::duration<double>(now - since).count();
+    current = static_cast<int>(phase), since = now;
+  }
+};
+
+void BM_CorePhases(benchmark::State& state) {
+  const Index n = state.range(0);
+  const Mat qkv = random_matrix(n, 3 * d_model, 7);
+  headwise::PackedKeysValues<float> kv(n, n_heads, d_head, d_head);
+  kv.append(qkv.middleCols(d_model, d_model), qkv.rightCols(d_model));
+  const Mat q = qkv.leftCols(d_model);
+  Mat z(n, d_model);
+  Eigen::Ref<Mat> z_ref(z);
+  const Eigen::Ref<const Mat> q_ref(q);
+  const headwise::FusedTiles tiles = headwise::detail::tiles_for<float>(headwise::FusedTiles{}, n, n);
+  const headwise::detail::FusedCall<float> call{q_ref, kv, z_ref, nullptr, nullptr, n_heads, 1, tiles.queries, tiles.keys,
+                                                /*causal=*/true, 1.0f / std::sqrt(float(d_head))};
+  std::array<double, headwise::detail::fused_phase_count> seconds{};
+  for (auto _ : state) {
+    const auto clocks = headwise::detail::run_fused_jobs<float, PhaseClock>(call, /*threads=*/1);
+    PhaseClock last = clocks[0];
+    last.enter(headwise::detail::FusedPhase::query);  // closes the last phase
+    for (std::size_t p = 0; p < seconds.size(); ++p) seconds[p] += last.seconds[p];
+    benchmark::DoNotOptimize(z.data());
+    benchmark::ClobberMemory();
+  }
+  double total = 0;
+  for (double t : seconds) total += t;
+  const char* names[] = {"query%", "scores%", "softmax%", "pack%", "values%", "normalise%"};
+  for (std::size_t p = 0; p < seconds.size(); ++p) state.counters[names[p]] = 100.0 * seconds[p] / total;
+  set_counters(state, core_flops(n), n);
+}
+BENCHMARK(BM_CorePhases)->ArgName("n")->Arg(256)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
 
 // The fused layer: one product for Q, K, V, the fused core, then W_O.
 void BM_LayerFused(benchmark::State& state) {

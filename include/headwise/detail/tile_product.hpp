@@ -8,11 +8,17 @@
 // result independent of the thread count. (Eigen's GEMM switches paths by shape: a 1-row product
 // becomes a GEMV with another summation order.)
 //
-// Layout: A is packed k-major in blocks of `rows` (R) rows, B in panels of `lanes` (W) columns;
-// the micro-kernel keeps an R x W tile of C in registers (6 x 16 floats = 12 AVX registers).
+// Layout: A is packed k-major in blocks of `rows` (R) rows (or read in place from a row-major
+// tile), B in panels of `lanes` (W) columns; the micro-kernel keeps an R x W tile of C in
+// registers. The tile is chosen per instruction set at compile time, from the SIMD width and the
+// number of vector registers: 6 x 2 packets (12 accumulators) where there are 16 registers
+// (SSE2, AVX2: 6 x 16 floats with AVX2), 12 x 2 packets (24 accumulators) where there are 32
+// (AVX-512: 12 x 32 floats; NEON). Results are bitwise reproducible within one build; builds for
+// different instruction sets differ in rounding, as any two BLAS builds do.
 #pragma once
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "headwise/detail/parallel.hpp"
@@ -24,10 +30,13 @@ template <class Scalar>
 struct TileShape {
   using Packet = typename Eigen::internal::packet_traits<Scalar>::type;  // one SIMD register
   static constexpr Index packet = Eigen::internal::unpacket_traits<Packet>::size;
-  static constexpr Index rows = 6;             // R: rows of C per micro-tile
+  static constexpr int registers = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;  // vector registers
+  // R: rows of C per micro-tile: 2 R accumulators, 2 packets of B and a broadcast must fit.
+  static constexpr Index rows = registers >= 32 ? 12 : 6;
   static constexpr Index lanes = 2 * packet;   // W: columns of C per micro-tile (two registers)
   static constexpr Index depth_block = 256;    // k per packed block (A and B stay in L1/L2)
-  static constexpr Index row_block = 96;       // rows of A packed at once
+  static constexpr Index row_block = 96;       // rows of A packed at once (a multiple of R)
+  static_assert(row_block % rows == 0, "row blocks hold whole slivers");
 };
 
 /// A strided read-only view of a row-major matrix, or of its transpose.
@@ -38,52 +47,59 @@ struct MatrixView {
   bool transposed = false;  // true: the view is of the transpose, element (i, j) at data[j * stride + i]
 };
 
-/// c (Rows x W, leading dimension ldc) continues its chains: c += a_packed b_packed over `depth`.
-/// a_packed: depth x R (k-major, an R-row sliver of which the first Rows rows are used);
-/// b_packed: depth x W. Each row is the same chain of packet multiply-adds whatever Rows is, so a
-/// short sliver (a decoding step's single query) costs one row, not R. Written with Eigen's packet
+/// How the micro-kernel reads A and starts C.
+enum class ALayout { packed, rows };  // a[k R + r] (pack_a), or a[r lda + k] (a row-major tile)
+
+/// c (Rows x W, leading dimension ldc) continues its chains: c += a b over `depth` (or, with
+/// Accumulate false, c = a b: the chains start from 0 and c is not read).
+/// a: an R-row sliver of which the first Rows rows are used, packed (a[k R + r]) or row-major
+/// (a[r lda + k]); b_packed: depth x W. Each row is the same chain of packet multiply-adds
+/// whatever Rows and the layout of A are, so a short sliver (a decoding step's single query) costs
+/// one row, not R, and gives the bits it would give in a full one. Written with Eigen's packet
 /// primitives so that the 2 Rows accumulators stay in registers (plain loops vectorise the wrong way).
-template <class Scalar, int Rows>
-inline void micro_kernel(Index depth, const Scalar* a, const Scalar* b, Scalar* c, Index ldc) {
+/// The micro-kernel's body for the rows r... of a sliver. The rows are spelled out by a pack
+/// expansion, not a loop, so that every accumulator has a constant index and stays in a register
+/// (with a loop over r, GCC 12 keeps the 2 Rows accumulators in memory and reloads them per k).
+template <class Scalar, ALayout Layout, bool Accumulate, Index... r>
+inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth, const Scalar* a, Index lda,
+                                 const Scalar* b, Scalar* c, Index ldc) {
   using namespace Eigen::internal;
   using Shape = TileShape<Scalar>;
   using Packet = typename Shape::Packet;
-  constexpr Index R = Shape::rows, P = Shape::packet, W = Shape::lanes;
-  static_assert(Rows >= 1 && Rows <= R, "a sliver has at most R rows");
-  constexpr Index prefetch_rows = 16;  // rows of B ahead: 1 KiB for float
-  Packet acc[Rows][2];
-  for (Index r = 0; r < Rows; ++r) {
-    acc[r][0] = ploadu<Packet>(c + r * ldc);
-    acc[r][1] = ploadu<Packet>(c + r * ldc + P);
-  }
+  constexpr Index R = Shape::rows, P = Shape::packet, W = Shape::lanes, Rows = sizeof...(r);
+  constexpr Index prefetch_rows = 16;  // rows of B ahead (1 KiB of floats with AVX2, 2 KiB with AVX-512)
+  const Packet zero = pset1<Packet>(Scalar(0));
+  Packet acc0[Rows] = {(Accumulate ? ploadu<Packet>(c + r * ldc) : zero)...};
+  Packet acc1[Rows] = {(Accumulate ? ploadu<Packet>(c + r * ldc + P) : zero)...};
   for (Index k = 0; k < depth; ++k) {
     // B streams from memory when few rows share it (a decoding step): ask for it early.
     if (Rows <= 2) prefetch(b + (k + prefetch_rows) * W);
     const Packet b0 = ploadu<Packet>(b + k * W), b1 = ploadu<Packet>(b + k * W + P);
-    for (Index r = 0; r < Rows; ++r) {
-      const Packet ar = pset1<Packet>(a[k * R + r]);
-      acc[r][0] = pmadd(ar, b0, acc[r][0]);
-      acc[r][1] = pmadd(ar, b1, acc[r][1]);
-    }
+    const auto multiply_add = [&](Index row, Packet& first, Packet& second) {
+      const Packet ar = pset1<Packet>(Layout == ALayout::packed ? a[k * R + row] : a[row * lda + k]);
+      first = pmadd(ar, b0, first);
+      second = pmadd(ar, b1, second);
+    };
+    (multiply_add(r, acc0[r], acc1[r]), ...);
   }
-  for (Index r = 0; r < Rows; ++r) {
-    pstoreu(c + r * ldc, acc[r][0]);
-    pstoreu(c + r * ldc + P, acc[r][1]);
-  }
+  (pstoreu(c + r * ldc, acc0[r]), ...);
+  (pstoreu(c + r * ldc + P, acc1[r]), ...);
 }
 
-/// micro_kernel on the first `rows` (1..R) rows of a sliver.
-template <class Scalar>
-inline void micro_kernel_rows(Index rows, Index depth, const Scalar* a, const Scalar* b, Scalar* c, Index ldc) {
-  static_assert(TileShape<Scalar>::rows == 6, "one case per sliver height");
-  switch (rows) {
-    case 1: return micro_kernel<Scalar, 1>(depth, a, b, c, ldc);
-    case 2: return micro_kernel<Scalar, 2>(depth, a, b, c, ldc);
-    case 3: return micro_kernel<Scalar, 3>(depth, a, b, c, ldc);
-    case 4: return micro_kernel<Scalar, 4>(depth, a, b, c, ldc);
-    case 5: return micro_kernel<Scalar, 5>(depth, a, b, c, ldc);
-    default: return micro_kernel<Scalar, 6>(depth, a, b, c, ldc);
-  }
+template <class Scalar, int Rows, ALayout Layout = ALayout::packed, bool Accumulate = true>
+inline void micro_kernel(Index depth, const Scalar* a, Index lda, const Scalar* b, Scalar* c, Index ldc) {
+  static_assert(Rows >= 1 && Rows <= TileShape<Scalar>::rows, "a sliver has at most R rows");
+  micro_kernel_rows_of<Scalar, Layout, Accumulate>(std::make_integer_sequence<Index, Rows>{}, depth, a, lda, b, c, ldc);
+}
+
+/// micro_kernel on the first `rows` (1..R) rows of a sliver: the kernel for exactly that many rows.
+template <class Scalar, ALayout Layout = ALayout::packed, bool Accumulate = true,
+          int Rows = static_cast<int>(TileShape<Scalar>::rows)>
+inline void micro_kernel_rows(Index rows, Index depth, const Scalar* a, Index lda, const Scalar* b, Scalar* c,
+                              Index ldc) {
+  if constexpr (Rows > 1)
+    if (rows < Rows) return micro_kernel_rows<Scalar, Layout, Accumulate, Rows - 1>(rows, depth, a, lda, b, c, ldc);
+  micro_kernel<Scalar, Rows, Layout, Accumulate>(depth, a, lda, b, c, ldc);
 }
 
 /// Packs rows [0, rows) x depth [0, depth) of A in R-row slivers, k-major, zero rows past the edge:
@@ -131,7 +147,7 @@ inline void multiply_packed(Index rows, Index cols, Index depth, const Scalar* a
     const Scalar* bp = b_packed + (j0 / W) * b_panel_stride;
     const Scalar* ap = a_packed;
     for (Index r0 = 0; r0 < rows; r0 += R, ap += depth * R)
-      micro_kernel_rows(std::min(R, rows - r0), depth, ap, bp, c + r0 * ldc + j0, ldc);
+      micro_kernel_rows<Scalar>(std::min(R, rows - r0), depth, ap, 0, bp, c + r0 * ldc + j0, ldc);
   }
 }
 
@@ -176,14 +192,14 @@ void accumulate_product(Index rows, Index cols, Index depth, MatrixView<Scalar> 
           Scalar* ct = c + (i0 + r0) * ldc + j0;
           const Index nr = std::min(R, mc - r0);
           if (nw == W) {
-            micro_kernel_rows(nr, kc, as, bp, ct, ldc);
+            micro_kernel_rows<Scalar>(nr, kc, as, 0, bp, ct, ldc);
             continue;
           }
           // A tile at the right edge: the same kernel on a padded copy, then the valid part back.
           Scalar* e = scratch.edge.data();
           for (Index r = 0; r < R; ++r)
             for (Index w = 0; w < W; ++w) e[r * W + w] = r < nr && w < nw ? ct[r * ldc + w] : Scalar(0);
-          micro_kernel_rows(nr, kc, as, bp, e, W);
+          micro_kernel_rows<Scalar>(nr, kc, as, 0, bp, e, W);
           for (Index r = 0; r < nr; ++r)
             for (Index w = 0; w < nw; ++w) ct[r * ldc + w] = e[r * W + w];
         }

@@ -5,19 +5,22 @@
 // For each head h and tile of queries [i0, i0 + tq):
 //   pass 1  scale the query tile once: Qs = Q[i0:, h] / divisor
 //   pass 2  for each key tile [j0, j0 + tk) that a query of the tile can see (j0 <= the tile's last
-//           visible key; tiles past it are skipped):
+//           visible key; tiles past it are skipped), sliver by sliver of R query rows (R the
+//           micro-tile height of detail/tile_product.hpp), only as far as the sliver's last row sees:
 //             S   = Qs K[j0:, h]ᵀ                              (a tile product)
-//             m'  = max(m, max_j S_ij) over the visible j     (running row maximum)
-//             P   = exp(S - m') on the visible j, exactly 0 elsewhere (the mask lives in the loop)
+//             m'  = max(m, max_j S_ij) over the visible j     (running row maximum, by packets)
+//             P   = exp(S - m') on the visible j, exactly 0 elsewhere (the mask lives in the loop),
+//                   written over S, where the product with V reads it (nothing is packed)
 //             l   = l e^(m - m') + Σ_j P_ij                    (running row sum)
-//             acc = acc e^(m - m') + P V[j0:, h]
+//             acc = acc e^(m - m') + P V[j0:, h]               (rescaled by packets, only if m grew)
 //   pass 3  Z = acc / l, logsumexp = m + log l; a row that saw nothing gives Z = 0, lse = -inf.
 // Every number a query row gets is computed by the same instructions in the same order whatever
 // the other rows of its tile, the tile sizes of queries, the number of keys past the row's last
 // visible one and the thread count: the products are the deterministic ones of
-// detail/tile_product.hpp, exp and the row sums run over whole SIMD packets of a zero-padded row,
-// and key tiles start at multiples of the key tile size. So results are bitwise the same for any
-// thread count, and decoding token by token (a KV cache) reproduces the full forward bitwise.
+// detail/tile_product.hpp, exp and the row sums run over whole SIMD packets of a zero-padded row
+// (trailing zeros add +0, which changes no bit), and key tiles start at multiples of the key tile
+// size. So results are bitwise the same for any thread count, and decoding token by token (a KV
+// cache) reproduces the full forward bitwise.
 // Memory: the packed keys and values (the size of K and V) and, per thread, a few tq x tk tiles.
 #pragma once
 
@@ -86,8 +89,7 @@ template <class Scalar>
 struct FusedScratch {
   Matrix<Scalar> scaled;          // (tq, d_head): the query tile divided by the divisor
   std::vector<Scalar> q;          // the scaled query tile, packed (detail::pack_a)
-  std::vector<Scalar> s;          // (tq, tk): scores, then exp(scores - max), rows padded to W
-  std::vector<Scalar> p;          // the probabilities, packed for the product with V
+  std::vector<Scalar> s;          // (tq, tk): scores, then P = exp(scores - max), row r at r tk
   std::vector<Scalar> acc;        // (tq, d_v padded): running Σ P V
   std::vector<Scalar> max, sum;   // (tq): running row maximum and row sum
   // Only when statistics are asked for:
@@ -104,7 +106,6 @@ struct FusedScratch {
     const Index tile = checked_size<Scalar>(where, "a score tile", rows, call.tk);
     detail::allocate(q, checked_size<Scalar>(where, "a query tile", rows, d_head), Scalar(0), where, "a query tile");
     detail::allocate(s, tile, Scalar(0), where, "a score tile");
-    detail::allocate(p, tile, Scalar(0), where, "a probability tile");
     detail::allocate(acc, checked_size<Scalar>(where, "an output tile", rows, call.dv_padded()), Scalar(0), where,
                      "an output tile");
     detail::allocate(max, rows, Scalar(0), where, "row maxima");
@@ -117,68 +118,153 @@ struct FusedScratch {
   }
 };
 
-/// row[0, padded) <- exp(row - max) over whole packets, so that every entry goes through the same
-/// vectorised exp whatever its position (Eigen's .exp() sends a ragged tail to std::exp).
+/// max(start, row[0, visible)): whole packets first, then the ragged end one entry at a time.
 template <class Scalar>
-inline void exp_shifted(Scalar* row, Index padded, Scalar max) {
+inline Scalar row_max(const Scalar* row, Index visible, Scalar start) {
+  using namespace Eigen::internal;
+  using Packet = typename TileShape<Scalar>::Packet;
+  constexpr Index P = TileShape<Scalar>::packet;
+  Packet best = pset1<Packet>(start);
+  Index j = 0;
+  for (; j + P <= visible; j += P) best = pmax(best, ploadu<Packet>(row + j));
+  Scalar max = predux_max(best);
+  for (; j < visible; ++j) max = std::max(max, row[j]);
+  return max;
+}
+
+/// row[0, visible) <- exp(row - max), row[visible, end) <- 0, and returns the sum of row[0, end)
+/// with end >= visible. Whole packets: every entry goes through the same vectorised exp whatever
+/// its position (Eigen's .exp() sends a ragged tail to std::exp); the zeros past the visible
+/// entries are the mask, never exp(-inf) (which Eigen's exp does not send to 0). The sum adds the
+/// packets in order, then one fixed reduction tree: trailing zero packets change no bit.
+template <class Scalar>
+inline Scalar exp_and_sum(Scalar* row, Index visible, Index end, Scalar max) {
   using namespace Eigen::internal;
   using Packet = typename TileShape<Scalar>::Packet;
   constexpr Index P = TileShape<Scalar>::packet;
   const Packet m = pset1<Packet>(max);
-  for (Index j = 0; j < padded; j += P) pstoreu(row + j, pexp(psub(ploadu<Packet>(row + j), m)));
-}
-
-/// Σ row[0, padded), packet lanes first then one fixed reduction tree: the same order for any
-/// padded length (entries past the visible ones are exact zeros and change nothing).
-template <class Scalar>
-inline Scalar packet_sum(const Scalar* row, Index padded) {
-  using namespace Eigen::internal;
-  using Packet = typename TileShape<Scalar>::Packet;
-  constexpr Index P = TileShape<Scalar>::packet;
+  const Index whole = visible / P * P;
   Packet total = pset1<Packet>(Scalar(0));
-  for (Index j = 0; j < padded; j += P) total = padd(total, ploadu<Packet>(row + j));
+  for (Index j = 0; j < whole; j += P) {
+    const Packet e = pexp(psub(ploadu<Packet>(row + j), m));
+    pstoreu(row + j, e);
+    total = padd(total, e);
+  }
+  Index written = visible;
+  if (whole < visible) {  // the packet the visible entries end in: exp, then the mask
+    pstoreu(row + whole, pexp(psub(ploadu<Packet>(row + whole), m)));
+    written = whole + P;
+    std::fill(row + visible, row + written, Scalar(0));
+    total = padd(total, ploadu<Packet>(row + whole));
+  }
+  if (end > written) std::fill(row + written, row + end, Scalar(0));
   return predux(total);
 }
 
-/// The online softmax of one key tile [j0, j0 + cols) for the query rows i0 .. i0 + rows - 1 of
-/// head h: each row of w.s (scores, `padded` wide) becomes exp(s - m') on its visible keys and
-/// exact zeros elsewhere; the running maximum, sum, accumulator (and statistics) are rescaled.
+/// acc[0, width) *= factor, by packets (width a multiple of the packet size).
+template <class Scalar>
+inline void scale_row(Scalar* acc, Index width, Scalar factor) {
+  using namespace Eigen::internal;
+  using Packet = typename TileShape<Scalar>::Packet;
+  constexpr Index P = TileShape<Scalar>::packet;
+  const Packet f = pset1<Packet>(factor);
+  for (Index c = 0; c < width; c += P) pstoreu(acc + c, pmul(ploadu<Packet>(acc + c), f));
+}
+
+/// Keys of the key tile [j0, j0 + cols) that query row i sees: a prefix of the tile.
+template <class Scalar>
+inline Index visible_in_tile(const FusedCall<Scalar>& call, Index i, Index j0, Index cols) {
+  return std::clamp<Index>(call.visible(i) - j0, 0, cols);
+}
+
+/// S = Qs K[j0 : j0 + cols]ᵀ for the rows i0 .. i0 + rows - 1, sliver by sliver of R rows, each
+/// only over the key panels its last (most seeing) row sees: the part of a diagonal tile above the
+/// diagonal is never computed. Row r of S at w.s + r tk.
+template <class Scalar>
+void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index j0, Index cols,
+                Index g) {
+  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+  const Index d_head = call.kv.d_head(), stride = call.kv.key_panel_stride();
+  for (Index r0 = 0; r0 < rows; r0 += R) {
+    const Index nr = std::min(R, rows - r0);
+    const Index width = (visible_in_tile(call, i0 + r0 + nr - 1, j0, cols) + W - 1) / W * W;
+    for (Index c0 = 0; c0 < width; c0 += W)
+      micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(
+          nr, d_head, w.q.data() + r0 * d_head, 0, call.kv.keys(g) + (j0 + c0) / W * stride, w.s.data() + r0 * call.tk + c0,
+          call.tk);
+  }
+}
+
+/// Statistics, before exp: the scores of the first key, of the key before the query and the
+/// largest (first if tied), and a copy of the visible scores for record_dot.
+template <class Scalar>
+void record_scores(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index r, Index j0, Index visible) {
+  const Scalar* row = w.s.data() + r * call.tk;
+  const Index previous = call.n_k() - call.n_q() + i0 + r - 1 - j0;  // the key before the query, in this tile
+  if (j0 == 0) w.first[static_cast<std::size_t>(r)] = row[0];
+  if (previous >= 0 && previous < visible) w.previous[static_cast<std::size_t>(r)] = row[previous];
+  const Scalar* best = std::max_element(row, row + visible);
+  if (*best > w.best[static_cast<std::size_t>(r)]) w.best[static_cast<std::size_t>(r)] = *best, w.best_at[static_cast<std::size_t>(r)] = j0 + (best - row);
+  std::copy(row, row + visible, w.raw.begin());
+}
+
+/// Statistics, after exp: dot = Σ_j exp(s_j - max) (s_j - max), shifted by the running max like the
+/// sum, so that the entropy log(sum) - dot / sum does not cancel when it is near 0. Call before
+/// the row's sum and maximum are updated.
+template <class Scalar>
+void record_dot(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index r, Index visible, Scalar correction,
+                Scalar new_max) {
+  const Scalar* row = w.s.data() + r * call.tk;
+  const auto i = static_cast<std::size_t>(r);
+  Scalar dot = 0;
+  for (Index j = 0; j < visible; ++j) dot += row[j] * (w.raw[static_cast<std::size_t>(j)] - new_max);
+  const Scalar carried = w.sum[i] > Scalar(0) ? correction * (w.dot[i] + (w.max[i] - new_max) * w.sum[i]) : Scalar(0);
+  w.dot[i] = carried + dot;
+}
+
+/// The online softmax of one key tile [j0, j0 + cols) for the query rows i0 .. i0 + rows - 1:
+/// each row of w.s becomes P = exp(s - m') on its visible keys and exact zeros after them, as far
+/// as its sliver's product with V reads; the running maximum, sum, accumulator (and statistics)
+/// are rescaled.
 template <class Scalar>
 void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index j0,
-                         Index cols, Index padded) {
-  const Index dv = call.kv.d_v(), dv_padded = call.dv_padded();
+                         Index cols) {
+  constexpr Index R = TileShape<Scalar>::rows;
+  const Index dv_padded = call.dv_padded();
   for (Index r = 0; r < rows; ++r) {
-    // Keys of this tile that query i0 + r sees: a prefix of the tile (all of it below the diagonal).
-    const Index visible = std::clamp<Index>(call.visible(i0 + r) - j0, 0, cols);
-    Scalar* row = w.s.data() + r * padded;
+    const Index visible = visible_in_tile(call, i0 + r, j0, cols);
+    const Index sliver_end = std::min(rows, r / R * R + R);  // the product with V reads this far:
+    const Index depth = visible_in_tile(call, i0 + sliver_end - 1, j0, cols);  // its last row's keys
+    Scalar* row = w.s.data() + r * call.tk;
     if (visible == 0) {
-      std::fill(row, row + padded, Scalar(0));
+      std::fill(row, row + depth, Scalar(0));
       continue;
     }
-    const Scalar* tile_max = std::max_element(row, row + visible);
-    const Scalar new_max = std::max(w.max[r], *tile_max);
+    const Scalar new_max = row_max(row, visible, w.max[r]);
     const Scalar correction = std::exp(w.max[r] - new_max);  // exp(-inf) = 0 on the first tile
-    if (call.statistics) {  // read the scores before exp overwrites them
-      const Index previous = call.n_k() - call.n_q() + i0 + r - 1 - j0;  // the key before the query, in this tile
-      if (j0 == 0) w.first[r] = row[0];
-      if (previous >= 0 && previous < visible) w.previous[r] = row[previous];
-      if (*tile_max > w.best[r]) w.best[r] = *tile_max, w.best_at[r] = j0 + (tile_max - row);
-      std::copy(row, row + visible, w.raw.begin());
-    }
-    exp_shifted(row, padded, new_max);
-    std::fill(row + visible, row + padded, Scalar(0));  // the mask: exact zeros, never exp(-inf)
-    if (call.statistics) {
-      // dot = Σ_j exp(s_j - max) (s_j - max), shifted by the running max like the sum, so
-      // that the entropy log(sum) - dot / sum does not cancel when it is near 0.
-      Scalar dot = 0;
-      for (Index j = 0; j < visible; ++j) dot += row[j] * (w.raw[static_cast<std::size_t>(j)] - new_max);
-      const Scalar carried = w.sum[r] > Scalar(0) ? correction * (w.dot[r] + (w.max[r] - new_max) * w.sum[r]) : Scalar(0);
-      w.dot[r] = carried + dot;
-    }
-    w.sum[r] = w.sum[r] * correction + packet_sum(row, padded);
-    if (correction != Scalar(1))
-      for (Index c = 0; c < dv; ++c) w.acc[r * dv_padded + c] *= correction;
+    if (call.statistics) record_scores(call, w, i0, r, j0, visible);  // before exp overwrites them
+    const Scalar tile_sum = exp_and_sum(row, visible, depth, new_max);
+    if (call.statistics) record_dot(call, w, r, visible, correction, new_max);
+    w.sum[r] = w.sum[r] * correction + tile_sum;
+    if (correction != Scalar(1)) scale_row(w.acc.data() + r * dv_padded, dv_padded, correction);
     w.max[r] = new_max;
+  }
+}
+
+/// acc += P V[j0 : j0 + cols] for the rows i0 .. i0 + rows - 1, sliver by sliver, each over the
+/// keys its last row sees, P read in place from w.s (rows of tk), V from its packed panels.
+template <class Scalar>
+void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index j0, Index cols,
+                Index g) {
+  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+  const Index dv_padded = call.dv_padded(), stride = call.kv.value_panel_stride();
+  for (Index r0 = 0; r0 < rows; r0 += R) {
+    const Index nr = std::min(R, rows - r0);
+    const Index depth = visible_in_tile(call, i0 + r0 + nr - 1, j0, cols);
+    for (Index c0 = 0; c0 < dv_padded && depth > 0; c0 += W)
+      micro_kernel_rows<Scalar, ALayout::rows>(nr, depth, w.s.data() + r0 * call.tk, call.tk,
+                                               call.kv.values(g) + c0 / W * stride + j0 * W,
+                                               w.acc.data() + r0 * dv_padded + c0, dv_padded);
   }
 }
 
@@ -207,10 +293,20 @@ void normalise_rows(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w
   }
 }
 
+/// The phases of a job, for measuring where the kernel's time goes (BM_CorePhases in
+/// bench/bench_attention.cpp): attend_query_tile tells its clock each time it enters one.
+enum class FusedPhase { query, scores, softmax, pack, values, normalise };
+constexpr int fused_phase_count = 6;
+
+/// The clock of the library's own calls: it does nothing, and the compiler removes it.
+struct NoPhaseClock {
+  void enter(FusedPhase) {}
+};
+
 /// One job: head h on the query tile starting at i0 (passes 1 to 3 at the top of this file).
-template <class Scalar>
-void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h) {
-  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+template <class Scalar, class Clock>
+void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock) {
+  constexpr Index R = TileShape<Scalar>::rows;
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   const Index d_head = call.kv.d_head(), g = h / call.group;
   const Index rows = std::min(call.tq, call.n_q() - i0);
@@ -224,6 +320,7 @@ void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, I
   }
 
   // pass 1: the query tile, scaled once and packed for the score product.
+  clock.enter(FusedPhase::query);
   auto scaled = w.scaled.topRows(rows);
   scaled.noalias() = call.q.block(i0, h * d_head, rows, d_head) * call.inv_divisor;
   pack_a<Scalar>(rows, d_head, {w.scaled.data(), d_head}, w.q.data());
@@ -232,20 +329,55 @@ void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, I
   const Index keys_seen = call.visible(i0 + rows - 1);
   for (Index j0 = 0; j0 < keys_seen; j0 += call.tk) {
     const Index cols = std::min(call.tk, keys_seen - j0);
-    const Index padded = (cols + W - 1) / W * W;
-    // S = Qs K[j0 : j0 + cols]ᵀ, from the packed key panels.
-    std::fill(w.s.begin(), w.s.begin() + rows * padded, Scalar(0));
-    multiply_packed<Scalar>(rows, padded, d_head, w.q.data(), call.kv.keys(g) + (j0 / W) * call.kv.key_panel_stride(),
-                            call.kv.key_panel_stride(), w.s.data(), padded);
-    online_softmax_tile(call, w, i0, rows, j0, cols, padded);
-    // acc += P V[j0 : j0 + cols]: P packed over its cols keys, V's panels from row j0.
-    pack_a<Scalar>(rows, cols, {w.s.data(), padded}, w.p.data());
-    multiply_packed<Scalar>(rows, call.dv_padded(), cols, w.p.data(), call.kv.values(g) + j0 * W,
-                            call.kv.value_panel_stride(), w.acc.data(), call.dv_padded());
+    clock.enter(FusedPhase::scores);
+    score_tile(call, w, i0, rows, j0, cols, g);
+    clock.enter(FusedPhase::softmax);
+    online_softmax_tile(call, w, i0, rows, j0, cols);
+    clock.enter(FusedPhase::values);
+    value_tile(call, w, i0, rows, j0, cols, g);
   }
 
   // pass 3: normalise.
+  clock.enter(FusedPhase::normalise);
   normalise_rows(call, w, i0, rows, h);
+}
+
+/// Runs every (head, query tile) job of `call` on `threads` threads, longest first; returns each
+/// thread's clock. Scratch is allocated before the loop; an exception in a job reaches the caller.
+template <class Scalar, class Clock = NoPhaseClock>
+std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads) {
+  constexpr Index R = TileShape<Scalar>::rows;
+  if (call.logsumexp) call.logsumexp->resize(call.n_heads, call.n_q());
+  if (call.statistics) call.statistics->resize(call.n_heads, call.n_q());
+  const std::vector<Index> tile_starts = query_tiles_by_cost(call.n_q(), call.tq, call.causal);
+  const Index n_jobs = static_cast<Index>(tile_starts.size()) * call.n_heads;
+  threads = static_cast<int>(std::clamp<Index>(n_jobs, 1, threads));
+  std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
+  for (auto& w : scratch) w.allocate(call, (call.tq + R - 1) / R * R);
+  std::vector<Clock> clocks(static_cast<std::size_t>(threads));
+
+  // Job j: tile j / n_heads (most expensive first), head j % n_heads.
+  ExceptionCarrier carrier;
+  HEADWISE_OMP(omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1))
+  for (Index job = 0; job < n_jobs; ++job)
+    carrier.run([&] {
+      const auto t = static_cast<std::size_t>(this_thread());
+      attend_query_tile(call, scratch[t], tile_starts[static_cast<std::size_t>(job / call.n_heads)],
+                        job % call.n_heads, clocks[t]);
+    });
+  carrier.rethrow();
+  return clocks;
+}
+
+/// The tile sizes used for n_q queries and n_k keys. Tiles larger than the input behave as tiles
+/// of the input's size (one tile covers everything either way, so no sum changes order), so
+/// scratch is sized by what is there. Key tiles are a multiple of W and start at multiples of
+/// themselves: a key's place in its panel, and so the order of every sum, is the same whatever
+/// n_k is.
+template <class Scalar>
+FusedTiles tiles_for(const FusedTiles& asked, Index n_q, Index n_k) {
+  constexpr Index W = TileShape<Scalar>::lanes;
+  return {std::min(asked.queries, std::max<Index>(n_q, 1)), (std::min(asked.keys, std::max<Index>(n_k, 1)) + W - 1) / W * W};
 }
 
 /// Throws unless the arguments of fused_attention_packed fit together.
@@ -281,36 +413,13 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
                             Matrix<Scalar>* logsumexp = nullptr, const AttentionOptions& options = {},
                             const FusedTiles& tiles = {}, RowStatistics<Scalar>* statistics = nullptr) {
   constexpr const char* where = "fused_multi_head_attention";
-  constexpr Index R = detail::TileShape<Scalar>::rows, W = detail::TileShape<Scalar>::lanes;
   detail::check_packed_call<Scalar>(q, n_heads, kv, z, tiles);
   const double divisor = resolve_divisor(options, kv.d_head(), where);
-  const Index n_q = q.rows(), n_k = kv.size();
-  // Tiles larger than the input behave as tiles of the input's size (one tile covers everything
-  // either way, so no sum changes order): scratch is sized by what is there. Key tiles start at
-  // multiples of tk, itself a multiple of W: a key's place in its panel, and so the order of every
-  // sum, is the same whatever n_k is.
-  const Index tq = std::min(tiles.queries, std::max<Index>(n_q, 1));
-  const Index tk = (std::min(tiles.keys, std::max<Index>(n_k, 1)) + W - 1) / W * W;
-  const detail::FusedCall<Scalar> call{q,    kv, z,  logsumexp, statistics, n_heads, n_heads / kv.n_kv_heads(),
-                                       tq,   tk, options.causal, static_cast<Scalar>(1.0 / divisor)};
-  if (logsumexp) logsumexp->resize(n_heads, n_q);
-  if (statistics) statistics->resize(n_heads, n_q);
-
-  const std::vector<Index> tile_starts = detail::query_tiles_by_cost(n_q, tq, options.causal);
-  const Index n_jobs = static_cast<Index>(tile_starts.size()) * n_heads;
-  const int threads = static_cast<int>(std::min<Index>(detail::thread_count(options), std::max<Index>(n_jobs, 1)));
-  std::vector<detail::FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
-  for (auto& w : scratch) w.allocate(call, (tq + R - 1) / R * R);
-
-  // Job j: tile j / n_heads (most expensive first), head j % n_heads.
-  detail::ExceptionCarrier carrier;
-HEADWISE_OMP(omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1))
-  for (Index job = 0; job < n_jobs; ++job)
-    carrier.run([&] {
-      detail::attend_query_tile(call, scratch[static_cast<std::size_t>(detail::this_thread())],
-                                tile_starts[static_cast<std::size_t>(job / n_heads)], job % n_heads);
-    });
-  carrier.rethrow();
+  const FusedTiles t = detail::tiles_for<Scalar>(tiles, q.rows(), kv.size());
+  const detail::FusedCall<Scalar> call{q,         kv,     z,       logsumexp, statistics,
+                                       n_heads,   n_heads / kv.n_kv_heads(), t.queries, t.keys,
+                                       options.causal, static_cast<Scalar>(1.0 / divisor)};
+  detail::run_fused_jobs(call, detail::thread_count(options));
 }
 
 /// Fused causal multi-head attention on heads laid side by side.
