@@ -278,7 +278,7 @@ class MultiHeadAttention {
   /// row t at position first_position + t) is finite, naming the token, the part and the head.
   /// With finite x and weights this catches X W + b overflowing (|x| near 1e38 in float).
   void check_projection(const Matrix<Scalar>& qkv, Index first_position, const char* where) const {
-    if (qkv.allFinite()) return;
+    if (detail::all_finite(qkv)) return;
     for (Index t = 0; t < qkv.rows(); ++t)
       for (Index c = 0; c < qkv.cols(); ++c) {
         if (std::isfinite(qkv(t, c))) continue;

@@ -65,15 +65,19 @@ class PackedKeysValues {
     // keys (exact zeros) by their values, and 0 x inf would carry a later token into earlier rows.
     require_finite_rows(where, "k", k, d_head_);
     require_finite_rows(where, "v", v, d_v_);
-    for (Index t = 0; t < k.rows(); ++t) {
-      const Index pos = size_ + t;
-      for (Index h = 0; h < n_kv_heads_; ++h) {
+    // Head by head: a value row is whole runs of W columns (copies); a key is one column of its
+    // panel (the transpose), which the W tokens sharing a panel fill in the same few cache lines.
+    for (Index h = 0; h < n_kv_heads_; ++h)
+      for (Index t = 0; t < k.rows(); ++t) {
+        const Index pos = size_ + t;
+        const Scalar* key = k.data() + t * k.outerStride() + h * d_head_;
         Scalar* kp = keys_.data() + h * key_head_size_ + (pos / lanes) * d_head_ * lanes + pos % lanes;
-        for (Index c = 0; c < d_head_; ++c) kp[c * lanes] = k(t, h * d_head_ + c);
+        for (Index c = 0; c < d_head_; ++c) kp[c * lanes] = key[c];
+        const Scalar* value = v.data() + t * v.outerStride() + h * d_v_;
         Scalar* vp = values_.data() + h * value_head_size_ + pos * lanes;
-        for (Index c = 0; c < d_v_; ++c) vp[(c / lanes) * rows_ * lanes + c % lanes] = v(t, h * d_v_ + c);
+        for (Index c0 = 0; c0 < d_v_; c0 += lanes)
+          std::copy_n(value + c0, std::min(lanes, d_v_ - c0), vp + (c0 / lanes) * rows_ * lanes);
       }
-    }
     size_ += k.rows();
   }
 
@@ -118,7 +122,7 @@ class PackedKeysValues {
   /// Throws unless m (rows to append) is finite, naming the first bad entry by position and head.
   void require_finite_rows(const char* where, const char* name, const Eigen::Ref<const Matrix<Scalar>>& m,
                                   Index width) const {
-    if (m.allFinite()) return;
+    if (detail::all_finite(m)) return;
     for (Index t = 0; t < m.rows(); ++t)
       for (Index c = 0; c < m.cols(); ++c)
         if (!std::isfinite(m(t, c)))
