@@ -185,14 +185,15 @@ void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0
                 Index g) {
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const Index d_head = call.kv.d_head(), stride = call.kv.key_panel_stride();
-  for (Index r0 = 0; r0 < rows; r0 += R) {
-    const Index nr = std::min(R, rows - r0);
-    const Index width = (visible_in_tile(call, i0 + r0 + nr - 1, j0, cols) + W - 1) / W * W;
-    for (Index c0 = 0; c0 < width; c0 += W)
+  // Panel by panel (a panel of keys stays in L1 while every sliver that sees it is multiplied).
+  for (Index c0 = 0; c0 < cols; c0 += W)
+    for (Index r0 = 0; r0 < rows; r0 += R) {
+      const Index nr = std::min(R, rows - r0);
+      if (c0 >= visible_in_tile(call, i0 + r0 + nr - 1, j0, cols)) continue;  // above the diagonal
       micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(
-          nr, d_head, w.q.data() + r0 * d_head, 0, call.kv.keys(g) + (j0 + c0) / W * stride, w.s.data() + r0 * call.tk + c0,
-          call.tk);
-  }
+          nr, d_head, w.q.data() + r0 * d_head, 0, call.kv.keys(g) + (j0 + c0) / W * stride,
+          w.s.data() + r0 * call.tk + c0, call.tk);
+    }
 }
 
 /// Statistics, before exp: the scores of the first key, of the key before the query and the
