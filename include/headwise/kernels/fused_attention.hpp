@@ -278,8 +278,10 @@ void normalise_rows(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w
   const Index dv = call.kv.d_v(), dv_padded = call.dv_padded();
   for (Index r = 0; r < rows; ++r) {
     const bool saw_something = call.visible(i0 + r) > 0;
-    for (Index c = 0; c < dv; ++c)
-      call.z(i0 + r, h * dv + c) = saw_something ? w.acc[r * dv_padded + c] / w.sum[r] : Scalar(0);
+    auto z_row = call.z.row(i0 + r).segment(h * dv, dv);
+    const Eigen::Map<const RowVector<Scalar>> acc(w.acc.data() + r * dv_padded, dv);
+    if (saw_something) z_row = acc / w.sum[r];  // a division, as the step-by-step path divides
+    else z_row.setZero();
     const Scalar lse = saw_something ? w.max[r] + std::log(w.sum[r]) : -std::numeric_limits<Scalar>::infinity();
     if (call.logsumexp) (*call.logsumexp)(h, i0 + r) = lse;
     if (!call.statistics) continue;
