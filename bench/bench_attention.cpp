@@ -134,8 +134,9 @@ BENCHMARK(BM_CoreFused)->Apply(fused_args)->Unit(benchmark::kMillisecond);
 // Where the fused core's time goes, phase by phase, on one thread: the kernel's own loop
 // (detail::run_fused_jobs) with a clock that reads the time at every phase change. Counters:
 // each phase's share of the time in percent (query: scale and pack the query tile; scores: the
-// Q Kᵀ tile product; softmax: row maxima, exp, sums, rescaling; pack: packing P for the product;
-// values: P V; normalise: Z = acc / l), and the GFLOP/s of the whole (timing costs ~1%).
+// Q Kᵀ tile product; softmax: row maxima, exp, sums, rescaling, P written for the product;
+// values: P V; normalise: Z = acc / l, and the next job's set-up), and the GFLOP/s of the whole
+// (timing costs ~1%). Issue 9's "before" kernel had a sixth phase, packing P; see bench/RESULTS.md.
 struct PhaseClock {
   using clock = std::chrono::steady_clock;
   std::array<double, headwise::detail::fused_phase_count> seconds{};
@@ -171,7 +172,7 @@ void BM_CorePhases(benchmark::State& state) {
   }
   double total = 0;
   for (double t : seconds) total += t;
-  const char* names[] = {"query%", "scores%", "softmax%", "pack%", "values%", "normalise%"};
+  const std::array<const char*, headwise::detail::fused_phase_count> names = {"query%", "scores%", "softmax%", "values%", "normalise%"};
   for (std::size_t p = 0; p < seconds.size(); ++p) state.counters[names[p]] = 100.0 * seconds[p] / total;
   set_counters(state, core_flops(n), n);
 }

@@ -298,8 +298,8 @@ void normalise_rows(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w
 
 /// The phases of a job, for measuring where the kernel's time goes (BM_CorePhases in
 /// bench/bench_attention.cpp): attend_query_tile tells its clock each time it enters one.
-enum class FusedPhase { query, scores, softmax, pack, values, normalise };
-constexpr int fused_phase_count = 6;
+enum class FusedPhase { query, scores, softmax, values, normalise };
+constexpr int fused_phase_count = 5;
 
 /// The clock of the library's own calls: it does nothing, and the compiler removes it.
 struct NoPhaseClock {
