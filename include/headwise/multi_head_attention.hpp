@@ -264,9 +264,9 @@ class MultiHeadAttention {
         const Index rows = std::min(chunk, x.rows() - i0);
         detail::product<Scalar>(x.middleRows(i0, rows), w_qkv_, part, threads);
         part.rowwise() += b_qkv_;
-        check_projection(part, kv.size(), where);
+        check_projection(part, kv.size(), where, threads);
         q.middleRows(i0, rows) = part.leftCols(width);
-        kv.append(part.middleCols(width, kv_width), part.rightCols(kv_width));
+        kv.append(part.middleCols(width, kv_width), part.rightCols(kv_width), threads);
       }
       fused_attention_packed<Scalar>(q, n_heads_, kv, z, extras.logsumexp, options, FusedTiles{}, extras.statistics);
       if (extras.q) *extras.q = std::move(q);
@@ -277,8 +277,8 @@ class MultiHeadAttention {
   /// Throws unless every Q, K and V of the projected rows qkv ((m, (n_heads + 2 n_kv_heads) d_head),
   /// row t at position first_position + t) is finite, naming the token, the part and the head.
   /// With finite x and weights this catches X W + b overflowing (|x| near 1e38 in float).
-  void check_projection(const Matrix<Scalar>& qkv, Index first_position, const char* where) const {
-    if (detail::all_finite(qkv)) return;
+  void check_projection(const Matrix<Scalar>& qkv, Index first_position, const char* where, int threads = 1) const {
+    if (detail::all_finite(qkv, threads)) return;
     for (Index t = 0; t < qkv.rows(); ++t)
       for (Index c = 0; c < qkv.cols(); ++c) {
         if (std::isfinite(qkv(t, c))) continue;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <exception>
 #include <mutex>
 #include <utility>
@@ -45,6 +46,18 @@ inline int this_thread() {
 #else
   return 0;
 #endif
+}
+
+/// all_finite(m) (errors.hpp) with the rows split over `threads` threads: for the checks that
+/// would otherwise be the serial part of a parallel call.
+template <class Derived>
+bool all_finite(const Derived& m, int threads) {
+  using Scalar = typename Derived::Scalar;
+  bool finite = true;
+  HEADWISE_OMP(omp parallel for num_threads(threads) reduction(&& : finite) if (threads > 1 && m.rows() >= 64))
+  for (Eigen::Index i = 0; i < m.rows(); ++i)
+    finite = finite && std::isfinite(static_cast<double>((m.row(i).array() * Scalar(0)).sum()));
+  return finite;
 }
 
 /// Keeps the first exception thrown inside a parallel loop and rethrows it after the loop:

@@ -11,7 +11,9 @@
 
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -73,23 +75,48 @@ inline double physical_memory_bytes() {
   return 0;
 }
 
-/// buffer.assign(count, value), refused with std::invalid_argument naming the request ("headwise:
-/// <where>: cannot allocate <count> elements ... for <what>") if it exceeds the machine's physical
-/// memory or the allocation fails.
+/// An allocator that leaves new elements of a trivial type uninitialised (vector::resize does not
+/// zero them): for a store that is filled as it is used, so that making it costs no pass over it.
 template <class T>
-void allocate(std::vector<T>& buffer, Index count, const T& value, const char* where, const char* what) {
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0) ::new (static_cast<void*>(p)) U;  // default-, not value-initialised
+    else ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+/// buffer.resize(count), or buffer.assign(count, *value) when a value is given, refused with
+/// std::invalid_argument naming the request ("headwise: <where>: cannot allocate <count> elements
+/// ... for <what>") if it exceeds the machine's physical memory or the allocation fails.
+template <class Vector, class T = typename Vector::value_type>
+void allocate(Vector& buffer, Index count, const T* value, const char* where, const char* what) {
   constexpr double gib = 1 << 30;
   const double bytes = static_cast<double>(count) * static_cast<double>(sizeof(T)), memory = physical_memory_bytes();
   if (memory > 0 && bytes > memory)
     invalid(where, "cannot allocate ", count, " elements of ", sizeof(T), " bytes (", bytes / gib, " GiB) for ", what,
             ": the machine has ", memory / gib, " GiB of memory");
   try {
-    buffer.assign(static_cast<std::size_t>(count), value);
+    if (value) buffer.assign(static_cast<std::size_t>(count), *value);
+    else buffer.resize(static_cast<std::size_t>(count));
   } catch (const std::bad_alloc&) {
     invalid(where, "cannot allocate ", count, " elements of ", sizeof(T), " bytes (", bytes / gib, " GiB) for ", what);
   } catch (const std::length_error&) {
     invalid(where, "cannot allocate ", count, " elements of ", sizeof(T), " bytes for ", what);
   }
+}
+
+/// buffer.assign(count, value), checked as above.
+template <class T>
+void allocate(std::vector<T>& buffer, Index count, const T& value, const char* where, const char* what) {
+  allocate(buffer, count, &value, where, what);
 }
 
 }  // namespace headwise::detail

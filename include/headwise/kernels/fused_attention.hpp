@@ -397,7 +397,6 @@ void check_packed_call(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads,
     invalid(where, "z is ", z.rows(), "x", z.cols(), ", expected ", q.rows(), "x", n_heads * kv.d_v());
   if (tiles.queries <= 0 || tiles.keys <= 0)
     invalid(where, "tile sizes must be > 0, got ", tiles.queries, " and ", tiles.keys);
-  require_finite(where, "q", q);
 }
 
 }  // namespace detail
@@ -418,6 +417,7 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
   constexpr const char* where = "fused_multi_head_attention";
   detail::check_packed_call<Scalar>(q, n_heads, kv, z, tiles);
   const double divisor = resolve_divisor(options, kv.d_head(), where);
+  if (!detail::all_finite(q, detail::thread_count(options))) detail::require_finite(where, "q", q);
   const FusedTiles t = detail::tiles_for<Scalar>(tiles, q.rows(), kv.size());
   const detail::FusedCall<Scalar> call{q,         kv,     z,       logsumexp, statistics,
                                        n_heads,   n_heads / kv.n_kv_heads(), t.queries, t.keys,
@@ -451,7 +451,7 @@ void fused_multi_head_attention(const Eigen::Ref<const Matrix<Scalar>>& q,
   if (v.cols() % n_kv_heads != 0 || v.cols() == 0)
     detail::invalid(where, "v has ", v.cols(), " columns, not divisible by n_kv_heads = ", n_kv_heads);
   PackedKeysValues<Scalar> kv(k.rows(), n_kv_heads, d_head, v.cols() / n_kv_heads);
-  kv.append(k, v);
+  kv.append(k, v, detail::thread_count(options));
   fused_attention_packed<Scalar>(q, n_heads, kv, z, logsumexp, options, tiles);
 }
 

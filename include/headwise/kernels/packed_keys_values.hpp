@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
@@ -40,8 +41,11 @@ class PackedKeysValues {
     value_head_size_ = detail::checked_size<Scalar>(where, "one head's values", rows_, round_up(d_v_));
     const Index key_count = detail::checked_size<Scalar>(where, "the keys", n_kv_heads_, key_head_size_);
     const Index value_count = detail::checked_size<Scalar>(where, "the values", n_kv_heads_, value_head_size_);
-    detail::allocate(keys_, key_count, Scalar(0), where, "the keys");
-    detail::allocate(values_, value_count, Scalar(0), where, "the values");
+    // Not zeroed here: append zeroes each key panel as its first token arrives (the kernel reads a
+    // panel's columns past size() and masks them) and the padding columns of each value row; value
+    // rows past size() are never read. Making a store costs no pass over it.
+    detail::allocate(keys_, key_count, static_cast<const Scalar*>(nullptr), where, "the keys");
+    detail::allocate(values_, value_count, static_cast<const Scalar*>(nullptr), where, "the values");
   }
 
   Index size() const { return size_; }
@@ -51,7 +55,8 @@ class PackedKeysValues {
   Index d_v() const { return d_v_; }
 
   /// Appends m tokens. k: (m, n_kv_heads d_head), v: (m, n_kv_heads d_v), head by head in columns.
-  void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v) {
+  /// With threads > 1, heads are packed in parallel (OpenMP); the store is the same either way.
+  void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v, int threads = 1) {
     constexpr const char* where = "PackedKeysValues::append";
     if (k.cols() != n_kv_heads_ * d_head_)
       detail::invalid(where, "k has ", k.cols(), " columns, expected n_kv_heads d_head = ", n_kv_heads_ * d_head_);
@@ -63,20 +68,26 @@ class PackedKeysValues {
                       capacity_, " tokens");
     // Everything stored is finite: the kernel multiplies the probabilities of a query's future
     // keys (exact zeros) by their values, and 0 x inf would carry a later token into earlier rows.
-    require_finite_rows(where, "k", k, d_head_);
-    require_finite_rows(where, "v", v, d_v_);
+    threads = static_cast<int>(std::clamp<Index>(n_kv_heads_, 1, std::max(threads, 1)));
+    if (!detail::all_finite(k, threads)) require_finite_rows(where, "k", k, d_head_);
+    if (!detail::all_finite(v, threads)) require_finite_rows(where, "v", v, d_v_);
     // Head by head: a value row is whole runs of W columns (copies); a key is one column of its
     // panel (the transpose), which the W tokens sharing a panel fill in the same few cache lines.
+    HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1 && k.rows() >= 64))
     for (Index h = 0; h < n_kv_heads_; ++h)
       for (Index t = 0; t < k.rows(); ++t) {
         const Index pos = size_ + t;
         const Scalar* key = k.data() + t * k.outerStride() + h * d_head_;
-        Scalar* kp = keys_.data() + h * key_head_size_ + (pos / lanes) * d_head_ * lanes + pos % lanes;
-        for (Index c = 0; c < d_head_; ++c) kp[c * lanes] = key[c];
+        Scalar* panel = keys_.data() + h * key_head_size_ + (pos / lanes) * d_head_ * lanes;
+        if (pos % lanes == 0) std::fill(panel, panel + d_head_ * lanes, Scalar(0));  // a new panel
+        for (Index c = 0; c < d_head_; ++c) panel[c * lanes + pos % lanes] = key[c];
         const Scalar* value = v.data() + t * v.outerStride() + h * d_v_;
         Scalar* vp = values_.data() + h * value_head_size_ + pos * lanes;
-        for (Index c0 = 0; c0 < d_v_; c0 += lanes)
-          std::copy_n(value + c0, std::min(lanes, d_v_ - c0), vp + (c0 / lanes) * rows_ * lanes);
+        for (Index c0 = 0; c0 < d_v_; c0 += lanes) {
+          const Index width = std::min(lanes, d_v_ - c0);
+          std::copy_n(value + c0, width, vp + (c0 / lanes) * rows_ * lanes);
+          std::fill(vp + (c0 / lanes) * rows_ * lanes + width, vp + (c0 / lanes) * rows_ * lanes + lanes, Scalar(0));
+        }
       }
     size_ += k.rows();
   }
@@ -132,7 +143,7 @@ class PackedKeysValues {
 
   Index capacity_, n_kv_heads_, d_head_, d_v_;
   Index rows_ = 0, key_head_size_ = 0, value_head_size_ = 0, size_ = 0;
-  std::vector<Scalar> keys_, values_;
+  std::vector<Scalar, detail::UninitializedAllocator<Scalar>> keys_, values_;
 };
 
 }  // namespace headwise
