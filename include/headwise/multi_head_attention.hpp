@@ -296,7 +296,7 @@ class MultiHeadAttention {
     Matrix<Scalar> qkv;
     detail::product<Scalar>(x, w_qkv_, qkv, threads);
     qkv.rowwise() += b_qkv_;
-    check_projection(qkv, 0, where);
+    check_projection(qkv, 0, where, threads);
     return qkv;
   }
   Matrix<Scalar> output_of(const Eigen::Ref<const Matrix<Scalar>>& z, int threads) const {

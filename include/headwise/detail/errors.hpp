@@ -25,13 +25,19 @@ template <class... Parts>
   throw std::invalid_argument(message(where, std::forward<Parts>(parts)...));
 }
 
-/// True if every entry of m is finite: x * 0 is 0 for finite x and NaN for inf or NaN, so one
-/// vectorised sum per row tells (Eigen's allFinite is several times slower on strided blocks).
+/// True if every entry of row i of m is finite: x * 0 is 0 for finite x and NaN for inf or NaN,
+/// so one vectorised sum tells (Eigen's allFinite is several times slower on strided blocks).
+template <class Derived>
+bool row_is_finite(const Derived& m, Eigen::Index i) {
+  using Scalar = typename Derived::Scalar;
+  return std::isfinite(static_cast<double>((m.row(i).array() * Scalar(0)).sum()));
+}
+
+/// True if every entry of m is finite (row_is_finite on each row).
 template <class Derived>
 bool all_finite(const Derived& m) {
-  using Scalar = typename Derived::Scalar;
   for (Eigen::Index i = 0; i < m.rows(); ++i)
-    if (!std::isfinite(static_cast<double>((m.row(i).array() * Scalar(0)).sum()))) return false;
+    if (!row_is_finite(m, i)) return false;
   return true;
 }
 

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <atomic>
-#include <cmath>
 #include <exception>
 #include <mutex>
 #include <utility>
@@ -17,6 +16,7 @@
 #include <omp.h>
 #endif
 
+#include "headwise/detail/errors.hpp"
 #include "headwise/options.hpp"
 
 /// An OpenMP pragma, or nothing when OpenMP is off (so that a build without it has no unknown
@@ -51,12 +51,10 @@ inline int this_thread() {
 /// all_finite(m) (errors.hpp) with the rows split over `threads` threads: for the checks that
 /// would otherwise be the serial part of a parallel call.
 template <class Derived>
-bool all_finite(const Derived& m, int threads) {
-  using Scalar = typename Derived::Scalar;
+bool all_finite(const Derived& m, [[maybe_unused]] int threads) {  // unused without OpenMP
   bool finite = true;
   HEADWISE_OMP(omp parallel for num_threads(threads) reduction(&& : finite) if (threads > 1 && m.rows() >= 64))
-  for (Eigen::Index i = 0; i < m.rows(); ++i)
-    finite = finite && std::isfinite(static_cast<double>((m.row(i).array() * Scalar(0)).sum()));
+  for (Eigen::Index i = 0; i < m.rows(); ++i) finite = finite && row_is_finite(m, i);
   return finite;
 }
 

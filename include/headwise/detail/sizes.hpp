@@ -6,7 +6,8 @@
 // buffer of Scalar, instead of letting it wrap around to a small buffer that a later write overruns.
 // A size that fits but that the machine cannot provide is refused the same way by allocate: a
 // buffer larger than the machine's physical memory before anything is allocated (every buffer here
-// is filled when made, so it would have to be resident), and any other std::bad_alloc after.
+// is filled when made or as it is used, so it would have to be resident), and any other
+// std::bad_alloc after.
 #pragma once
 
 #include <cstddef>
@@ -97,7 +98,7 @@ struct UninitializedAllocator : std::allocator<T> {
 /// std::invalid_argument naming the request ("headwise: <where>: cannot allocate <count> elements
 /// ... for <what>") if it exceeds the machine's physical memory or the allocation fails.
 template <class Vector, class T = typename Vector::value_type>
-void allocate(Vector& buffer, Index count, const T* value, const char* where, const char* what) {
+void allocate_checked(Vector& buffer, Index count, const T* value, const char* where, const char* what) {
   constexpr double gib = 1 << 30;
   const double bytes = static_cast<double>(count) * static_cast<double>(sizeof(T)), memory = physical_memory_bytes();
   if (memory > 0 && bytes > memory)
@@ -116,7 +117,14 @@ void allocate(Vector& buffer, Index count, const T* value, const char* where, co
 /// buffer.assign(count, value), checked as above.
 template <class T>
 void allocate(std::vector<T>& buffer, Index count, const T& value, const char* where, const char* what) {
-  allocate(buffer, count, &value, where, what);
+  allocate_checked(buffer, count, &value, where, what);
+}
+
+/// buffer.resize(count) with elements left uninitialised (UninitializedAllocator), checked as above.
+template <class T>
+void allocate_uninitialized(std::vector<T, UninitializedAllocator<T>>& buffer, Index count, const char* where,
+                            const char* what) {
+  allocate_checked(buffer, count, static_cast<const T*>(nullptr), where, what);
 }
 
 }  // namespace headwise::detail

@@ -47,19 +47,13 @@ struct MatrixView {
   bool transposed = false;  // true: the view is of the transpose, element (i, j) at data[j * stride + i]
 };
 
-/// How the micro-kernel reads A and starts C.
+/// How the micro-kernel reads A.
 enum class ALayout { packed, rows };  // a[k R + r] (pack_a), or a[r lda + k] (a row-major tile)
 
-/// c (Rows x W, leading dimension ldc) continues its chains: c += a b over `depth` (or, with
-/// Accumulate false, c = a b: the chains start from 0 and c is not read).
-/// a: an R-row sliver of which the first Rows rows are used, packed (a[k R + r]) or row-major
-/// (a[r lda + k]); b_packed: depth x W. Each row is the same chain of packet multiply-adds
-/// whatever Rows and the layout of A are, so a short sliver (a decoding step's single query) costs
-/// one row, not R, and gives the bits it would give in a full one. Written with Eigen's packet
-/// primitives so that the 2 Rows accumulators stay in registers (plain loops vectorise the wrong way).
-/// The micro-kernel's body for the rows r... of a sliver. The rows are spelled out by a pack
-/// expansion, not a loop, so that every accumulator has a constant index and stays in a register
-/// (with a loop over r, GCC 12 keeps the 2 Rows accumulators in memory and reloads them per k).
+/// The body of micro_kernel (below) for the rows r... of a sliver. The rows are spelled out by a
+/// pack expansion, not a loop, so that every accumulator has a constant index and stays in a
+/// register (with a loop over r, GCC 12 keeps the 2 Rows accumulators in memory and reloads them
+/// per k).
 template <class Scalar, ALayout Layout, bool Accumulate, Index... r>
 inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth, const Scalar* a, Index lda,
                                  const Scalar* b, Scalar* c, Index ldc) {
@@ -86,6 +80,13 @@ inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth
   (pstoreu(c + r * ldc + P, acc1[r]), ...);
 }
 
+/// c (Rows x W, leading dimension ldc) continues its chains: c += a b over `depth` (or, with
+/// Accumulate false, c = a b: the chains start from 0 and c is not read).
+/// a: an R-row sliver of which the first Rows rows are used, packed (a[k R + r]) or row-major
+/// (a[r lda + k]); b: depth x W, packed. Each row is the same chain of packet multiply-adds
+/// whatever Rows and the layout of A are, so a short sliver (a decoding step's single query) costs
+/// one row, not R, and gives the bits it would give in a full one. Written with Eigen's packet
+/// primitives so that the 2 Rows accumulators stay in registers (plain loops vectorise the wrong way).
 template <class Scalar, int Rows, ALayout Layout = ALayout::packed, bool Accumulate = true>
 inline void micro_kernel(Index depth, const Scalar* a, Index lda, const Scalar* b, Scalar* c, Index ldc) {
   static_assert(Rows >= 1 && Rows <= TileShape<Scalar>::rows, "a sliver has at most R rows");
@@ -221,7 +222,7 @@ void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const M
   const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads, panels)));
   const MatrixView<Scalar> av{a.data(), a.outerStride()}, bv{b.data(), b.outerStride()};
   ExceptionCarrier carrier;  // scratch allocation may throw; no exception may leave the region
-HEADWISE_OMP(omp parallel for num_threads(parts) schedule(static) if (parts > 1))
+  HEADWISE_OMP(omp parallel for num_threads(parts) schedule(static) if (parts > 1))
   for (int part = 0; part < parts; ++part)
     carrier.run([&] {
       const Index first = panels * part / parts * W, last = std::min(m, panels * (part + 1) / parts * W);

@@ -46,7 +46,7 @@ namespace headwise {
 /// up to a multiple of the micro-tile width). 128 x 128 measured best at d_head 64 on AMD EPYC
 /// (Zen 3), float32, n = 2048: 37 GFLOP/s against 33 for 64 x 64 and 26 for 32 x 32 (measured with
 /// Eigen tile products, bench/RESULTS.md); larger tiles amortise the per-tile work (packing the
-/// query and probability tiles, the online-softmax bookkeeping).
+/// query tile, the online-softmax bookkeeping).
 struct FusedTiles {
   Index queries = 128;
   Index keys = 128;

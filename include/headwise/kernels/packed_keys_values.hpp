@@ -44,8 +44,8 @@ class PackedKeysValues {
     // Not zeroed here: append zeroes each key panel as its first token arrives (the kernel reads a
     // panel's columns past size() and masks them) and the padding columns of each value row; value
     // rows past size() are never read. Making a store costs no pass over it.
-    detail::allocate(keys_, key_count, static_cast<const Scalar*>(nullptr), where, "the keys");
-    detail::allocate(values_, value_count, static_cast<const Scalar*>(nullptr), where, "the values");
+    detail::allocate_uninitialized(keys_, key_count, where, "the keys");
+    detail::allocate_uninitialized(values_, value_count, where, "the values");
   }
 
   Index size() const { return size_; }
@@ -130,10 +130,9 @@ class PackedKeysValues {
     if (j < 0 || j >= size_) detail::invalid(where, "token ", j, " out of range [0, ", size_, ") (the tokens held)");
     if (c < 0 || c >= width) detail::invalid(where, "component ", c, " out of range [0, ", width, ")");
   }
-  /// Throws unless m (rows to append) is finite, naming the first bad entry by position and head.
+  /// Throws naming the first non-finite entry of m (rows to append) by position and head.
   void require_finite_rows(const char* where, const char* name, const Eigen::Ref<const Matrix<Scalar>>& m,
-                                  Index width) const {
-    if (detail::all_finite(m)) return;
+                           Index width) const {
     for (Index t = 0; t < m.rows(); ++t)
       for (Index c = 0; c < m.cols(); ++c)
         if (!std::isfinite(m(t, c)))
