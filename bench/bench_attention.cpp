@@ -131,6 +131,25 @@ void BM_CoreFused(benchmark::State& state) {
 }
 BENCHMARK(BM_CoreFused)->Apply(fused_args)->Unit(benchmark::kMillisecond);
 
+// The fused core on keys and values already packed (a prefill into a cache, or a second call on
+// the same keys): BM_CoreFused without the packing, to tell the kernel's scaling from the pack's.
+void BM_CorePacked(benchmark::State& state) {
+  const Index n = state.range(0);
+  headwise::AttentionOptions options;
+  options.threads = use_threads(state, 1);
+  const Mat qkv = random_matrix(n, 3 * d_model, 7);
+  headwise::PackedKeysValues<float> kv(n, n_heads, d_head, d_head);
+  kv.append(qkv.middleCols(d_model, d_model), qkv.rightCols(d_model));
+  Mat z(n, d_model);
+  for (auto _ : state) {
+    headwise::fused_attention_packed<float>(qkv.leftCols(d_model), n_heads, kv, z, nullptr, options);
+    benchmark::DoNotOptimize(z.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, core_flops(n), n);
+}
+BENCHMARK(BM_CorePacked)->Apply(fused_args)->Unit(benchmark::kMillisecond);
+
 // Where the fused core's time goes, phase by phase, on one thread: the kernel's own loop
 // (detail::run_fused_jobs) with a clock that reads the time at every phase change. Counters:
 // each phase's share of the time in percent (query: scale and pack the query tile; scores: the

@@ -71,24 +71,13 @@ class PackedKeysValues {
     threads = static_cast<int>(std::clamp<Index>(n_kv_heads_, 1, std::max(threads, 1)));
     if (!detail::all_finite(k, threads)) require_finite_rows(where, "k", k, d_head_);
     if (!detail::all_finite(v, threads)) require_finite_rows(where, "v", v, d_v_);
-    // Head by head: a value row is whole runs of W columns (copies); a key is one column of its
-    // panel (the transpose), which the W tokens sharing a panel fill in the same few cache lines.
+    // Head by head, panel by panel: the keys of the tokens that share a key panel are one block
+    // transposed into it, the values one block copied into each value panel.
     HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1 && k.rows() >= 64))
-    for (Index h = 0; h < n_kv_heads_; ++h)
-      for (Index t = 0; t < k.rows(); ++t) {
-        const Index pos = size_ + t;
-        const Scalar* key = k.data() + t * k.outerStride() + h * d_head_;
-        Scalar* panel = keys_.data() + h * key_head_size_ + (pos / lanes) * d_head_ * lanes;
-        if (pos % lanes == 0) std::fill(panel, panel + d_head_ * lanes, Scalar(0));  // a new panel
-        for (Index c = 0; c < d_head_; ++c) panel[c * lanes + pos % lanes] = key[c];
-        const Scalar* value = v.data() + t * v.outerStride() + h * d_v_;
-        Scalar* vp = values_.data() + h * value_head_size_ + pos * lanes;
-        for (Index c0 = 0; c0 < d_v_; c0 += lanes) {
-          const Index width = std::min(lanes, d_v_ - c0);
-          std::copy_n(value + c0, width, vp + (c0 / lanes) * rows_ * lanes);
-          std::fill(vp + (c0 / lanes) * rows_ * lanes + width, vp + (c0 / lanes) * rows_ * lanes + lanes, Scalar(0));
-        }
-      }
+    for (Index h = 0; h < n_kv_heads_; ++h) {
+      append_keys(h, k.middleCols(h * d_head_, d_head_));
+      append_values(h, v.middleCols(h * d_v_, d_v_));
+    }
     size_ += k.rows();
   }
 
@@ -130,6 +119,30 @@ class PackedKeysValues {
     if (j < 0 || j >= size_) detail::invalid(where, "token ", j, " out of range [0, ", size_, ") (the tokens held)");
     if (c < 0 || c >= width) detail::invalid(where, "component ", c, " out of range [0, ", width, ")");
   }
+  using PanelMap = Eigen::Map<Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+  /// Writes tokens size_ .. size_ + m - 1 of key head h: a new panel is zeroed first (the kernel
+  /// reads a panel's columns past size() and masks them; they must hold numbers).
+  void append_keys(Index h, const Eigen::Ref<const Matrix<Scalar>>& k) {
+    for (Index t = 0; t < k.rows();) {
+      const Index pos = size_ + t, column = pos % lanes, width = std::min(lanes - column, k.rows() - t);
+      PanelMap panel(keys_.data() + h * key_head_size_ + (pos / lanes) * key_panel_stride(), d_head_, lanes);
+      if (column == 0 && width < lanes) panel.setZero();
+      panel.middleCols(column, width) = k.middleRows(t, width).transpose();
+      t += width;
+    }
+  }
+
+  /// Writes rows size_ .. size_ + m - 1 of every value panel of head h, zero past column d_v.
+  void append_values(Index h, const Eigen::Ref<const Matrix<Scalar>>& v) {
+    for (Index c0 = 0; c0 < d_v_; c0 += lanes) {
+      const Index width = std::min(lanes, d_v_ - c0);
+      PanelMap panel(values_.data() + h * value_head_size_ + (c0 / lanes) * value_panel_stride(), rows_, lanes);
+      panel.block(size_, 0, v.rows(), width) = v.middleCols(c0, width);
+      if (width < lanes) panel.block(size_, width, v.rows(), lanes - width).setZero();
+    }
+  }
+
   /// Throws naming the first non-finite entry of m (rows to append) by position and head.
   void require_finite_rows(const char* where, const char* name, const Eigen::Ref<const Matrix<Scalar>>& m,
                            Index width) const {
