@@ -178,11 +178,13 @@ void BM_CorePhases(benchmark::State& state) {
   Eigen::Ref<Mat> z_ref(z);
   const Eigen::Ref<const Mat> q_ref(q);
   const headwise::FusedTiles tiles = headwise::detail::tiles_for<float>(headwise::FusedTiles{}, n, n);
+  const headwise::AttentionOptions causal;
+  const headwise::ScoreRule<float> rule(causal, n, n, n_heads, "BM_CorePhases");
   const headwise::detail::FusedCall<float> call{q_ref, kv, z_ref, nullptr, nullptr, n_heads, 1, tiles.queries, tiles.keys,
-                                                /*causal=*/true, 1.0f / std::sqrt(float(d_head))};
+                                                rule, 1.0f / std::sqrt(float(d_head))};
   std::array<double, headwise::detail::fused_phase_count> seconds{};
   for (auto _ : state) {
-    const auto clocks = headwise::detail::run_fused_jobs<float, PhaseClock>(call, /*threads=*/1);
+    const auto clocks = headwise::detail::run_fused_jobs<headwise::detail::ScoresAsComputed, float, PhaseClock>(call, /*threads=*/1);
     PhaseClock last = clocks[0];
     last.enter(headwise::detail::FusedPhase::query);  // closes the last phase
     for (std::size_t p = 0; p < seconds.size(); ++p) seconds[p] += last.seconds[p];

@@ -7,6 +7,7 @@
 #include "headwise/causal_mask.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/options.hpp"
+#include "headwise/score_rule.hpp"
 #include "headwise/scores.hpp"
 #include "headwise/softmax.hpp"
 #include "headwise/types.hpp"
@@ -36,21 +37,35 @@ void check_core_shapes(const char* where, const Eigen::MatrixBase<DerivedQ>& q,
 }
 }  // namespace detail
 
-/// Attention weights A = softmax(mask(Q Kᵀ / divisor)), with each row's logsumexp.
-/// q: (n_q, d_head), k: (n_k, d_head) -> weights (n_q, n_k), logsumexp (n_q).
+namespace detail {
+
+/// A = softmax(rule(Q Kᵀ / divisor)) for head h of the rule, with each row's logsumexp.
+template <class DerivedQ, class DerivedK>
+Matrix<typename DerivedQ::Scalar> weights_of_head(const Eigen::MatrixBase<DerivedQ>& q, const Eigen::MatrixBase<DerivedK>& k,
+                                                  double divisor, const ScoreRule<typename DerivedQ::Scalar>& rule, Index h,
+                                                  Vector<typename DerivedQ::Scalar>* logsumexp) {
+  Matrix<typename DerivedQ::Scalar> a = masked_scores(scaled_scores(q, k, divisor), rule, h);
+  auto lse = softmax_rows(a, rule, h);
+  if (logsumexp) *logsumexp = std::move(lse);
+  return a;
+}
+
+}  // namespace detail
+
+/// Attention weights A = softmax(mask(modify(Q Kᵀ / divisor))), with each row's logsumexp.
+/// q: (n_q, d_head), k: (n_k, d_head) -> weights (n_q, n_k), logsumexp (n_q). One head: per-head
+/// options (alibi_slopes, sinks) have one entry.
 template <class DerivedQ, class DerivedK>
 Matrix<typename DerivedQ::Scalar> attention_weights(const Eigen::MatrixBase<DerivedQ>& q,
                                                     const Eigen::MatrixBase<DerivedK>& k,
                                                     const AttentionOptions& options = {},
                                                     Vector<typename DerivedQ::Scalar>* logsumexp = nullptr) {
   const double divisor = resolve_divisor(options, q.cols(), "attention_weights");
-  Matrix<typename DerivedQ::Scalar> a = scaled_scores(q, k, divisor);
-  auto lse = softmax_rows(a, options.causal);
-  if (logsumexp) *logsumexp = std::move(lse);
-  return a;
+  const ScoreRule<typename DerivedQ::Scalar> rule(options, q.rows(), k.rows(), 1, "attention_weights");
+  return detail::weights_of_head(q, k, divisor, rule, 0, logsumexp);
 }
 
-/// The attention core, step by step: Z = A V with A = softmax(mask(Q Kᵀ / divisor)).
+/// The attention core, step by step: Z = A V with A = softmax(mask(modify(Q Kᵀ / divisor))).
 /// q: (n_q, d_head), k: (n_k, d_head), v: (n_k, d_v) -> z (n_q, d_v), logsumexp (n_q).
 /// A query that sees no key gets a zero row.
 template <class DerivedQ, class DerivedK, class DerivedV>

@@ -2,6 +2,7 @@
 // every intermediate kept (the trace) for teaching and inspection.
 #pragma once
 
+#include <optional>
 #include <utility>
 
 #include "headwise/attention_core.hpp"
@@ -9,6 +10,8 @@
 #include "headwise/detail/errors.hpp"
 #include "headwise/linear.hpp"
 #include "headwise/options.hpp"
+#include "headwise/rotary_embedding.hpp"
+#include "headwise/score_rule.hpp"
 #include "headwise/scores.hpp"
 #include "headwise/softmax.hpp"
 #include "headwise/types.hpp"
@@ -19,24 +22,27 @@ namespace headwise {
 template <class Scalar>
 struct HeadTrace {
   Matrix<Scalar> q, k, v;         ///< (n, d_head) each: the projections of X
+  Matrix<Scalar> q_rotated, k_rotated;  ///< (n, d_head): Q and K after the rotary embedding (= q, k without one)
   Matrix<Scalar> scores;          ///< (n, n): Q Kᵀ
   double divisor = 0;             ///< what the scores were divided by
   Matrix<Scalar> scaled_scores;   ///< (n, n): Q Kᵀ / divisor
-  Matrix<Scalar> masked_scores;   ///< (n, n): the scaled scores with -inf where the mask hides a key
+  Matrix<Scalar> masked_scores;   ///< (n, n): the scaled scores as modified (cap, ALiBi, bias), -inf where hidden
   Matrix<Scalar> weights;         ///< (n, n): A, each row a softmax over what it sees
   Vector<Scalar> logsumexp;       ///< (n): each row's log softmax denominator
   Matrix<Scalar> z;               ///< (n, d_head): A V
 };
 
-/// One head: Q = X W_Q + b_Q, K = X W_K + b_K, V = X W_V + b_V, Z = softmax(mask(Q Kᵀ / div)) V.
+/// One head: Q = X W_Q + b_Q, K = X W_K + b_K, V = X W_V + b_V, optionally rotated (RoPE, positions
+/// 0 .. n-1), Z = softmax(mask(modify(Q Kᵀ / div))) V.
 ///   AttentionHead<double> head(Linear<double>(w_q), Linear<double>(w_k), Linear<double>(w_v));
 ///   HeadTrace<double> t = head.trace(x);   // t.q, t.scores, t.weights, t.z, ...
 template <class Scalar>
 class AttentionHead {
  public:
   /// query, key: (d_model, d_head) maps; value: (d_model, d_v) with d_v usually d_head.
-  AttentionHead(Linear<Scalar> query, Linear<Scalar> key, Linear<Scalar> value)
-      : query_(std::move(query)), key_(std::move(key)), value_(std::move(value)) {
+  AttentionHead(Linear<Scalar> query, Linear<Scalar> key, Linear<Scalar> value,
+                std::optional<RotaryEmbedding> rope = std::nullopt)
+      : query_(std::move(query)), key_(std::move(key)), value_(std::move(value)), rope_(std::move(rope)) {
     if (key_.in_features() != query_.in_features() || value_.in_features() != query_.in_features())
       detail::invalid("AttentionHead", "projections take ", query_.in_features(), ", ",
                       key_.in_features(), " and ", value_.in_features(),
@@ -44,6 +50,9 @@ class AttentionHead {
     if (key_.out_features() != query_.out_features())
       detail::invalid("AttentionHead", "W_Q has ", query_.out_features(), " columns but W_K has ",
                       key_.out_features(), " (both must be d_head)");
+    if (rope_ && rope_->d_head() != query_.out_features())
+      detail::invalid("AttentionHead", "the rotary embedding is for d_head = ", rope_->d_head(), ", W_Q has ",
+                      query_.out_features(), " columns");
   }
 
   Index d_model() const { return query_.in_features(); }
@@ -51,6 +60,7 @@ class AttentionHead {
   const Linear<Scalar>& query() const { return query_; }
   const Linear<Scalar>& key() const { return key_; }
   const Linear<Scalar>& value() const { return value_; }
+  const std::optional<RotaryEmbedding>& rope() const { return rope_; }
 
   /// Every intermediate. x: (n, d_model).
   HeadTrace<Scalar> trace(const Eigen::Ref<const Matrix<Scalar>>& x,
@@ -64,12 +74,15 @@ class AttentionHead {
     detail::require_finite("AttentionHead::trace", "the query projection x W_Q + b_Q", t.q);
     detail::require_finite("AttentionHead::trace", "the key projection x W_K + b_K", t.k);
     detail::require_finite("AttentionHead::trace", "the value projection x W_V + b_V", t.v);
-    t.scores = scores(t.q, t.k);                                  // step 2: score every pair
-    t.scaled_scores = t.scores / static_cast<Scalar>(t.divisor);  // step 3: shrink
-    t.masked_scores = masked_scores_for_display(t.scaled_scores, options.causal);
-    t.weights = t.scaled_scores;                                  // step 4: mask and normalise
-    t.logsumexp = softmax_rows(t.weights, options.causal);
-    t.z.resize(x.rows(), value_.out_features());                  // step 5: mix the values
+    t.q_rotated = t.q, t.k_rotated = t.k;                         // step 2: rotate (RoPE)
+    if (rope_) rope_->rotate<Scalar>(t.q_rotated, 0), rope_->rotate<Scalar>(t.k_rotated, 0);
+    t.scores = scores(t.q_rotated, t.k_rotated);                  // step 3: score every pair
+    t.scaled_scores = t.scores / static_cast<Scalar>(t.divisor);  // step 4: shrink
+    const ScoreRule<Scalar> rule(options, x.rows(), x.rows(), /*n_heads=*/1, "AttentionHead::trace");
+    t.masked_scores = masked_scores(t.scaled_scores, rule);       // step 5: modify and mask
+    t.weights = t.masked_scores;                                  // step 6: normalise
+    t.logsumexp = softmax_rows(t.weights, rule);
+    t.z.resize(x.rows(), value_.out_features());                  // step 7: mix the values
     t.z.noalias() = t.weights * t.v;
     return t;
   }
@@ -78,7 +91,9 @@ class AttentionHead {
   Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x,
                          const AttentionOptions& options = {}) const {
     check_input(x, "AttentionHead::forward");
-    return attention(query_.forward(x), key_.forward(x), value_.forward(x), options).z;
+    Matrix<Scalar> q = query_.forward(x), k = key_.forward(x);
+    if (rope_) rope_->rotate<Scalar>(q, 0), rope_->rotate<Scalar>(k, 0);
+    return attention(q, k, value_.forward(x), options).z;
   }
 
  private:
@@ -89,6 +104,7 @@ class AttentionHead {
   }
 
   Linear<Scalar> query_, key_, value_;
+  std::optional<RotaryEmbedding> rope_;
 };
 
 }  // namespace headwise

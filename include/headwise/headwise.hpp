@@ -16,3 +16,6 @@
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/multi_head_attention.hpp"
+#include "headwise/layer_config.hpp"
+#include "headwise/rotary_embedding.hpp"
+#include "headwise/score_rule.hpp"

@@ -12,8 +12,11 @@
 #include "headwise/head_interventions.hpp"
 #include "headwise/kernels/fused_attention.hpp"
 #include "headwise/kv_cache.hpp"
+#include "headwise/layer_config.hpp"
 #include "headwise/linear.hpp"
 #include "headwise/options.hpp"
+#include "headwise/rotary_embedding.hpp"
+#include "headwise/score_rule.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -49,7 +52,8 @@ struct MultiHeadTrace {
   Matrix<Scalar> output;                      ///< (n, d_model): Σ_h contributions + b_O
 };
 
-/// Causal multi-head self-attention, with grouped-query attention when W_K and W_V hold fewer heads.
+/// Causal multi-head self-attention, with grouped-query attention when W_K and W_V hold fewer heads
+/// and, from a LayerConfig, rotary positions, a sliding window, soft-capping, ALiBi or sinks.
 ///   MultiHeadAttention<float> mha(/*n_heads=*/12, weights);
 ///   Matrix<float> out = mha.forward(x);           // x, out: (n, d_model)
 ///   MultiHeadTrace<float> t = mha.trace(x);       // every head's intermediates and contribution
@@ -57,7 +61,8 @@ template <class Scalar>
 class MultiHeadAttention {
  public:
   /// n_heads query heads; n_kv_heads is read from the width of w.w_k (n_kv_heads d_head columns).
-  MultiHeadAttention(Index n_heads, MultiHeadWeights<Scalar> w) : n_heads_(n_heads) {
+  MultiHeadAttention(Index n_heads, MultiHeadWeights<Scalar> w, LayerConfig config = {})
+      : n_heads_(n_heads), config_(std::move(config)) {
     constexpr const char* where = "MultiHeadAttention";
     if (n_heads <= 0) detail::invalid(where, "n_heads must be > 0, got ", n_heads);
     const Index d_model = w.w_q.rows(), width = w.w_q.cols();
@@ -102,6 +107,7 @@ class MultiHeadAttention {
     if (w.b_v.size()) b_qkv_.segment(width + kv_width, kv_width) = w.b_v;
     w_o_ = std::move(w.w_o);
     b_o_ = w.b_o.size() ? std::move(w.b_o) : RowVector<Scalar>::Zero(d_model);
+    check_config(where);
   }
 
   Index n_heads() const { return n_heads_; }
@@ -110,6 +116,11 @@ class MultiHeadAttention {
   Index d_model() const { return w_qkv_.rows(); }
   /// The key/value head that query head h reads.
   Index kv_head_of(Index h) const { return checked_head(h, "kv_head_of") / (n_heads_ / n_kv_heads_); }
+  /// The layer's own settings (rotary embedding, window, ...), and its rotary embedding if any.
+  const LayerConfig& config() const { return config_; }
+  const std::optional<RotaryEmbedding>& rope() const { return rope_; }
+  /// The options a call with `options` runs with: the call's, completed by the layer's config.
+  AttentionOptions options_for(const AttentionOptions& options) const { return options_with_layer(options, config_); }
 
   /// W_Q | W_K | W_V side by side: (d_model, (n_heads + 2 n_kv_heads) d_head); and its bias.
   const Matrix<Scalar>& w_qkv() const { return w_qkv_; }
@@ -124,7 +135,7 @@ class MultiHeadAttention {
   AttentionHead<Scalar> head(Index h) const {
     checked_head(h, "head");
     const Index g = kv_head_of(h);
-    return AttentionHead<Scalar>(slice(0, h), slice(1, g), slice(2, g));
+    return AttentionHead<Scalar>(slice(0, h), slice(1, g), slice(2, g), rope_);
   }
 
   /// The layer's output, by the fused kernel. x: (n, d_model) -> (n, d_model). n = 0 gives an
@@ -134,7 +145,7 @@ class MultiHeadAttention {
   /// With interventions: each head's Z changed (ablated, gated, patched) before the W_O sum.
   Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
                          const HeadInterventions<Scalar>* interventions = nullptr) const {
-    Matrix<Scalar> z = head_outputs(x, options);
+    Matrix<Scalar> z = head_outputs(x, options);  // (the layer's config is added there)
     if (interventions) check_interventions(*interventions).apply(z);
     return output_of(z, detail::thread_count(options));
   }
@@ -144,13 +155,14 @@ class MultiHeadAttention {
   Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
                               const HeadOutputExtras<Scalar>& extras = {}) const {
     check_input(x, "MultiHeadAttention::forward");
-    resolve_divisor(options, d_head_, "MultiHeadAttention::forward");
+    const AttentionOptions all = options_for(options);
+    resolve_divisor(all, d_head_, "MultiHeadAttention::forward");
     if (extras.keys_values) {
       *extras.keys_values = PackedKeysValues<Scalar>(x.rows(), n_kv_heads_, d_head_, d_head_);
-      return attend(x, *extras.keys_values, options, extras, "MultiHeadAttention::forward");
+      return attend(x, *extras.keys_values, all, extras, "MultiHeadAttention::forward");
     }
     PackedKeysValues<Scalar> kv(x.rows(), n_kv_heads_, d_head_, d_head_);
-    return attend(x, kv, options, extras, "MultiHeadAttention::forward");
+    return attend(x, kv, all, extras, "MultiHeadAttention::forward");
   }
 
   /// A KV cache for this layer with room for `capacity` tokens.
@@ -158,33 +170,38 @@ class MultiHeadAttention {
 
   /// Incremental decoding: the output rows of the m tokens x (m, d_model) that follow the
   /// cache.size() tokens already in `cache`, whose keys and values are appended to it. Token i of
-  /// x sits at position cache.size() + i and sees keys 0 .. cache.size() + i. Bitwise equal to
+  /// x sits at position cache.size() + i (its rotary angle, its window) and sees keys
+  /// 0 .. cache.size() + i. The cache holds rotated keys. Bitwise equal to
   /// the matching rows of forward() on the whole sequence, for any split into chunks.
   Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
                                      const AttentionOptions& options = {}) const {
     constexpr const char* where = "MultiHeadAttention::forward_incremental";
     check_input(x, where);
-    resolve_divisor(options, d_head_, where);
+    const AttentionOptions all = options_for(options);
+    resolve_divisor(all, d_head_, where);
     if (cache.n_kv_heads() != n_kv_heads_ || cache.d_head() != d_head_)
       detail::invalid(where, "the cache holds ", cache.n_kv_heads(), " heads of ", cache.d_head(),
                       ", expected ", n_kv_heads_, " of ", d_head_);
     if (x.rows() > cache.capacity() - cache.size())
       detail::invalid(where, "appending ", x.rows(), " tokens to ", cache.size(),
                       " would exceed the cache's capacity of ", cache.capacity(), " tokens");
-    return output_of(attend(x, cache.packed(), options, {}, where), detail::thread_count(options));
+    return output_of(attend(x, cache.packed(), all, {}, where), detail::thread_count(options));
   }
 
   /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
   /// For reference and comparison; forward() is the fast path.
   Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
                                       const HeadInterventions<Scalar>* interventions = nullptr) const {
-    check_input(x, "MultiHeadAttention::forward_step_by_step");
-    resolve_divisor(options, d_head_, "MultiHeadAttention::forward_step_by_step");
-    const Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options), "MultiHeadAttention::forward_step_by_step");
+    constexpr const char* where = "MultiHeadAttention::forward_step_by_step";
+    check_input(x, where);
+    const AttentionOptions all = options_for(options);
+    resolve_divisor(all, d_head_, where);
+    Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options), where);
+    if (rope_) rope_->rotate<Scalar>(qkv.leftCols((n_heads_ + n_kv_heads_) * d_head_), /*first_position=*/0);
     Matrix<Scalar> z(x.rows(), n_heads_ * d_head_);
     for (Index h = 0; h < n_heads_; ++h)
-      z.middleCols(h * d_head_, d_head_) =
-          attention(block(qkv, 0, h), block(qkv, 1, kv_head_of(h)), block(qkv, 2, kv_head_of(h)), options).z;
+      z.middleCols(h * d_head_, d_head_) = attention(block(qkv, 0, h), block(qkv, 1, kv_head_of(h)), block(qkv, 2, kv_head_of(h)),
+                                                     options_of_head(all, h, n_heads_, where)).z;
     if (interventions) check_interventions(*interventions).apply(z);
     return project_heads(z);
   }
@@ -197,7 +214,7 @@ class MultiHeadAttention {
     MultiHeadTrace<Scalar> t;
     t.output = b_o_.replicate(x.rows(), 1);
     for (Index h = 0; h < n_heads_; ++h) {
-      t.heads.push_back(head(h).trace(x, options));
+      t.heads.push_back(head(h).trace(x, options_of_head(options_for(options), h, n_heads_, "MultiHeadAttention::trace")));
       t.contributions.push_back(head_contribution(t.heads.back().z, h));
       t.output += t.contributions.back();
     }
@@ -230,6 +247,21 @@ class MultiHeadAttention {
   }
 
  private:
+  /// The rotary embedding is made (its frequencies computed) once, here; the rest of the config is
+  /// checked as a call with no mask would check it.
+  void check_config(const char* where) {
+    if (config_.rope) {
+      RopeConfig rope = *config_.rope;
+      if (rope.d_head == 0) rope.d_head = d_head_;
+      if (rope.d_head != d_head_)
+        detail::invalid(where, "the rotary embedding is for d_head = ", rope.d_head, ", the layer's heads have ", d_head_);
+      rope_.emplace(rope);
+    }
+    const AttentionOptions options = options_for({});
+    resolve_divisor(options, d_head_, where);
+    static_cast<void>(ScoreRule<Scalar>(options, 0, 0, n_heads_, where));
+  }
+
   const HeadInterventions<Scalar>& check_interventions(const HeadInterventions<Scalar>& iv) const {
     if (iv.n_heads() != n_heads_)
       detail::invalid("MultiHeadAttention::forward", "interventions for ", iv.n_heads(), " heads, the layer has ",
@@ -265,6 +297,7 @@ class MultiHeadAttention {
         detail::product<Scalar>(x.middleRows(i0, rows), w_qkv_, part, threads);
         part.rowwise() += b_qkv_;
         check_projection(part, kv.size(), where, threads);
+        if (rope_) rope_->rotate<Scalar>(part.leftCols(width + kv_width), kv.size(), threads);  // Q and K in one pass
         q.middleRows(i0, rows) = part.leftCols(width);
         kv.append(part.middleCols(width, kv_width), part.rightCols(kv_width), threads);
       }
@@ -336,6 +369,8 @@ class MultiHeadAttention {
   }
 
   Index n_heads_ = 0, n_kv_heads_ = 0, d_head_ = 0;
+  LayerConfig config_;
+  std::optional<RotaryEmbedding> rope_;
   Matrix<Scalar> w_qkv_, w_o_;
   RowVector<Scalar> b_qkv_, b_o_;
 };

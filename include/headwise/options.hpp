@@ -1,8 +1,11 @@
-// AttentionOptions: how attention is computed (mask, divisor), in one struct that can grow.
+// AttentionOptions: how attention is computed (masks, score modifiers, divisor), in one struct that
+// grows by name. Each variant's rule lives in its own header under variants/; score_rule.hpp
+// checks a call's options and applies them, the same way on the step-by-step and the fused path.
 #pragma once
 
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "headwise/detail/errors.hpp"
 #include "headwise/types.hpp"
@@ -18,6 +21,29 @@ struct AttentionOptions {
   std::optional<double> divisor;
   /// Threads for the fused kernel: 0 means OpenMP's default; results do not depend on it.
   int threads = 0;
+
+  // Which keys a query sees, besides the causal mask (positions are absolute; see key_range.hpp).
+  /// Sliding window: the query at position i sees key j iff 0 <= i - j < window. Needs causal; > 0.
+  std::optional<Index> window;
+  /// Packed sequences: boundaries 0 = c_0 < ... < c_S = n_k; a query sees its own sequence only.
+  std::vector<Index> cu_seqlens;
+  /// Key padding: key j is hidden from every query where key_valid(j) is false. Size n_k, or empty.
+  Eigen::Array<bool, Eigen::Dynamic, 1> key_valid;
+  /// A boolean mask (n_q, n_k), true = visible, applied on top of the causal mask (turn causal off
+  /// for the mask alone). Empty: none.
+  Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> mask;
+
+  // What happens to a score, in this order: scaled, capped, ALiBi added, bias added.
+  /// Soft-capping: s = softcap tanh(s / softcap) on the scaled scores (Gemma 2). Finite, > 0.
+  std::optional<double> softcap;
+  /// ALiBi: head h adds alibi_slopes(h) (j - i) (alibi.hpp builds BLOOM's slopes). Size n_heads.
+  Vector<double> alibi_slopes;
+  /// An additive bias (n_q, n_k) on the scaled scores; -inf hides a key, NaN and +inf are refused.
+  Matrix<double> bias;
+
+  // How a row is normalised.
+  /// Attention sinks: head h's logit joins every row's denominator (gpt-oss). Size n_heads.
+  Vector<double> sinks;
 };
 
 /// The divisor that `options` asks for at width d_head; throws if it is not finite and > 0.

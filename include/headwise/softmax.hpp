@@ -1,40 +1,59 @@
-// Row softmax under the causal mask: each row normalised over the keys it may see.
+// Row softmax under a mask: each row normalised over the keys it may see.
 #pragma once
 
 #include <cmath>
 #include <limits>
 
-#include "headwise/causal_mask.hpp"
+#include "headwise/options.hpp"
+#include "headwise/score_rule.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
 
-/// Softmax of each row over its visible prefix, in place; returns each row's logsumexp.
-/// scores: (n_q, n_k), already scaled. Row i is normalised over the keys visible_keys(i, ...)
-/// lets it see; the entries after them become exactly 0 (the mask lives in the loop, never in
-/// exp(-inf), which Eigen's vectorised exp does not send to 0). The row maximum is subtracted
-/// before exp, so scores of +-1e4 do not overflow. A row that sees nothing becomes all zeros and
-/// its logsumexp is -inf. Returns: (n_q) logsumexp_j s_ij over the visible j.
+/// Softmax of each row over the keys the rule lets it see, in place; returns each row's logsumexp.
+/// scores: (n_q, n_k), scaled and modified (masked_scores in score_rule.hpp: -inf where a key inside
+/// a row's range is hidden). Entries outside rule.keys(i), and hidden ones, become exactly 0: the
+/// mask lives in the loop, never in exp(-inf), which Eigen's vectorised exp does not send to 0. The
+/// row maximum is subtracted before exp, so scores of +-1e4 do not overflow. A row that sees
+/// nothing becomes all zeros with logsumexp -inf; with a sink (head h's), the sink joins each
+/// denominator and the logsumexp.
 template <class Scalar>
-Vector<Scalar> softmax_rows(Matrix<Scalar>& scores, bool causal = true) {
-  const Index n_q = scores.rows(), n_k = scores.cols();
-  Vector<Scalar> logsumexp(n_q);
-  for (Index i = 0; i < n_q; ++i) {
-    const Index visible = visible_keys(i, n_q, n_k, causal);
+Vector<Scalar> softmax_rows(Matrix<Scalar>& scores, const ScoreRule<Scalar>& rule, Index h = 0) {
+  constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
+  Vector<Scalar> logsumexp(scores.rows());
+  for (Index i = 0; i < scores.rows(); ++i) {
+    const KeyRange keys = rule.keys(i);
     auto row = scores.row(i);
-    row.tail(n_k - visible).setZero();
-    if (visible == 0) {
-      logsumexp(i) = -std::numeric_limits<Scalar>::infinity();
-      continue;
+    auto seen = row.segment(keys.begin, keys.size());
+    const Scalar max = keys.empty() ? minus_inf : seen.maxCoeff();
+    Scalar sum = 0;
+    if (max != minus_inf) {  // else the row sees nothing (or only hidden keys)
+      seen = (seen.array() == minus_inf).select(Scalar(0), (seen.array() - max).exp());
+      sum = seen.sum();
     }
-    auto seen = row.head(visible);
-    const Scalar max = seen.maxCoeff();
-    seen = (seen.array() - max).exp();
-    const Scalar sum = seen.sum();
-    seen /= sum;
-    logsumexp(i) = max + std::log(sum);
+    row.head(keys.begin).setZero();
+    row.tail(row.size() - keys.begin - keys.size()).setZero();
+    if (rule.has_sinks()) {
+      const SinkNormalisation<Scalar> n = normalise_with_sink(max, sum, rule.sink(h));
+      seen *= n.scale / n.denominator;
+      logsumexp(i) = n.lse;
+    } else if (max == minus_inf) {
+      seen.setZero();
+      logsumexp(i) = minus_inf;
+    } else {
+      seen /= sum;
+      logsumexp(i) = max + std::log(sum);
+    }
   }
   return logsumexp;
+}
+
+/// Softmax of each row over its causal prefix (or every key when causal is false), in place.
+template <class Scalar>
+Vector<Scalar> softmax_rows(Matrix<Scalar>& scores, bool causal = true) {
+  AttentionOptions options;
+  options.causal = causal;
+  return softmax_rows(scores, ScoreRule<Scalar>(options, scores.rows(), scores.cols(), 1, "softmax_rows"));
 }
 
 }  // namespace headwise

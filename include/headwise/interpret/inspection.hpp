@@ -43,23 +43,26 @@ struct Inspection {
   Matrix<Scalar> z_head(Index h) const { return z.middleCols(checked(h, "z_head") * d_head, d_head); }
 
   /// Rows `rows` of head h's attention pattern, exactly, from the saved logsumexp:
-  /// p_ij = exp(s_ij - lse_i), s_ij = q_i . k_j / divisor over the keys j that query i sees, 0
-  /// elsewhere. -> (rows.size(), n).
+  /// p_ij = exp(s_ij - lse_i), s_ij = q_i . k_j / divisor modified by the run's rule (cap, ALiBi,
+  /// bias, sink in the lse) over the keys j that query i sees, 0 elsewhere. -> (rows.size(), n).
   Matrix<Scalar> pattern(Index h, const std::vector<Index>& rows) const {
     checked(h, "pattern");
     const Index n = q.rows(), g = h / (n_heads / n_kv_heads);
     const Scalar inv_divisor = static_cast<Scalar>(1.0 / resolve_divisor(options, d_head, "pattern"));
+    const ScoreRule<Scalar> rule(options, n, n, n_heads, "pattern");
     Matrix<Scalar> k(n, d_head);  // head g's keys, unpacked
     for (Index j = 0; j < n; ++j)
       for (Index c = 0; c < d_head; ++c) k(j, c) = keys_values.key(g, j, c);
     Matrix<Scalar> p = Matrix<Scalar>::Zero(static_cast<Index>(rows.size()), n);
+    RowVector<Scalar> s(n);
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const Index i = rows[r];
       if (i < 0 || i >= n) detail::invalid("pattern", "row ", i, " out of range [0, ", n, ")");
-      const Index visible = visible_keys(i, n, n, options.causal);
+      const KeyRange keys = rule.keys(i);
       const RowVector<Scalar> q_i = q.block(i, h * d_head, 1, d_head) * inv_divisor;
-      for (Index j = 0; j < visible; ++j)
-        p(static_cast<Index>(r), j) = std::exp(q_i.dot(k.row(j)) - logsumexp(h, i));
+      for (Index j = keys.begin; j < keys.end; ++j) s(j) = q_i.dot(k.row(j));
+      rule.apply(h, i, /*first_key=*/0, s.data(), keys.begin, keys.end);
+      for (Index j = keys.begin; j < keys.end; ++j) p(static_cast<Index>(r), j) = std::exp(s(j) - logsumexp(h, i));
     }
     return p;
   }
@@ -86,7 +89,7 @@ Inspection<Scalar> inspect(const MultiHeadAttention<Scalar>& layer,
                            const AttentionOptions& options = {},
                            const HeadInterventions<Scalar>* interventions = nullptr) {
   Inspection<Scalar> run;
-  run.options = options;
+  run.options = layer.options_for(options);  // the layer's window, cap, slopes, sinks too
   run.n_heads = layer.n_heads();
   run.n_kv_heads = layer.n_kv_heads();
   run.d_head = layer.d_head();

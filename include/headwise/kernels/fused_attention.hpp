@@ -1,19 +1,25 @@
-// The fused causal attention kernel: the same function as attention_core.hpp, computed tile by
-// tile with an online softmax, so that no (n, n) matrix is ever held and key tiles entirely above
-// the diagonal are never touched. Multi-threaded with OpenMP over (head, query tile) pairs.
+// The fused attention kernel: the same function as attention_core.hpp, computed tile by tile with
+// an online softmax, so that no (n, n) matrix is ever held and key tiles that no query of a tile
+// sees (above the diagonal, outside a window or a packed sequence, wholly masked) are never
+// touched. Multi-threaded with OpenMP over (head, query tile) pairs. Which keys each query sees and
+// what happens to a score come from the call's ScoreRule (score_rule.hpp); whether scores are
+// modified at all is a compile-time policy (ScoresAsComputed / ScoresByRule below), so the plain
+// causal loop carries none of the modifiers' work.
 //
 // For each head h and tile of queries [i0, i0 + tq):
 //   pass 1  scale the query tile once: Qs = Q[i0:, h] / divisor
-//   pass 2  for each key tile [j0, j0 + tk) that a query of the tile can see (j0 <= the tile's last
-//           visible key; tiles past it are skipped), sliver by sliver of R query rows (R the
-//           micro-tile height of detail/tile_product.hpp), only as far as the sliver's last row sees:
+//   pass 2  for each key tile [j0, j0 + tk) that a query of the tile can see (tiles outside the
+//           rows' key ranges are skipped), sliver by sliver of R query rows (R the micro-tile
+//           height of detail/tile_product.hpp), only over the keys the sliver's rows see:
 //             S   = Qs K[j0:, h]ᵀ                              (a tile product)
+//             S   = rule(S): cap, ALiBi, bias, -inf where hidden (ScoresByRule only)
 //             m'  = max(m, max_j S_ij) over the visible j     (running row maximum, by packets)
 //             P   = exp(S - m') on the visible j, exactly 0 elsewhere (the mask lives in the loop),
 //                   written over S, where the product with V reads it (nothing is packed)
 //             l   = l e^(m - m') + Σ_j P_ij                    (running row sum)
 //             acc = acc e^(m - m') + P V[j0:, h]               (rescaled by packets, only if m grew)
-//   pass 3  Z = acc / l, logsumexp = m + log l; a row that saw nothing gives Z = 0, lse = -inf.
+//   pass 3  Z = acc / l, logsumexp = m + log l (with a sink s: Z = acc e^(m-m*) / (l e^(m-m*) +
+//           e^(s-m*)), m* = max(m, s)); a row that saw nothing gives Z = 0, lse = -inf (or s).
 // Every number a query row gets is computed by the same instructions in the same order whatever
 // the other rows of its tile, the tile sizes of queries, the number of keys past the row's last
 // visible one and the thread count: the products are the deterministic ones of
@@ -38,6 +44,7 @@
 #include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/options.hpp"
+#include "headwise/score_rule.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -54,12 +61,12 @@ struct FusedTiles {
 
 namespace detail {
 
-/// Query tiles of n_q rows, ordered so that the tiles that see the most keys come first
-/// (longest job first balances the causal triangle across threads).
-inline std::vector<Index> query_tiles_by_cost(Index n_q, Index tile, bool causal) {
+/// Query tiles of n_q rows, later tiles first: under a causal mask they see the most keys, and
+/// longest job first balances the triangle across threads (without one the order is free).
+inline std::vector<Index> query_tiles_by_cost(Index n_q, Index tile) {
   std::vector<Index> starts;
   for (Index i0 = 0; i0 < n_q; i0 += tile) starts.push_back(i0);
-  if (causal) std::reverse(starts.begin(), starts.end());
+  std::reverse(starts.begin(), starts.end());
   return starts;
 }
 
@@ -73,14 +80,32 @@ struct FusedCall {
   RowStatistics<Scalar>* statistics;          // (n_heads, n_q) each, or null
   Index n_heads, group;                       // query heads; query heads per key/value head
   Index tq, tk;                               // query and key tile sizes (tk a multiple of W)
-  bool causal;
+  const ScoreRule<Scalar>& rule;              // which keys each query sees, what a score becomes
   Scalar inv_divisor;
 
   Index n_q() const { return q.rows(); }
   Index n_k() const { return kv.size(); }
   Index dv_padded() const { return (kv.d_v() + TileShape<Scalar>::lanes - 1) / TileShape<Scalar>::lanes * TileShape<Scalar>::lanes; }
-  /// Keys 0 .. visible(i) - 1 are what query row i sees.
-  Index visible(Index i) const { return visible_keys(i, n_q(), n_k(), causal); }
+  /// The keys query row i may see.
+  const KeyRange& keys(Index i) const { return rule.keys(i); }
+};
+
+/// The policy of the plain kernel: scores are used as the product computes them.
+struct ScoresAsComputed {
+  static constexpr bool may_hide = false;
+  template <class Scalar>
+  static void apply(const ScoreRule<Scalar>&, Index, Index, Index, Scalar*, Index, Index) {}
+};
+
+/// The policy when the rule modifies scores: cap, ALiBi, bias and hidden keys (-inf, sent to exact
+/// zeros after exp).
+struct ScoresByRule {
+  static constexpr bool may_hide = true;
+  template <class Scalar>
+  static void apply(const ScoreRule<Scalar>& rule, Index h, Index i, Index first_key, Scalar* row, Index begin,
+                    Index end) {
+    rule.apply(h, i, first_key, row, begin, end);
+  }
 };
 
 /// Per-thread scratch of the kernel, allocated once per call (before the parallel loop, sized by
@@ -132,12 +157,25 @@ inline Scalar row_max(const Scalar* row, Index visible, Scalar start) {
   return max;
 }
 
+/// exp(s - m) by packets; with MayHide, a -inf score (a hidden key) becomes an exact 0, not Eigen's
+/// clamped exp(-inf). A NaN score stays NaN.
+template <bool MayHide, class Packet>
+inline Packet exp_of_score(const Packet& s, const Packet& m) {
+  using namespace Eigen::internal;
+  using Scalar = typename unpacket_traits<Packet>::type;
+  const Packet e = pexp(psub(s, m));
+  if constexpr (!MayHide) return e;
+  else return pselect(pcmp_eq(s, pset1<Packet>(-std::numeric_limits<Scalar>::infinity())), pset1<Packet>(Scalar(0)), e);
+}
+
 /// row[0, visible) <- exp(row - max), row[visible, end) <- 0, and returns the sum of row[0, end)
 /// with end >= visible. Whole packets: every entry goes through the same vectorised exp whatever
-/// its position (Eigen's .exp() sends a ragged tail to std::exp); the zeros past the visible
-/// entries are the mask, never exp(-inf) (which Eigen's exp does not send to 0). The sum adds the
-/// packets in order, then one fixed reduction tree: trailing zero packets change no bit.
-template <class Scalar>
+/// its position (Eigen's .exp() sends a ragged tail to std::exp; here the ragged end goes through a
+/// packet-sized buffer, so nothing past `visible` is read or written but the zeros); the zeros past
+/// the visible entries are the mask, never exp(-inf) (which Eigen's exp does not send to 0). The
+/// sum adds the packets in order, the last one zero-padded, then one fixed reduction tree:
+/// trailing zero packets change no bit.
+template <bool MayHide, class Scalar>
 inline Scalar exp_and_sum(Scalar* row, Index visible, Index end, Scalar max) {
   using namespace Eigen::internal;
   using Packet = typename TileShape<Scalar>::Packet;
@@ -146,18 +184,19 @@ inline Scalar exp_and_sum(Scalar* row, Index visible, Index end, Scalar max) {
   const Index whole = visible / P * P;
   Packet total = pset1<Packet>(Scalar(0));
   for (Index j = 0; j < whole; j += P) {
-    const Packet e = pexp(psub(ploadu<Packet>(row + j), m));
+    const Packet e = exp_of_score<MayHide>(ploadu<Packet>(row + j), m);
     pstoreu(row + j, e);
     total = padd(total, e);
   }
-  Index written = visible;
-  if (whole < visible) {  // the packet the visible entries end in: exp, then the mask
-    pstoreu(row + whole, pexp(psub(ploadu<Packet>(row + whole), m)));
-    written = whole + P;
-    std::fill(row + visible, row + written, Scalar(0));
-    total = padd(total, ploadu<Packet>(row + whole));
+  if (whole < visible) {  // the ragged end: exp, then the mask
+    alignas(64) Scalar tail[P] = {};
+    std::copy(row + whole, row + visible, tail);
+    pstore(tail, exp_of_score<MayHide>(pload<Packet>(tail), m));
+    std::fill(tail + (visible - whole), tail + P, Scalar(0));
+    std::copy(tail, tail + (visible - whole), row + whole);
+    total = padd(total, pload<Packet>(tail));
   }
-  if (end > written) std::fill(row + written, row + end, Scalar(0));
+  if (end > visible) std::fill(row + visible, row + end, Scalar(0));
   return predux(total);
 }
 
@@ -171,15 +210,28 @@ inline void scale_row(Scalar* acc, Index width, Scalar factor) {
   for (Index c = 0; c < width; c += P) pstoreu(acc + c, pmul(ploadu<Packet>(acc + c), f));
 }
 
-/// Keys of the key tile [j0, j0 + cols) that query row i sees: a prefix of the tile.
+/// The keys of the key tile [j0, j0 + cols) that query row i may see, counted from j0.
 template <class Scalar>
-inline Index visible_in_tile(const FusedCall<Scalar>& call, Index i, Index j0, Index cols) {
-  return std::clamp<Index>(call.visible(i) - j0, 0, cols);
+inline KeyRange keys_in_tile(const FusedCall<Scalar>& call, Index i, Index j0, Index cols) {
+  const KeyRange keys = call.keys(i).within(j0, j0 + cols);
+  return keys.empty() ? KeyRange{0, 0} : KeyRange{keys.begin - j0, keys.end - j0};
+}
+
+/// The keys of the tile that any of the rows i .. i + rows - 1 sees (the span of their ranges),
+/// counted from j0: what a sliver's products cover.
+template <class Scalar>
+inline KeyRange sliver_keys(const FusedCall<Scalar>& call, Index i, Index rows, Index j0, Index cols) {
+  KeyRange span{cols, 0};
+  for (Index r = 0; r < rows; ++r) {
+    const KeyRange keys = keys_in_tile(call, i + r, j0, cols);
+    if (!keys.empty()) span = {std::min(span.begin, keys.begin), std::max(span.end, keys.end)};
+  }
+  return span.empty() ? KeyRange{0, 0} : span;
 }
 
 /// S = Qs K[j0 : j0 + cols]ᵀ for the rows i0 .. i0 + rows - 1, sliver by sliver of R rows, each
-/// only over the key panels its last (most seeing) row sees: the part of a diagonal tile above the
-/// diagonal is never computed. Row r of S at w.s + r tk.
+/// only over the key panels its rows see: the part of a diagonal tile above the diagonal (or
+/// before a window) is never computed. Row r of S at w.s + r tk.
 template <class Scalar>
 void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index j0, Index cols,
                 Index g) {
@@ -189,7 +241,8 @@ void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0
   for (Index c0 = 0; c0 < cols; c0 += W)
     for (Index r0 = 0; r0 < rows; r0 += R) {
       const Index nr = std::min(R, rows - r0);
-      if (c0 >= visible_in_tile(call, i0 + r0 + nr - 1, j0, cols)) continue;  // above the diagonal
+      const KeyRange span = sliver_keys(call, i0 + r0, nr, j0, cols);
+      if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
       micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(
           nr, d_head, w.q.data() + r0 * d_head, 0, call.kv.keys(g) + (j0 + c0) / W * stride,
           w.s.data() + r0 * call.tk + c0, call.tk);
@@ -199,53 +252,58 @@ void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0
 /// Statistics, before exp: the scores of the first key, of the key before the query and the
 /// largest (first if tied), and a copy of the visible scores for record_dot.
 template <class Scalar>
-void record_scores(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index r, Index j0, Index visible) {
+void record_scores(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index r, Index j0, KeyRange keys) {
   const Scalar* row = w.s.data() + r * call.tk;
-  const Index previous = call.n_k() - call.n_q() + i0 + r - 1 - j0;  // the key before the query, in this tile
-  if (j0 == 0) w.first[static_cast<std::size_t>(r)] = row[0];
-  if (previous >= 0 && previous < visible) w.previous[static_cast<std::size_t>(r)] = row[previous];
-  const Scalar* best = std::max_element(row, row + visible);
-  if (*best > w.best[static_cast<std::size_t>(r)]) w.best[static_cast<std::size_t>(r)] = *best, w.best_at[static_cast<std::size_t>(r)] = j0 + (best - row);
-  std::copy(row, row + visible, w.raw.begin());
+  const auto i = static_cast<std::size_t>(r);
+  const Index previous = call.rule.position(i0 + r) - 1 - j0;  // the key before the query, in this tile
+  if (j0 == 0 && keys.begin == 0) w.first[i] = row[0];
+  if (previous >= keys.begin && previous < keys.end) w.previous[i] = row[previous];
+  const Scalar* best = std::max_element(row + keys.begin, row + keys.end);
+  if (*best > w.best[i]) w.best[i] = *best, w.best_at[i] = j0 + (best - row);
+  std::copy(row + keys.begin, row + keys.end, w.raw.begin());
 }
 
 /// Statistics, after exp: dot = Σ_j exp(s_j - max) (s_j - max), shifted by the running max like the
 /// sum, so that the entropy log(sum) - dot / sum does not cancel when it is near 0. Call before
 /// the row's sum and maximum are updated.
 template <class Scalar>
-void record_dot(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index r, Index visible, Scalar correction,
+void record_dot(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index r, KeyRange keys, Scalar correction,
                 Scalar new_max) {
-  const Scalar* row = w.s.data() + r * call.tk;
+  const Scalar* row = w.s.data() + r * call.tk + keys.begin;
   const auto i = static_cast<std::size_t>(r);
   Scalar dot = 0;
-  for (Index j = 0; j < visible; ++j) dot += row[j] * (w.raw[static_cast<std::size_t>(j)] - new_max);
+  for (Index j = 0; j < keys.size(); ++j)
+    if (row[j] != Scalar(0)) dot += row[j] * (w.raw[static_cast<std::size_t>(j)] - new_max);
   const Scalar carried = w.sum[i] > Scalar(0) ? correction * (w.dot[i] + (w.max[i] - new_max) * w.sum[i]) : Scalar(0);
   w.dot[i] = carried + dot;
 }
 
-/// The online softmax of one key tile [j0, j0 + cols) for the query rows i0 .. i0 + rows - 1:
-/// each row of w.s becomes P = exp(s - m') on its visible keys and exact zeros after them, as far
-/// as its sliver's product with V reads; the running maximum, sum, accumulator (and statistics)
-/// are rescaled.
-template <class Scalar>
+/// The online softmax of one key tile [j0, j0 + cols) for the query rows i0 .. i0 + rows - 1 of
+/// head h: the rule's policy modifies each row's scores, then each row of w.s becomes
+/// P = exp(s - m') on the keys it sees and exact zeros elsewhere, as far as its sliver's product
+/// with V reads; the running maximum, sum, accumulator (and statistics) are rescaled.
+template <class Scores, class Scalar>
 void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index j0,
-                         Index cols) {
+                         Index cols, Index h) {
   constexpr Index R = TileShape<Scalar>::rows;
+  constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   const Index dv_padded = call.dv_padded();
+  KeyRange span;
   for (Index r = 0; r < rows; ++r) {
-    const Index visible = visible_in_tile(call, i0 + r, j0, cols);
-    const Index sliver_end = std::min(rows, r / R * R + R);  // the product with V reads this far:
-    const Index depth = visible_in_tile(call, i0 + sliver_end - 1, j0, cols);  // its last row's keys
+    if (r % R == 0) span = sliver_keys(call, i0 + r, std::min(R, rows - r), j0, cols);  // what P V reads
+    const KeyRange keys = keys_in_tile(call, i0 + r, j0, cols);
     Scalar* row = w.s.data() + r * call.tk;
-    if (visible == 0) {
-      std::fill(row, row + depth, Scalar(0));
+    Scores::apply(call.rule, h, i0 + r, j0, row, keys.begin, keys.end);
+    const Scalar new_max = keys.empty() ? minus_inf : row_max(row + keys.begin, keys.size(), w.max[r]);
+    if (keys.empty() || (Scores::may_hide && new_max == minus_inf)) {  // sees nothing here (yet)
+      std::fill(row + span.begin, row + span.end, Scalar(0));
       continue;
     }
-    const Scalar new_max = row_max(row, visible, w.max[r]);
     const Scalar correction = std::exp(w.max[r] - new_max);  // exp(-inf) = 0 on the first tile
-    if (call.statistics) record_scores(call, w, i0, r, j0, visible);  // before exp overwrites them
-    const Scalar tile_sum = exp_and_sum(row, visible, depth, new_max);
-    if (call.statistics) record_dot(call, w, r, visible, correction, new_max);
+    if (call.statistics) record_scores(call, w, i0, r, j0, keys);  // before exp overwrites them
+    std::fill(row + span.begin, row + keys.begin, Scalar(0));
+    const Scalar tile_sum = exp_and_sum<Scores::may_hide>(row + keys.begin, keys.size(), span.end - keys.begin, new_max);
+    if (call.statistics) record_dot(call, w, r, keys, correction, new_max);
     w.sum[r] = w.sum[r] * correction + tile_sum;
     if (correction != Scalar(1)) scale_row(w.acc.data() + r * dv_padded, dv_padded, correction);
     w.max[r] = new_max;
@@ -253,7 +311,7 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
 }
 
 /// acc += P V[j0 : j0 + cols] for the rows i0 .. i0 + rows - 1, sliver by sliver, each over the
-/// keys its last row sees, P read in place from w.s (rows of tk), V from its packed panels.
+/// keys its rows see, P read in place from w.s (rows of tk), V from its packed panels.
 template <class Scalar>
 void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index j0, Index cols,
                 Index g) {
@@ -261,38 +319,57 @@ void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0
   const Index dv_padded = call.dv_padded(), stride = call.kv.value_panel_stride();
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
-    const Index depth = visible_in_tile(call, i0 + r0 + nr - 1, j0, cols);
-    for (Index c0 = 0; c0 < dv_padded && depth > 0; c0 += W)
-      micro_kernel_rows<Scalar, ALayout::rows>(nr, depth, w.s.data() + r0 * call.tk, call.tk,
-                                               call.kv.values(g) + c0 / W * stride + j0 * W,
+    const KeyRange span = sliver_keys(call, i0 + r0, nr, j0, cols);
+    for (Index c0 = 0; c0 < dv_padded && !span.empty(); c0 += W)
+      micro_kernel_rows<Scalar, ALayout::rows>(nr, span.size(), w.s.data() + r0 * call.tk + span.begin, call.tk,
+                                               call.kv.values(g) + c0 / W * stride + (j0 + span.begin) * W,
                                                w.acc.data() + r0 * dv_padded + c0, dv_padded);
   }
 }
 
+/// The statistics of row i (scratch row r) from its running values: p = exp(s - lse); exp(-inf -
+/// lse) = 0 covers a key the row never saw. H = -Σ p log p = mass (lse - max) - e^(max - lse) dot,
+/// which is log(sum) - dot / sum without a sink (mass 1): the max taken out, so H near 0 does not
+/// cancel.
+template <class Scalar>
+void record_statistics(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, Index r, Index i, Index h,
+                       Scalar lse, Scalar mass) {
+  auto& st = *call.statistics;
+  const bool saw_something = lse != -std::numeric_limits<Scalar>::infinity();
+  if (!saw_something) st.entropy(h, i) = Scalar(0);
+  else if (call.rule.has_sinks()) st.entropy(h, i) = mass * (lse - w.max[r]) - std::exp(w.max[r] - lse) * w.dot[r];
+  else st.entropy(h, i) = std::log(w.sum[r]) - w.dot[r] / w.sum[r];
+  st.first_token_mass(h, i) = saw_something ? std::exp(w.first[r] - lse) : Scalar(0);
+  st.previous_token_mass(h, i) = saw_something ? std::exp(w.previous[r] - lse) : Scalar(0);
+  st.max_weight(h, i) = saw_something ? std::exp(w.best[r] - lse) : Scalar(0);
+  st.argmax(h, i) = w.best_at[r];
+}
+
 /// Z = acc / sum, logsumexp = max + log(sum) and the statistics of the rows i0 .. i0 + rows - 1 of
-/// head h. A row that sees no key gets Z = 0 and logsumexp -inf. Which rows see nothing is decided
-/// by the mask, not by the sum: a row whose scores overflowed (inf or NaN) gets NaN, as on the
-/// step-by-step path, never a silent 0.
+/// head h (with a sink: see attention_sinks.hpp). A row that sees no key gets Z = 0 and logsumexp
+/// -inf (the sink's logit with one). Which rows see nothing is decided by the mask, not by the
+/// sum: a row whose scores overflowed (inf or NaN) gets NaN, as on the step-by-step path, never a
+/// silent 0.
 template <class Scalar>
 void normalise_rows(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, Index i0, Index rows, Index h) {
+  constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   const Index dv = call.kv.d_v(), dv_padded = call.dv_padded();
   for (Index r = 0; r < rows; ++r) {
-    const bool saw_something = call.visible(i0 + r) > 0;
+    const bool saw_something = !call.keys(i0 + r).empty() && w.max[r] != minus_inf;
     auto z_row = call.z.row(i0 + r).segment(h * dv, dv);
     const Eigen::Map<const RowVector<Scalar>> acc(w.acc.data() + r * dv_padded, dv);
-    if (saw_something) z_row = acc / w.sum[r];  // a division, as the step-by-step path divides
-    else z_row.setZero();
-    const Scalar lse = saw_something ? w.max[r] + std::log(w.sum[r]) : -std::numeric_limits<Scalar>::infinity();
+    Scalar lse = saw_something ? w.max[r] + std::log(w.sum[r]) : minus_inf, mass = Scalar(1);
+    if (call.rule.has_sinks()) {  // the sink joins the denominator: Z sums to `mass` < 1
+      const SinkNormalisation<Scalar> n = normalise_with_sink(saw_something ? w.max[r] : minus_inf, w.sum[r], call.rule.sink(h));
+      z_row = acc * (n.scale / n.denominator);
+      lse = n.lse, mass = w.sum[r] * n.scale / n.denominator;
+    } else if (saw_something) {
+      z_row = acc / w.sum[r];  // a division, as the step-by-step path divides
+    } else {
+      z_row.setZero();
+    }
     if (call.logsumexp) (*call.logsumexp)(h, i0 + r) = lse;
-    if (!call.statistics) continue;
-    // p = exp(s - lse); exp(-inf - lse) = 0 covers a key the row never saw.
-    auto& st = *call.statistics;
-    // H = lse - Σ p s = log(sum) - Σ p (s - max), the same identity with the max taken out.
-    st.entropy(h, i0 + r) = saw_something ? std::log(w.sum[r]) - w.dot[r] / w.sum[r] : Scalar(0);
-    st.first_token_mass(h, i0 + r) = saw_something ? std::exp(w.first[r] - lse) : Scalar(0);
-    st.previous_token_mass(h, i0 + r) = saw_something ? std::exp(w.previous[r] - lse) : Scalar(0);
-    st.max_weight(h, i0 + r) = saw_something ? std::exp(w.best[r] - lse) : Scalar(0);
-    st.argmax(h, i0 + r) = w.best_at[r];
+    if (call.statistics) record_statistics(call, w, r, i0 + r, h, saw_something ? lse : minus_inf, mass);
   }
 }
 
@@ -306,8 +383,16 @@ struct NoPhaseClock {
   void enter(FusedPhase) {}
 };
 
+/// True if some row i0 .. i0 + rows - 1 sees a key of [j0, j0 + cols) that no mask hides.
+template <class Scalar>
+bool tile_seen(const FusedCall<Scalar>& call, Index i0, Index rows, Index j0, Index cols) {
+  for (Index r = 0; r < rows; ++r)
+    if (call.rule.sees_any(i0 + r, j0, j0 + cols)) return true;
+  return false;
+}
+
 /// One job: head h on the query tile starting at i0 (passes 1 to 3 at the top of this file).
-template <class Scalar, class Clock>
+template <class Scores, class Scalar, class Clock>
 void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock) {
   constexpr Index R = TileShape<Scalar>::rows;
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
@@ -328,14 +413,16 @@ void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, I
   scaled.noalias() = call.q.block(i0, h * d_head, rows, d_head) * call.inv_divisor;
   pack_a<Scalar>(rows, d_head, {w.scaled.data(), d_head}, w.q.data());
 
-  // pass 2: key tiles up to the last key the tile's last query sees; later tiles are never touched.
-  const Index keys_seen = call.visible(i0 + rows - 1);
-  for (Index j0 = 0; j0 < keys_seen; j0 += call.tk) {
-    const Index cols = std::min(call.tk, keys_seen - j0);
+  // pass 2: the key tiles from the first key a query of the tile sees to the last; tiles before
+  // and after are never touched, nor tiles inside that no row sees (a mask's holes).
+  const KeyRange seen = sliver_keys(call, i0, rows, 0, call.n_k());
+  for (Index j0 = seen.begin / call.tk * call.tk; j0 < seen.end; j0 += call.tk) {
+    const Index cols = std::min(call.tk, seen.end - j0);
+    if (call.rule.hides_keys() && !tile_seen(call, i0, rows, j0, cols)) continue;
     clock.enter(FusedPhase::scores);
     score_tile(call, w, i0, rows, j0, cols, g);
     clock.enter(FusedPhase::softmax);
-    online_softmax_tile(call, w, i0, rows, j0, cols);
+    online_softmax_tile<Scores>(call, w, i0, rows, j0, cols, h);
     clock.enter(FusedPhase::values);
     value_tile(call, w, i0, rows, j0, cols, g);
   }
@@ -347,12 +434,12 @@ void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, I
 
 /// Runs every (head, query tile) job of `call` on `threads` threads, longest first; returns each
 /// thread's clock. Scratch is allocated before the loop; an exception in a job reaches the caller.
-template <class Scalar, class Clock = NoPhaseClock>
+template <class Scores, class Scalar, class Clock = NoPhaseClock>
 std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads) {
   constexpr Index R = TileShape<Scalar>::rows;
   if (call.logsumexp) call.logsumexp->resize(call.n_heads, call.n_q());
   if (call.statistics) call.statistics->resize(call.n_heads, call.n_q());
-  const std::vector<Index> tile_starts = query_tiles_by_cost(call.n_q(), call.tq, call.causal);
+  const std::vector<Index> tile_starts = query_tiles_by_cost(call.n_q(), call.tq);
   const Index n_jobs = static_cast<Index>(tile_starts.size()) * call.n_heads;
   threads = static_cast<int>(std::clamp<Index>(n_jobs, 1, threads));
   std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
@@ -365,8 +452,8 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads) {
   for (Index job = 0; job < n_jobs; ++job)
     carrier.run([&] {
       const auto t = static_cast<std::size_t>(this_thread());
-      attend_query_tile(call, scratch[t], tile_starts[static_cast<std::size_t>(job / call.n_heads)],
-                        job % call.n_heads, clocks[t]);
+      attend_query_tile<Scores>(call, scratch[t], tile_starts[static_cast<std::size_t>(job / call.n_heads)],
+                                job % call.n_heads, clocks[t]);
     });
   carrier.rethrow();
   return clocks;
@@ -418,11 +505,12 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
   detail::check_packed_call<Scalar>(q, n_heads, kv, z, tiles);
   const double divisor = resolve_divisor(options, kv.d_head(), where);
   if (!detail::all_finite(q, detail::thread_count(options))) detail::require_finite(where, "q", q);
+  const ScoreRule<Scalar> rule(options, q.rows(), kv.size(), n_heads, where);
   const FusedTiles t = detail::tiles_for<Scalar>(tiles, q.rows(), kv.size());
-  const detail::FusedCall<Scalar> call{q,         kv,     z,       logsumexp, statistics,
-                                       n_heads,   n_heads / kv.n_kv_heads(), t.queries, t.keys,
-                                       options.causal, static_cast<Scalar>(1.0 / divisor)};
-  detail::run_fused_jobs(call, detail::thread_count(options));
+  const detail::FusedCall<Scalar> call{q,       kv,      z,      logsumexp, statistics, n_heads, n_heads / kv.n_kv_heads(),
+                                       t.queries, t.keys, rule, static_cast<Scalar>(1.0 / divisor)};
+  if (rule.modifies_scores()) detail::run_fused_jobs<detail::ScoresByRule>(call, detail::thread_count(options));
+  else detail::run_fused_jobs<detail::ScoresAsComputed>(call, detail::thread_count(options));
 }
 
 /// Fused causal multi-head attention on heads laid side by side.

@@ -1,0 +1,197 @@
+// Loading the attention of Llama-family checkpoints in Hugging Face's layout: LlamaForCausalLM,
+// Qwen2ForCausalLM, MistralForCausalLM (config.json + model.safetensors, or shards with
+// model.safetensors.index.json; any stored float dtype, BF16 included).
+//
+// Layer L's attention is model.layers.L.self_attn.{q,k,v,o}_proj, nn.Linear weights [out, in]
+// (y = x Wᵀ + b), so W_Q = q_proj.weightᵀ etc.; query head h owns rows [h head_dim, (h+1) head_dim)
+// of q_proj.weight, key/value head g the same rows of k_proj / v_proj, and W_O[h] the same columns
+// of o_proj.weight. Biases where present (Qwen2: q, k, v). The rest of the checkpoint (embeddings,
+// norms, MLP) is not read. From config.json: hidden_size, num_attention_heads,
+// num_key_value_heads (default: the heads), head_dim (default hidden / heads; need not be that),
+// rope_theta, rope_scaling (linear, llama3, yarn), partial_rotary_factor, sliding_window (Mistral;
+// Qwen2 only with use_sliding_window, on layers from max_window_layers on).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "headwise/io/checkpoint.hpp"
+#include "headwise/io/gpt2.hpp"
+#include "headwise/io/safetensors.hpp"
+#include "headwise/layer_config.hpp"
+#include "headwise/multi_head_attention.hpp"
+#include "headwise/rotary_embedding.hpp"
+
+namespace headwise::io {
+
+/// What config.json says of a Llama-family model's attention.
+struct LlamaConfig {
+  std::string model_type;           ///< "llama", "qwen2" or "mistral"
+  Index hidden_size = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, n_layers = 0;
+  RopeConfig rope;                  ///< theta, scaling, partial rotary; d_head = head_dim
+  std::optional<Index> sliding_window;  ///< the window of the layers that have one
+  Index first_window_layer = 0;     ///< Qwen2's max_window_layers: layers before it have none
+
+  /// The layer config of layer L.
+  LayerConfig layer(Index layer) const {
+    LayerConfig c;
+    c.rope = rope;
+    if (sliding_window && layer >= first_window_layer) c.window = sliding_window;
+    return c;
+  }
+};
+
+namespace detail {
+
+/// Reads config fields by name for parse_llama_config, with errors that name the file and field.
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& json, std::string name) : json_(json), name_(std::move(name)) {}
+  [[noreturn]] void fail(const std::string& what) const { throw SafetensorsError("headwise: llama config: " + name_ + ": " + what); }
+  bool has(const char* key) const { return json_.contains(key) && !json_.at(key).is_null(); }
+  Index integer(const char* key, std::optional<Index> fallback = std::nullopt) const {
+    if (!has(key)) {
+      if (fallback) return *fallback;
+      fail(std::string("no integer field \"") + key + "\"");
+    }
+    const auto& v = json_.at(key);
+    if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 || v.get<std::uint64_t>() > std::uint64_t(max_config_value))
+      fail(std::string("\"") + key + "\" = " + v.dump() + " must be an integer in [1, " + std::to_string(max_config_value) + "]");
+    return static_cast<Index>(v.get<std::uint64_t>());
+  }
+  double number(const nlohmann::json& object, const char* key, double fallback) const {
+    if (!object.contains(key) || object.at(key).is_null()) return fallback;
+    if (!object.at(key).is_number()) fail(std::string("\"") + key + "\" = " + object.at(key).dump() + " is not a number");
+    return object.at(key).get<double>();
+  }
+  const nlohmann::json& json() const { return json_; }
+
+ private:
+  const nlohmann::json& json_;
+  std::string name_;
+};
+
+inline RopeScaling parse_rope_scaling(const ConfigReader& r) {
+  RopeScaling s;
+  if (!r.has("rope_scaling")) return s;
+  const nlohmann::json& j = r.json().at("rope_scaling");
+  if (!j.is_object()) r.fail("\"rope_scaling\" is not an object");
+  const auto type_of = j.contains("rope_type") ? j.at("rope_type") : j.contains("type") ? j.at("type") : nlohmann::json("default");
+  const std::string type = type_of.is_string() ? type_of.get<std::string>() : "";
+  if (type == "default") return s;
+  if (type == "linear") s.type = RopeScaling::Type::linear;
+  else if (type == "llama3") s.type = RopeScaling::Type::llama3;
+  else if (type == "yarn") s.type = RopeScaling::Type::yarn;
+  else r.fail("rope_scaling type " + type_of.dump() + " is not one headwise knows (linear, llama3, yarn)");
+  s.factor = r.number(j, "factor", 1.0);
+  s.low_freq_factor = r.number(j, "low_freq_factor", 1.0);
+  s.high_freq_factor = r.number(j, "high_freq_factor", 4.0);
+  const double original = r.number(j, "original_max_position_embeddings", r.number(r.json(), "max_position_embeddings", 8192.0));
+  s.original_max_position = static_cast<Index>(original);
+  s.beta_fast = r.number(j, "beta_fast", 32.0);
+  s.beta_slow = r.number(j, "beta_slow", 1.0);
+  if (j.contains("attention_factor") && !j.at("attention_factor").is_null()) s.attention_factor = r.number(j, "attention_factor", 1.0);
+  return s;
+}
+
+}  // namespace detail
+
+/// Parses the text of a Llama, Qwen2 or Mistral config.json; `name` is used in error messages.
+inline LlamaConfig parse_llama_config(const std::string& text, const std::string& name) {
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) throw SafetensorsError("headwise: llama config: " + name + " is not a JSON object");
+  const detail::ConfigReader r(json, name);
+  LlamaConfig c;
+  c.model_type = json.contains("model_type") && json.at("model_type").is_string() ? json.at("model_type").get<std::string>() : "";
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral")
+    r.fail("model_type \"" + c.model_type + "\" is not one this loader reads (llama, qwen2, mistral)");
+  c.hidden_size = r.integer("hidden_size");
+  c.n_heads = r.integer("num_attention_heads");
+  c.n_kv_heads = r.integer("num_key_value_heads", c.n_heads);
+  c.n_layers = r.integer("num_hidden_layers");
+  if (!r.has("head_dim") && c.hidden_size % c.n_heads != 0)
+    r.fail("hidden_size = " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads = " +
+           std::to_string(c.n_heads) + " and no head_dim is given");
+  c.head_dim = r.integer("head_dim", c.hidden_size / c.n_heads);
+  if (c.n_heads % c.n_kv_heads != 0)
+    r.fail("num_attention_heads = " + std::to_string(c.n_heads) + " is not divisible by num_key_value_heads = " +
+           std::to_string(c.n_kv_heads));
+  c.rope.d_head = c.head_dim;
+  c.rope.theta = r.number(json, "rope_theta", 10000.0);
+  c.rope.rotary_fraction = r.number(json, "partial_rotary_factor", 1.0);
+  c.rope.scaling = detail::parse_rope_scaling(r);
+  const bool windowed = c.model_type == "mistral" || (json.contains("use_sliding_window") && json.at("use_sliding_window") == true);
+  if (windowed && r.has("sliding_window")) c.sliding_window = r.integer("sliding_window");
+  if (c.model_type == "qwen2") c.first_window_layer = r.integer("max_window_layers", c.n_layers);
+  try {
+    RotaryEmbedding check(c.rope);  // a theta or scaling out of range is refused here, by name
+  } catch (const std::invalid_argument& e) {
+    r.fail(e.what());
+  }
+  return c;
+}
+
+inline LlamaConfig read_llama_config(const std::string& path) { return parse_llama_config(read_text_file(path, "llama config"), path); }
+
+/// Layer `layer`'s attention from a checkpoint already open, with its config.
+template <class Scalar>
+MultiHeadAttention<Scalar> load_llama_attention(const Checkpoint& model, const LlamaConfig& config, Index layer) {
+  const std::string where = "headwise: llama: " + model.folder() + ": ";
+  if (layer < 0 || layer >= config.n_layers)
+    throw SafetensorsError(where + "layer " + std::to_string(layer) + " is out of range [0, " + std::to_string(config.n_layers) + ")");
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
+  const auto hidden = static_cast<std::uint64_t>(config.hidden_size), d = static_cast<std::uint64_t>(config.head_dim);
+  auto weight = [&](const std::string& name, std::uint64_t out, std::uint64_t in) -> Matrix<Scalar> {
+    const std::string key = prefix + name + ".weight";
+    if (!model.contains(key)) throw SafetensorsError(where + "missing tensor \"" + key + "\"");
+    const auto& shape = model.file_of(key).info(key).shape;
+    if (shape != std::vector<std::uint64_t>{out, in})
+      throw SafetensorsError(where + "tensor \"" + key + "\" has shape " + detail::shape_string(shape) + ", expected " +
+                             detail::shape_string({out, in}) + " (inconsistent with the config's head counts)");
+    return model.file_of(key).matrix<Scalar>(key).transpose();  // nn.Linear [out, in] -> [in, out]
+  };
+  auto bias = [&](const std::string& name, std::uint64_t size) -> RowVector<Scalar> {
+    const std::string key = prefix + name + ".bias";
+    if (!model.contains(key)) return {};
+    const auto& shape = model.file_of(key).info(key).shape;
+    if (shape != std::vector<std::uint64_t>{size})
+      throw SafetensorsError(where + "tensor \"" + key + "\" has shape " + detail::shape_string(shape) + ", expected " +
+                             detail::shape_string({size}));
+    return model.file_of(key).row_vector<Scalar>(key);
+  };
+  const std::uint64_t q_width = std::uint64_t(config.n_heads) * d, kv_width = std::uint64_t(config.n_kv_heads) * d;
+  MultiHeadWeights<Scalar> w;
+  w.w_q = weight("q_proj", q_width, hidden), w.b_q = bias("q_proj", q_width);
+  w.w_k = weight("k_proj", kv_width, hidden), w.b_k = bias("k_proj", kv_width);
+  w.w_v = weight("v_proj", kv_width, hidden), w.b_v = bias("v_proj", kv_width);
+  w.w_o = weight("o_proj", hidden, q_width), w.b_o = bias("o_proj", hidden);
+  try {
+    return MultiHeadAttention<Scalar>(config.n_heads, std::move(w), config.layer(layer));
+  } catch (const std::invalid_argument& e) {  // non-finite weights, a config the layer refuses
+    throw SafetensorsError(where + "layer " + std::to_string(layer) + ": " + e.what());
+  }
+}
+
+/// Every layer's attention from a checkpoint folder (config.json and one or more safetensors
+/// files): each file is opened once for all layers.
+///   auto layers = io::load_llama_attention_layers<float>("Llama-3.2-1B/");   // layers[3].forward(x)
+template <class Scalar>
+std::vector<MultiHeadAttention<Scalar>> load_llama_attention_layers(const std::string& folder) {
+  const LlamaConfig config = read_llama_config(folder + "/config.json");
+  const Checkpoint model = Checkpoint::open(folder);
+  std::vector<MultiHeadAttention<Scalar>> layers;
+  layers.reserve(static_cast<std::size_t>(config.n_layers));
+  for (Index layer = 0; layer < config.n_layers; ++layer) layers.push_back(load_llama_attention<Scalar>(model, config, layer));
+  return layers;
+}
+
+/// Layer `layer`'s attention from a checkpoint folder.
+template <class Scalar>
+MultiHeadAttention<Scalar> load_llama_attention(const std::string& folder, Index layer) {
+  return load_llama_attention<Scalar>(Checkpoint::open(folder), read_llama_config(folder + "/config.json"), layer);
+}
+
+}  // namespace headwise::io

@@ -1,0 +1,181 @@
+// Rotary position embeddings (RoPE; Su et al., 2021): each pair of a query's or key's dimensions is
+// rotated by an angle proportional to the token's position, so that q_i . k_j depends on the
+// positions only through i - j. Applied to Q and K after the projection, before the scores.
+//
+//   inv_freq[i] = theta^(-2i / r)               for the r rotary dimensions of a head (r <= d_head)
+//   angle       = position inv_freq[i]
+//   half        pairs (i, i + r/2): Hugging Face / GPT-NeoX (`rotate_half`), Llama, Qwen2, Mistral
+//   interleaved pairs (2i, 2i + 1): GPT-J and Meta's original Llama code
+//   x'_a = x_a cos - x_b sin,  x'_b = x_b cos + x_a sin  (times YaRN's attention factor)
+// Dimensions past r (partial rotary: GPT-NeoX `rotary_pct`, Phi `partial_rotary_factor`) pass
+// through. Frequency scaling as Hugging Face's `rope_scaling` names it: linear, llama3, yarn.
+// The frequencies are computed once, when the embedding is made; angles in double precision.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "headwise/detail/errors.hpp"
+#include "headwise/detail/parallel.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise {
+
+/// Which dimensions form a rotated pair.
+enum class RopeLayout { half, interleaved };
+
+/// Frequency scaling for contexts longer than training (Hugging Face's `rope_scaling`).
+struct RopeScaling {
+  enum class Type { none, linear, llama3, yarn };
+  Type type = Type::none;
+  double factor = 1.0;                   ///< linear, llama3, yarn: how much longer the context
+  double low_freq_factor = 1.0;          ///< llama3
+  double high_freq_factor = 4.0;         ///< llama3
+  Index original_max_position = 8192;    ///< llama3, yarn: the training context
+  double beta_fast = 32.0;               ///< yarn: rotations where interpolation ends
+  double beta_slow = 1.0;                ///< yarn: rotations where it begins
+  std::optional<double> attention_factor;  ///< yarn: cos and sin scale; unset: 0.1 ln(factor) + 1
+};
+
+/// A rotary embedding's settings. Set by name: RopeConfig c; c.d_head = 128; c.theta = 5e5;
+struct RopeConfig {
+  Index d_head = 0;                  ///< width of one head
+  double theta = 10000.0;            ///< the base of the frequencies (`rope_theta`)
+  double rotary_fraction = 1.0;      ///< the fraction of each head's dimensions rotated, in (0, 1]
+  RopeLayout layout = RopeLayout::half;
+  RopeScaling scaling;
+};
+
+class RotaryEmbedding {
+ public:
+  /// Throws std::invalid_argument naming a setting that is out of range.
+  explicit RotaryEmbedding(const RopeConfig& config) : config_(config) {
+    constexpr const char* where = "RotaryEmbedding";
+    if (config.d_head <= 0) detail::invalid(where, "d_head must be > 0, got ", config.d_head);
+    if (!(config.theta > 1.0) || !std::isfinite(config.theta))
+      detail::invalid(where, "theta must be finite and > 1, got ", config.theta);
+    if (!(config.rotary_fraction > 0.0 && config.rotary_fraction <= 1.0))
+      detail::invalid(where, "rotary_fraction must be in (0, 1], got ", config.rotary_fraction);
+    rotary_dims_ = static_cast<Index>(static_cast<double>(config.d_head) * config.rotary_fraction) / 2 * 2;
+    if (rotary_dims_ < 2) detail::invalid(where, "d_head ", config.d_head, " x rotary_fraction ", config.rotary_fraction, " leaves no pair to rotate");
+    const Index pairs = rotary_dims_ / 2;
+    inv_freq_.resize(pairs);
+    for (Index i = 0; i < pairs; ++i) inv_freq_(i) = std::pow(config.theta, -2.0 * double(i) / double(rotary_dims_));
+    scale_frequencies(where);
+  }
+
+  Index d_head() const { return config_.d_head; }
+  /// The dimensions rotated in each head (an even number <= d_head).
+  Index rotary_dims() const { return rotary_dims_; }
+  /// The rotary_dims() / 2 frequencies, after scaling.
+  const Vector<double>& inv_freq() const { return inv_freq_; }
+  /// What cos and sin are multiplied by (YaRN's attention factor; 1 otherwise).
+  double attention_factor() const { return attention_factor_; }
+  const RopeConfig& config() const { return config_; }
+
+  /// Rotates, in place, every head of the m rows of x: (m, heads d_head), row t at position
+  /// first_position + t. Q and K laid side by side ([Q | K]) are rotated in one pass: each row's
+  /// angles are computed once for all its heads.
+  template <class Scalar>
+  void rotate(Eigen::Ref<Matrix<Scalar>> x, Index first_position, int threads = 1) const {
+    if (x.cols() % config_.d_head != 0)
+      detail::invalid("RotaryEmbedding::rotate", "x has ", x.cols(), " columns, not a whole number of heads of ", config_.d_head);
+    if (first_position < 0) detail::invalid("RotaryEmbedding::rotate", "first_position must be >= 0, got ", first_position);
+    const Index pairs = rotary_dims_ / 2;
+    HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1 && x.rows() >= 64))
+    {
+      std::vector<Scalar> cos(static_cast<std::size_t>(pairs)), sin(cos.size());
+      HEADWISE_OMP(omp for schedule(static))
+      for (Index t = 0; t < x.rows(); ++t) {
+        angles(first_position + t, cos.data(), sin.data());
+        for (Index c0 = 0; c0 < x.cols(); c0 += config_.d_head) rotate_head(x.row(t).data() + c0, cos.data(), sin.data());
+      }
+    }
+  }
+
+ private:
+  /// cos and sin of position inv_freq[i], times the attention factor, for every pair i.
+  template <class Scalar>
+  void angles(Index position, Scalar* cos, Scalar* sin) const {
+    for (Index i = 0; i < inv_freq_.size(); ++i) {
+      const double angle = double(position) * inv_freq_(i);
+      cos[i] = static_cast<Scalar>(std::cos(angle) * attention_factor_);
+      sin[i] = static_cast<Scalar>(std::sin(angle) * attention_factor_);
+    }
+  }
+
+  template <class Scalar>
+  void rotate_head(Scalar* x, const Scalar* cos, const Scalar* sin) const {
+    const Index pairs = rotary_dims_ / 2;
+    const bool half = config_.layout == RopeLayout::half;
+    for (Index i = 0; i < pairs; ++i) {
+      Scalar& a = x[half ? i : 2 * i];
+      Scalar& b = x[half ? i + pairs : 2 * i + 1];
+      const Scalar xa = a, xb = b;
+      a = xa * cos[i] - xb * sin[i];
+      b = xb * cos[i] + xa * sin[i];
+    }
+  }
+
+  void scale_frequencies(const char* where) {
+    const RopeScaling& s = config_.scaling;
+    if (s.type == RopeScaling::Type::none) return;
+    if (!(s.factor >= 1.0) || !std::isfinite(s.factor)) detail::invalid(where, "rope scaling factor must be finite and >= 1, got ", s.factor);
+    if (s.type == RopeScaling::Type::linear) inv_freq_ /= s.factor;
+    if (s.type == RopeScaling::Type::llama3) scale_llama3(where);
+    if (s.type == RopeScaling::Type::yarn) scale_yarn(where);
+  }
+
+  /// Llama 3.1: wavelengths below original / high_freq_factor kept, above original /
+  /// low_freq_factor divided by factor, and blended in between.
+  void scale_llama3(const char* where) {
+    const RopeScaling& s = config_.scaling;
+    if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0.0) || s.original_max_position <= 0)
+      detail::invalid(where, "llama3 scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position > 0, got ",
+                      s.low_freq_factor, ", ", s.high_freq_factor, ", ", s.original_max_position);
+    const double original = double(s.original_max_position), pi = std::acos(-1.0);
+    const double low_wavelength = original / s.low_freq_factor, high_wavelength = original / s.high_freq_factor;
+    for (Index i = 0; i < inv_freq_.size(); ++i) {
+      const double f = inv_freq_(i), wavelength = 2 * pi / f;
+      if (wavelength < high_wavelength) continue;
+      if (wavelength > low_wavelength) {
+        inv_freq_(i) = f / s.factor;
+        continue;
+      }
+      const double smooth = (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      inv_freq_(i) = (1 - smooth) * f / s.factor + smooth * f;
+    }
+  }
+
+  /// YaRN (Peng et al., 2023) as Hugging Face computes it: frequencies that turn fewer than
+  /// beta_slow times over the original context are divided by factor, more than beta_fast times
+  /// kept, a linear ramp between; cos and sin scaled by the attention factor.
+  void scale_yarn(const char* where) {
+    const RopeScaling& s = config_.scaling;
+    if (s.original_max_position <= 0 || !(s.beta_fast > s.beta_slow) || !(s.beta_slow > 0.0))
+      detail::invalid(where, "yarn scaling needs original_max_position > 0 and beta_fast > beta_slow > 0");
+    const double pi = std::acos(-1.0), dims = double(rotary_dims_);
+    const auto correction_dim = [&](double rotations) {
+      return dims * std::log(double(s.original_max_position) / (rotations * 2 * pi)) / (2 * std::log(config_.theta));
+    };
+    const double low = std::max(std::floor(correction_dim(s.beta_fast)), 0.0);
+    double high = std::min(std::ceil(correction_dim(s.beta_slow)), dims - 1);
+    if (high == low) high += 0.001;
+    for (Index i = 0; i < inv_freq_.size(); ++i) {
+      const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);  // 0: kept, 1: divided
+      inv_freq_(i) = inv_freq_(i) / s.factor * ramp + inv_freq_(i) * (1 - ramp);
+    }
+    attention_factor_ = s.attention_factor ? *s.attention_factor : (s.factor > 1 ? 0.1 * std::log(s.factor) + 1 : 1.0);
+    if (!(attention_factor_ > 0.0) || !std::isfinite(attention_factor_))
+      detail::invalid(where, "yarn attention_factor must be finite and > 0, got ", attention_factor_);
+  }
+
+  RopeConfig config_;
+  Index rotary_dims_ = 0;
+  Vector<double> inv_freq_;
+  double attention_factor_ = 1.0;
+};
+
+}  // namespace headwise

@@ -1,0 +1,182 @@
+// ScoreRule: one call's masks and score modifiers (AttentionOptions, checked against the call's
+// sizes), applied the same way by the step-by-step path and by the fused kernel.
+//
+// For query row i (at position n_k - n_q + i) the rule gives
+//   keys(i)                the contiguous keys it may see: causal, sliding window, its packed
+//                          sequence, narrowed to the first and last key a mask, padding or -inf
+//                          bias leaves (a key range outside every row's is never computed);
+//   apply(h, i, ...)       what happens to its scaled scores: soft-cap, + ALiBi, + bias, and -inf
+//                          on the keys inside keys(i) that a mask, padding or bias hides;
+//   sink(h)                the sink logit that joins head h's denominators, if any.
+// Each rule lives in its own header under variants/.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "headwise/detail/errors.hpp"
+#include "headwise/options.hpp"
+#include "headwise/types.hpp"
+#include "headwise/variants/alibi.hpp"
+#include "headwise/variants/attention_sinks.hpp"
+#include "headwise/variants/key_range.hpp"
+#include "headwise/variants/packed_sequences.hpp"
+#include "headwise/variants/sliding_window.hpp"
+#include "headwise/variants/softcap.hpp"
+
+namespace headwise {
+
+template <class Scalar>
+class ScoreRule {
+ public:
+  /// Keys are counted in blocks of this many for skipping tiles that a mask hides entirely.
+  static constexpr Index block = 8;
+
+  /// The rule of a call with n_q queries, n_k keys and n_heads heads; throws std::invalid_argument
+  /// naming the option that does not fit.
+  ScoreRule(const AttentionOptions& options, Index n_q, Index n_k, Index n_heads, const char* where)
+      : options_(options), n_q_(n_q), n_k_(n_k) {
+    check(where, n_heads);
+    hides_ = options.mask.size() || options.key_valid.size() || options.bias.size();
+    modifies_ = hides_ || options.softcap || options.alibi_slopes.size();
+    std::optional<PackedSequences> sequences;
+    if (!options.cu_seqlens.empty()) sequences.emplace(options.cu_seqlens, n_k, where);
+    ranges_.resize(static_cast<std::size_t>(n_q));
+    if (hides_) visible_blocks_.assign(static_cast<std::size_t>(n_q * blocks()), 0);
+    for (Index i = 0; i < n_q; ++i) {
+      const Index p = position(i);
+      KeyRange keys = causal_range(p, n_k, options.causal);
+      if (options.window) keys = sliding_window_range(keys, p, *options.window);
+      if (sequences) keys = sequences->narrow(keys, p);
+      ranges_[static_cast<std::size_t>(i)] = hides_ ? narrow_to_visible(i, keys) : keys;
+    }
+  }
+
+  Index n_q() const { return n_q_; }
+  Index n_k() const { return n_k_; }
+  /// The position of query row i: queries are aligned to the end of the keys.
+  Index position(Index i) const { return n_k_ - n_q_ + i; }
+  /// The keys query row i may see (some inside may still be hidden: see hidden()).
+  const KeyRange& keys(Index i) const { return ranges_[static_cast<std::size_t>(i)]; }
+  /// True if apply() changes scores (a cap, ALiBi, a bias or a mask); false: scores are used as computed.
+  bool modifies_scores() const { return modifies_; }
+  /// True if keys inside keys(i) can be hidden (a mask, padding or a -inf bias).
+  bool hides_keys() const { return hides_; }
+  bool has_sinks() const { return options_.sinks.size() != 0; }
+  Scalar sink(Index h) const { return static_cast<Scalar>(options_.sinks(h)); }
+
+  /// True if key j is hidden from query row i by the mask, the padding or a -inf bias.
+  bool hidden(Index i, Index j) const {
+    return (options_.mask.size() && !options_.mask(i, j)) || (options_.key_valid.size() && !options_.key_valid(j)) ||
+           (options_.bias.size() && options_.bias(i, j) == -std::numeric_limits<double>::infinity());
+  }
+
+  /// False only if query row i sees no key in [begin, end) (counted by blocks: may say true for a
+  /// block that is partly outside the range).
+  bool sees_any(Index i, Index begin, Index end) const {
+    const KeyRange keys = this->keys(i).within(begin, end);
+    if (keys.empty()) return false;
+    if (!hides_) return true;
+    const std::uint8_t* counts = visible_blocks_.data() + i * blocks();
+    for (Index b = keys.begin / block; b * block < keys.end; ++b)
+      if (counts[b]) return true;
+    return false;
+  }
+
+  /// Modifies the scaled scores row[j] of query row i, head h, against keys first_key + j for j in
+  /// [begin, end): soft-cap, ALiBi, bias, then -inf where a key is hidden.
+  void apply(Index h, Index i, Index first_key, Scalar* row, Index begin, Index end) const {
+    if (options_.softcap) apply_softcap(row, begin, end, *options_.softcap);
+    if (options_.alibi_slopes.size()) add_alibi(row, begin, end, options_.alibi_slopes(h), first_key, position(i));
+    if (options_.bias.size())
+      for (Index j = begin; j < end; ++j) row[j] += static_cast<Scalar>(options_.bias(i, first_key + j));
+    if (!hides_) return;
+    for (Index j = begin; j < end; ++j)
+      if (hidden(i, first_key + j)) row[j] = -std::numeric_limits<Scalar>::infinity();
+  }
+
+ private:
+  Index blocks() const { return (n_k_ + block - 1) / block; }
+
+  /// keys cut to the first and last key row i does not hide; counts its visible keys per block.
+  KeyRange narrow_to_visible(Index i, KeyRange keys) {
+    std::uint8_t* counts = visible_blocks_.data() + i * blocks();
+    KeyRange seen{keys.end, keys.begin};
+    for (Index j = keys.begin; j < keys.end; ++j) {
+      if (hidden(i, j)) continue;
+      ++counts[j / block];
+      seen.begin = std::min(seen.begin, j), seen.end = j + 1;
+    }
+    return seen.empty() ? KeyRange{0, 0} : seen;
+  }
+
+  void check(const char* where, Index n_heads) const {
+    const AttentionOptions& o = options_;
+    if (o.window && *o.window <= 0) detail::invalid(where, "window must be > 0, got ", *o.window);
+    if (o.window && !o.causal) detail::invalid(where, "a sliding window needs the causal mask (causal = true)");
+    if (o.key_valid.size() && o.key_valid.size() != n_k_)
+      detail::invalid(where, "key_valid has ", o.key_valid.size(), " entries, expected one per key, ", n_k_);
+    check_matrix_shape(where, "mask", o.mask.rows(), o.mask.cols());
+    check_matrix_shape(where, "bias", o.bias.rows(), o.bias.cols());
+    for (Index i = 0; i < o.bias.rows(); ++i)
+      for (Index j = 0; j < o.bias.cols(); ++j)
+        if (std::isnan(o.bias(i, j)) || o.bias(i, j) == std::numeric_limits<double>::infinity())
+          detail::invalid(where, "bias has ", o.bias(i, j), " at row ", i, ", column ", j,
+                          " (finite values, or -inf to hide a key)");
+    if (o.softcap && !(*o.softcap > 0.0 && std::isfinite(*o.softcap)))
+      detail::invalid(where, "softcap must be finite and > 0, got ", *o.softcap);
+    check_per_head(where, "alibi_slopes", o.alibi_slopes, n_heads);
+    check_per_head(where, "sinks", o.sinks, n_heads);
+  }
+  void check_matrix_shape(const char* where, const char* name, Index rows, Index cols) const {
+    if (rows * cols != 0 && (rows != n_q_ || cols != n_k_))
+      detail::invalid(where, name, " is ", rows, "x", cols, ", expected (n_q, n_k) = ", n_q_, "x", n_k_);
+  }
+  static void check_per_head(const char* where, const char* name, const Vector<double>& values, Index n_heads) {
+    if (values.size() == 0) return;
+    if (values.size() != n_heads) detail::invalid(where, name, " has ", values.size(), " entries, expected one per head, ", n_heads);
+    for (Index h = 0; h < n_heads; ++h)
+      if (!std::isfinite(values(h))) detail::invalid(where, name, " has a non-finite value (", values(h), ") for head ", h);
+  }
+
+  const AttentionOptions& options_;
+  Index n_q_, n_k_;
+  bool hides_ = false, modifies_ = false;
+  std::vector<KeyRange> ranges_;
+  std::vector<std::uint8_t> visible_blocks_;  // (n_q, blocks()): visible keys per block of 8
+};
+
+/// The options of a call on n_heads heads as seen by head h alone: its ALiBi slope and sink only.
+/// Throws if a per-head option does not have n_heads entries.
+inline AttentionOptions options_of_head(const AttentionOptions& options, Index h, Index n_heads, const char* where) {
+  for (const Vector<double>* v : {&options.alibi_slopes, &options.sinks})
+    if (v->size() && v->size() != n_heads)
+      detail::invalid(where, v == &options.sinks ? "sinks" : "alibi_slopes", " has ", v->size(),
+                      " entries, expected one per head, ", n_heads);
+  if (h < 0 || h >= n_heads) detail::invalid(where, "head ", h, " out of range [0, ", n_heads, ")");
+  AttentionOptions one = options;
+  if (options.alibi_slopes.size()) one.alibi_slopes = options.alibi_slopes.segment(h, 1);
+  if (options.sinks.size()) one.sinks = options.sinks.segment(h, 1);
+  return one;
+}
+
+/// The scaled scores as the softmax sees them: modified by the rule (cap, ALiBi, bias) and -inf
+/// wherever query row i may not see key j. scaled: (n_q, n_k) -> (n_q, n_k). Head h's slope and
+/// sink. For showing (a trace's masked_scores) and as the input of softmax_rows.
+template <class Scalar>
+Matrix<Scalar> masked_scores(const Matrix<Scalar>& scaled, const ScoreRule<Scalar>& rule, Index h = 0) {
+  constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
+  Matrix<Scalar> shown = scaled;
+  for (Index i = 0; i < shown.rows(); ++i) {
+    const KeyRange keys = rule.keys(i);
+    rule.apply(h, i, /*first_key=*/0, shown.row(i).data(), keys.begin, keys.end);
+    shown.row(i).head(keys.begin).setConstant(minus_inf);
+    shown.row(i).tail(shown.cols() - keys.begin - keys.size()).setConstant(minus_inf);
+  }
+  return shown;
+}
+
+}  // namespace headwise

@@ -1,0 +1,119 @@
+// Llama-family checkpoints (Hugging Face layout) against PyTorch's eager attention: Llama with
+// grouped-query heads (float32, BF16 and sharded storage), Qwen2 with q/k/v biases, Mistral with a
+// sliding window. Both paths, both scalars, decoding through the cache, and the study tools.
+#include <random>
+#include <string>
+
+#include "headwise/interpret.hpp"
+#include "headwise/io/llama.hpp"
+#include "headwise/multi_head_attention.hpp"
+#include "support/catch.hpp"
+#include "support/fixtures.hpp"
+#include "support/matchers.hpp"
+
+using namespace headwise;
+using headwise_test::IsExactly;
+using headwise_test::IsNear;
+using headwise_test::tolerance;
+
+namespace {
+
+/// A [heads, T, d] tensor as (T, heads d).
+template <class Scalar>
+Matrix<Scalar> side_by_side(const io::SafetensorsFile& file, const std::string& name) {
+  const Index heads = static_cast<Index>(file.info(name).shape[0]);
+  const Matrix<Scalar> first = file.slice<Scalar>(name, 0);
+  Matrix<Scalar> all(first.rows(), heads * first.cols());
+  for (Index h = 0; h < heads; ++h) all.middleCols(h * first.cols(), first.cols()) = file.slice<Scalar>(name, h);
+  return all;
+}
+
+/// Every check of one model folder; `reference` names the folder that holds its reference.
+template <class Scalar>
+void check_model(const std::string& folder, const std::string& reference) {
+  CAPTURE(folder);
+  const auto layers = io::load_llama_attention_layers<Scalar>(headwise_test::data_path(folder));
+  const io::SafetensorsFile ref = headwise_test::load_fixture(reference + "/attention-reference.safetensors");
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    CAPTURE(l);
+    const std::string p = "layers." + std::to_string(l) + ".attn.";
+    const auto& layer = layers[l];
+    const Matrix<Scalar> x = ref.matrix<Scalar>(p + "input");
+    const Matrix<double> expected = ref.matrix<double>(p + "output.f64");
+    // The fused path, and the step-by-step path with every intermediate.
+    const Matrix<Scalar> out = layer.forward(x);
+    CHECK_THAT(out.template cast<double>(), IsNear(expected, tolerance<Scalar>()));
+    CHECK_THAT(layer.forward_step_by_step(x).template cast<double>(), IsNear(expected, tolerance<Scalar>()));
+    const MultiHeadTrace<Scalar> trace = layer.trace(x);
+    CHECK_THAT(trace.output.template cast<double>(), IsNear(expected, tolerance<Scalar>()));
+    const Index d = layer.d_head();
+    const Matrix<double> q_rot = side_by_side<double>(ref, p + "q_rot.f64"), k_rot = side_by_side<double>(ref, p + "k_rot.f64");
+    for (Index h = 0; h < layer.n_heads(); ++h) {
+      CAPTURE(h);
+      const Index g = layer.kv_head_of(h);
+      CHECK_THAT(trace.heads[h].q_rotated.template cast<double>(), IsNear(q_rot.middleCols(h * d, d), tolerance<Scalar>()));
+      CHECK_THAT(trace.heads[h].k_rotated.template cast<double>(), IsNear(k_rot.middleCols(g * d, d), tolerance<Scalar>()));
+      CHECK_THAT(trace.heads[h].weights.template cast<double>(), IsNear(ref.slice<double>(p + "pattern.f64", h), tolerance<Scalar>()));
+    }
+    // The study tools: patterns rebuilt from the logsumexp of the fused run.
+    const auto run = interpret::inspect(layer, x);
+    for (Index h = 0; h < layer.n_heads(); ++h)
+      CHECK_THAT(run.pattern(h).template cast<double>(), IsNear(ref.slice<double>(p + "pattern.f64", h), tolerance<Scalar>()));
+    // Decoding in random chunks through the cache: bitwise the full forward (rotated keys cached).
+    std::mt19937 rng(static_cast<unsigned>(l + 7));
+    KvCache<Scalar> cache = layer.make_cache(x.rows());
+    Matrix<Scalar> decoded(x.rows(), x.cols());
+    for (Index i0 = 0; i0 < x.rows();) {
+      const Index m = std::min<Index>(std::uniform_int_distribution<Index>(1, 6)(rng), x.rows() - i0);
+      decoded.middleRows(i0, m) = layer.forward_incremental(x.middleRows(i0, m), cache);
+      i0 += m;
+    }
+    CHECK_THAT(headwise_test::as_double(decoded), IsExactly(out));
+  }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("Llama: grouped-query heads and RoPE, as PyTorch computes them", "[llama][fixture]", float, double) {
+  check_model<TestType>("llama-tiny", "llama-tiny");
+}
+
+TEMPLATE_TEST_CASE("Llama stored as BF16 and Llama in two shards", "[llama][fixture]", float, double) {
+  check_model<TestType>("llama-tiny-bf16", "llama-tiny-bf16");
+  check_model<TestType>("llama-tiny-sharded", "llama-tiny");
+  const io::Checkpoint sharded = io::Checkpoint::open(headwise_test::data_path("llama-tiny-sharded"));
+  CHECK(sharded.file_count() == 2);
+}
+
+TEMPLATE_TEST_CASE("Qwen2 (q, k, v biases) and Mistral (sliding window 8)", "[llama][fixture]", float, double) {
+  check_model<TestType>("qwen2-tiny", "qwen2-tiny");
+  check_model<TestType>("mistral-tiny", "mistral-tiny");
+  const io::LlamaConfig mistral = io::read_llama_config(headwise_test::data_path("mistral-tiny/config.json"));
+  REQUIRE(mistral.sliding_window);
+  CHECK(*mistral.sliding_window == 8);
+  const io::LlamaConfig qwen2 = io::read_llama_config(headwise_test::data_path("qwen2-tiny/config.json"));
+  CHECK_FALSE(qwen2.sliding_window);  // use_sliding_window is false
+}
+
+TEST_CASE("Llama-family configs: errors name the problem", "[llama][errors]") {
+  const std::string base = R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1)";
+  CHECK_NOTHROW(io::parse_llama_config(base + "}", "ok.json"));
+  CHECK_THROWS_WITH(io::parse_llama_config(R"({"model_type": "bert", "hidden_size": 64})", "c.json"),
+                    Catch::Contains("model_type \"bert\" is not one this loader reads"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"(, "num_key_value_heads": 3})", "c.json"),
+                    Catch::Contains("not divisible by num_key_value_heads = 3"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"(, "rope_scaling": {"rope_type": "dynamic", "factor": 2}})", "c.json"),
+                    Catch::Contains("rope_scaling type \"dynamic\""));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"(, "rope_theta": -1})", "c.json"), Catch::Contains("theta must be finite and > 1"));
+  CHECK_THROWS_WITH(io::parse_llama_config(R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 5, "num_hidden_layers": 1})", "c.json"),
+                    Catch::Contains("not divisible by num_attention_heads = 5"));
+  CHECK_THROWS_WITH(io::parse_llama_config("[1, 2]", "c.json"), Catch::Contains("not a JSON object"));
+  // A config whose head counts do not match the tensors.
+  const io::Checkpoint model = io::Checkpoint::open(headwise_test::data_path("llama-tiny"));
+  io::LlamaConfig wrong = io::read_llama_config(headwise_test::data_path("llama-tiny/config.json"));
+  wrong.n_kv_heads = 4;
+  CHECK_THROWS_WITH(io::load_llama_attention<float>(model, wrong, 0), Catch::Contains("inconsistent with the config's head counts"));
+  CHECK_THROWS_WITH(io::load_llama_attention<float>(model, wrong, 5), Catch::Contains("layer 5 is out of range [0, 2)"));
+  CHECK_THROWS_WITH(io::load_llama_attention_layers<float>(headwise_test::data_path("gpt2-tiny")),
+                    Catch::Contains("model_type"));
+}
