@@ -150,6 +150,28 @@ void BM_CorePacked(benchmark::State& state) {
 }
 BENCHMARK(BM_CorePacked)->Apply(fused_args)->Unit(benchmark::kMillisecond);
 
+// The fused core with a sliding window of W = 256 keys (Mistral's rule): the work is O(n W), so
+// the time per token stays flat as n grows, where the full causal core's (BM_CoreFused) grows
+// with n. GFLOPs counts the visible pairs only: Σ_i min(i + 1, W).
+void BM_CoreWindow(benchmark::State& state) {
+  const Index n = state.range(0), window = 256;
+  headwise::AttentionOptions options;
+  options.threads = use_threads(state, 1);
+  options.window = window;
+  const Mat qkv = random_matrix(n, 3 * d_model, 7);
+  Mat z(n, d_model);
+  for (auto _ : state) {
+    headwise::fused_multi_head_attention<float>(qkv.leftCols(d_model), qkv.middleCols(d_model, d_model),
+                                                qkv.rightCols(d_model), n_heads, n_heads, z, nullptr, options);
+    benchmark::DoNotOptimize(z.data());
+    benchmark::ClobberMemory();
+  }
+  const double pairs = double(std::min(n, window)) * double(std::min(n, window) + 1) / 2.0 + double(std::max<Index>(n - window, 0)) * double(window);
+  state.counters["GFLOPs"] = benchmark::Counter(4.0 * pairs * double(d_model) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["us_per_token"] = benchmark::Counter(1e6 / double(n), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_CoreWindow)->ArgNames({"n", "threads"})->ArgsProduct({{2048, 4096, 8192, 16384}, {1}})->Unit(benchmark::kMillisecond);
+
 // Where the fused core's time goes, phase by phase, on one thread: the kernel's own loop
 // (detail::run_fused_jobs) with a clock that reads the time at every phase change. Counters:
 // each phase's share of the time in percent (query: scale and pack the query tile; scores: the

@@ -24,10 +24,12 @@ headwise::RowVector<Scalar> random_row(headwise::Index cols, std::mt19937& rng, 
 }
 
 /// A layer with random weights and biases: n_heads query heads of d_model / n_heads, n_kv_heads
-/// key/value heads (grouped-query when fewer), entries of standard deviation scale / sqrt(d_model).
+/// key/value heads (grouped-query when fewer), entries of standard deviation scale / sqrt(d_model),
+/// and the layer's own settings (rotary embedding, window, ...) from `config`.
 template <class Scalar>
 headwise::MultiHeadAttention<Scalar> random_layer(headwise::Index d_model, headwise::Index n_heads,
-                                                  headwise::Index n_kv_heads, std::mt19937& rng, double scale = 1.0) {
+                                                  headwise::Index n_kv_heads, std::mt19937& rng, double scale = 1.0,
+                                                  headwise::LayerConfig config = {}) {
   const headwise::Index kv_width = n_kv_heads * (d_model / n_heads);
   const double sd = scale / std::sqrt(double(d_model));
   headwise::MultiHeadWeights<Scalar> w;
@@ -39,7 +41,7 @@ headwise::MultiHeadAttention<Scalar> random_layer(headwise::Index d_model, headw
   w.b_k = random_row<Scalar>(kv_width, rng, 0.1);
   w.b_v = random_row<Scalar>(kv_width, rng, 0.1);
   w.b_o = random_row<Scalar>(d_model, rng, 0.1);
-  return headwise::MultiHeadAttention<Scalar>(n_heads, std::move(w));
+  return headwise::MultiHeadAttention<Scalar>(n_heads, std::move(w), std::move(config));
 }
 
 }  // namespace headwise_test
