@@ -114,11 +114,8 @@ void fused_args(benchmark::internal::Benchmark* b) {
     for (Index n : {128, 256, 512, 1024, 2048, 4096, 8192}) b->Args({n, threads});
 }
 
-// The fused core: every head of a (n, 3 d_model) QKV buffer, no (n, n) matrix.
-void BM_CoreFused(benchmark::State& state) {
-  const Index n = state.range(0);
-  headwise::AttentionOptions options;
-  options.threads = use_threads(state, 1);
+// The fused core, once per iteration: every head of a (n, 3 d_model) QKV buffer, no (n, n) matrix.
+void run_fused_core(benchmark::State& state, Index n, const headwise::AttentionOptions& options) {
   const Mat qkv = random_matrix(n, 3 * d_model, 7);
   Mat z(n, d_model);
   for (auto _ : state) {
@@ -127,6 +124,13 @@ void BM_CoreFused(benchmark::State& state) {
     benchmark::DoNotOptimize(z.data());
     benchmark::ClobberMemory();
   }
+}
+
+void BM_CoreFused(benchmark::State& state) {
+  const Index n = state.range(0);
+  headwise::AttentionOptions options;
+  options.threads = use_threads(state, 1);
+  run_fused_core(state, n, options);
   set_counters(state, core_flops(n), n);
 }
 BENCHMARK(BM_CoreFused)->Apply(fused_args)->Unit(benchmark::kMillisecond);
@@ -158,14 +162,7 @@ void BM_CoreWindow(benchmark::State& state) {
   headwise::AttentionOptions options;
   options.threads = use_threads(state, 1);
   options.window = window;
-  const Mat qkv = random_matrix(n, 3 * d_model, 7);
-  Mat z(n, d_model);
-  for (auto _ : state) {
-    headwise::fused_multi_head_attention<float>(qkv.leftCols(d_model), qkv.middleCols(d_model, d_model),
-                                                qkv.rightCols(d_model), n_heads, n_heads, z, nullptr, options);
-    benchmark::DoNotOptimize(z.data());
-    benchmark::ClobberMemory();
-  }
+  run_fused_core(state, n, options);
   const double pairs = double(std::min(n, window)) * double(std::min(n, window) + 1) / 2.0 + double(std::max<Index>(n - window, 0)) * double(window);
   state.counters["GFLOPs"] = benchmark::Counter(4.0 * pairs * double(d_model) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["us_per_token"] = benchmark::Counter(1e6 / double(n), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
