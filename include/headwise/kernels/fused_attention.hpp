@@ -117,6 +117,7 @@ struct FusedScratch {
   std::vector<Scalar> s;          // (tq, tk): scores, then P = exp(scores - max), row r at r tk
   std::vector<Scalar> acc;        // (tq, d_v padded): running Σ P V
   std::vector<Scalar> max, sum;   // (tq): running row maximum and row sum
+  std::vector<KeyRange> spans;    // (tq / R): the keys of the current key tile each sliver sees
   // Only when statistics are asked for:
   std::vector<Scalar> raw;        // one row of scaled scores, kept before exp overwrites it
   std::vector<Scalar> dot;        // (tq): running Σ_j exp(s_ij - max) (s_ij - max), rescaled like sum
@@ -135,6 +136,7 @@ struct FusedScratch {
                      "an output tile");
     detail::allocate(max, rows, Scalar(0), where, "row maxima");
     detail::allocate(sum, rows, Scalar(0), where, "row sums");
+    spans.resize(static_cast<std::size_t>(rows / TileShape<Scalar>::rows + 1));
     scaled.resize(rows, d_head);
     if (!call.statistics) return;
     for (std::vector<Scalar>* v : {&raw, &dot, &first, &previous, &best})
@@ -169,14 +171,15 @@ inline Packet exp_of_score(const Packet& s, const Packet& m) {
 }
 
 /// row[0, visible) <- exp(row - max), row[visible, end) <- 0, and returns the sum of row[0, end)
-/// with end >= visible. Whole packets: every entry goes through the same vectorised exp whatever
-/// its position (Eigen's .exp() sends a ragged tail to std::exp; here the ragged end goes through a
-/// packet-sized buffer, so nothing past `visible` is read or written but the zeros); the zeros past
-/// the visible entries are the mask, never exp(-inf) (which Eigen's exp does not send to 0). The
-/// sum adds the packets in order, the last one zero-padded, then one fixed reduction tree:
+/// with end >= visible; row[0, capacity) is the caller's to write. Whole packets: every entry goes
+/// through the same vectorised exp whatever its position (Eigen's .exp() sends a ragged tail to
+/// std::exp); the packet the visible entries end in is computed in place when the row has room
+/// for it, else in a packet-sized buffer, so nothing past `capacity` is read or written. The zeros
+/// past the visible entries are the mask, never exp(-inf) (which Eigen's exp does not send to 0).
+/// The sum adds the packets in order, the last one zero-padded, then one fixed reduction tree:
 /// trailing zero packets change no bit.
 template <bool MayHide, class Scalar>
-inline Scalar exp_and_sum(Scalar* row, Index visible, Index end, Scalar max) {
+inline Scalar exp_and_sum(Scalar* row, Index visible, Index end, Index capacity, Scalar max) {
   using namespace Eigen::internal;
   using Packet = typename TileShape<Scalar>::Packet;
   constexpr Index P = TileShape<Scalar>::packet;
@@ -188,15 +191,19 @@ inline Scalar exp_and_sum(Scalar* row, Index visible, Index end, Scalar max) {
     pstoreu(row + j, e);
     total = padd(total, e);
   }
-  if (whole < visible) {  // the ragged end: exp, then the mask
-    alignas(64) Scalar tail[P] = {};
-    std::copy(row + whole, row + visible, tail);
-    pstore(tail, exp_of_score<MayHide>(pload<Packet>(tail), m));
-    std::fill(tail + (visible - whole), tail + P, Scalar(0));
-    std::copy(tail, tail + (visible - whole), row + whole);
-    total = padd(total, pload<Packet>(tail));
+  Index written = visible;  // row[visible, written) is already 0
+  if (whole < visible) {    // the packet the visible entries end in: exp, then the mask
+    alignas(64) Scalar buffer[P] = {};
+    const bool in_place = whole + P <= capacity;
+    Scalar* last = in_place ? row + whole : buffer;
+    if (!in_place) std::copy(row + whole, row + visible, buffer);
+    pstoreu(last, exp_of_score<MayHide>(ploadu<Packet>(last), m));
+    std::fill(last + (visible - whole), last + P, Scalar(0));
+    if (in_place) written = whole + P;
+    else std::copy(buffer, buffer + (visible - whole), row + whole);
+    total = padd(total, ploadu<Packet>(last));
   }
-  if (end > visible) std::fill(row + visible, row + end, Scalar(0));
+  if (end > written) std::fill(row + written, row + end, Scalar(0));
   return predux(total);
 }
 
@@ -229,19 +236,18 @@ inline KeyRange sliver_keys(const FusedCall<Scalar>& call, Index i, Index rows, 
   return span.empty() ? KeyRange{0, 0} : span;
 }
 
-/// S = Qs K[j0 : j0 + cols]ᵀ for the rows i0 .. i0 + rows - 1, sliver by sliver of R rows, each
-/// only over the key panels its rows see: the part of a diagonal tile above the diagonal (or
+/// S = Qs K[j0 : j0 + cols]ᵀ for the tile's rows, sliver by sliver of R rows, each only over the
+/// key panels its rows see (w.spans): the part of a diagonal tile above the diagonal (or
 /// before a window) is never computed. Row r of S at w.s + r tk.
 template <class Scalar>
-void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index j0, Index cols,
-                Index g) {
+void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const Index d_head = call.kv.d_head(), stride = call.kv.key_panel_stride();
   // Panel by panel (a panel of keys stays in L1 while every sliver that sees it is multiplied).
   for (Index c0 = 0; c0 < cols; c0 += W)
     for (Index r0 = 0; r0 < rows; r0 += R) {
       const Index nr = std::min(R, rows - r0);
-      const KeyRange span = sliver_keys(call, i0 + r0, nr, j0, cols);
+      const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
       if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
       micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(
           nr, d_head, w.q.data() + r0 * d_head, 0, call.kv.keys(g) + (j0 + c0) / W * stride,
@@ -290,7 +296,7 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
   const Index dv_padded = call.dv_padded();
   KeyRange span;
   for (Index r = 0; r < rows; ++r) {
-    if (r % R == 0) span = sliver_keys(call, i0 + r, std::min(R, rows - r), j0, cols);  // what P V reads
+    if (r % R == 0) span = w.spans[static_cast<std::size_t>(r / R)];  // what P V reads
     const KeyRange keys = keys_in_tile(call, i0 + r, j0, cols);
     Scalar* row = w.s.data() + r * call.tk;
     Scores::apply(call.rule, h, i0 + r, j0, row, keys.begin, keys.end);
@@ -302,7 +308,8 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
     const Scalar correction = std::exp(w.max[r] - new_max);  // exp(-inf) = 0 on the first tile
     if (call.statistics) record_scores(call, w, i0, r, j0, keys);  // before exp overwrites them
     std::fill(row + span.begin, row + keys.begin, Scalar(0));
-    const Scalar tile_sum = exp_and_sum<Scores::may_hide>(row + keys.begin, keys.size(), span.end - keys.begin, new_max);
+    const Scalar tile_sum =
+        exp_and_sum<Scores::may_hide>(row + keys.begin, keys.size(), span.end - keys.begin, call.tk - keys.begin, new_max);
     if (call.statistics) record_dot(call, w, r, keys, correction, new_max);
     w.sum[r] = w.sum[r] * correction + tile_sum;
     if (correction != Scalar(1)) scale_row(w.acc.data() + r * dv_padded, dv_padded, correction);
@@ -310,16 +317,15 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
   }
 }
 
-/// acc += P V[j0 : j0 + cols] for the rows i0 .. i0 + rows - 1, sliver by sliver, each over the
-/// keys its rows see, P read in place from w.s (rows of tk), V from its packed panels.
+/// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver, each over the keys its rows
+/// see (w.spans), P read in place from w.s (rows of tk), V from its packed panels.
 template <class Scalar>
-void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index j0, Index cols,
-                Index g) {
+void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index g) {
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const Index dv_padded = call.dv_padded(), stride = call.kv.value_panel_stride();
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
-    const KeyRange span = sliver_keys(call, i0 + r0, nr, j0, cols);
+    const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
     for (Index c0 = 0; c0 < dv_padded && !span.empty(); c0 += W)
       micro_kernel_rows<Scalar, ALayout::rows>(nr, span.size(), w.s.data() + r0 * call.tk + span.begin, call.tk,
                                                call.kv.values(g) + c0 / W * stride + (j0 + span.begin) * W,
@@ -420,11 +426,13 @@ void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, I
     const Index cols = std::min(call.tk, seen.end - j0);
     if (call.rule.hides_keys() && !tile_seen(call, i0, rows, j0, cols)) continue;
     clock.enter(FusedPhase::scores);
-    score_tile(call, w, i0, rows, j0, cols, g);
+    for (Index r0 = 0; r0 < rows; r0 += R)  // what each sliver's products cover in this key tile
+      w.spans[static_cast<std::size_t>(r0 / R)] = sliver_keys(call, i0 + r0, std::min(R, rows - r0), j0, cols);
+    score_tile(call, w, rows, j0, cols, g);
     clock.enter(FusedPhase::softmax);
     online_softmax_tile<Scores>(call, w, i0, rows, j0, cols, h);
     clock.enter(FusedPhase::values);
-    value_tile(call, w, i0, rows, j0, cols, g);
+    value_tile(call, w, rows, j0, g);
   }
 
   // pass 3: normalise.
