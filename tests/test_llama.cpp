@@ -114,6 +114,10 @@ TEST_CASE("Llama-family configs: errors name the problem", "[llama][errors]") {
   wrong.n_kv_heads = 4;
   CHECK_THROWS_WITH(io::load_llama_attention<float>(model, wrong, 0), Catch::Contains("inconsistent with the config's head counts"));
   CHECK_THROWS_WITH(io::load_llama_attention<float>(model, wrong, 5), Catch::Contains("layer 5 is out of range [0, 2)"));
+  io::LlamaConfig deeper = io::read_llama_config(headwise_test::data_path("llama-tiny/config.json"));
+  deeper.n_layers = 3;  // the checkpoint has 2
+  CHECK_THROWS_WITH(io::load_llama_attention<float>(model, deeper, 2),
+                    Catch::Contains("missing tensor \"model.layers.2.self_attn.q_proj.weight\""));
   CHECK_THROWS_WITH(io::load_llama_attention_layers<float>(headwise_test::data_path("gpt2-tiny")),
                     Catch::Contains("model_type"));
 }
