@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "headwise/options.hpp"
+#include "headwise/score_rule.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -30,5 +32,49 @@ Matrix<Scalar> masked_scores_for_display(const Matrix<Scalar>& scores, bool caus
   }
   return shown;
 }
+
+/// The mask step with its backward: from the scaled scores to what the softmax sees, by the call's
+/// rule (causal mask, window, masks; soft-cap, ALiBi, bias): masked_scores in score_rule.hpp. One
+/// head: per-head options (alibi_slopes, sinks) have one entry (options_of_head). Gradients stop
+/// at masked entries; through a soft-cap they are scaled by 1 - tanh²(s / cap). forward keeps the
+/// scaled scores.
+///   CausalMask<double> mask;                       // the causal mask alone
+///   Matrix<double> m = mask.forward(scaled);        // -inf above the diagonal
+///   Matrix<double> d_scaled = mask.backward(d_m);   // 0 above the diagonal
+template <class Scalar>
+class CausalMask {
+ public:
+  explicit CausalMask(AttentionOptions options = {}) : options_(std::move(options)) {}
+  const AttentionOptions& options() const { return options_; }
+
+  /// scaled: (n_q, n_k) -> (n_q, n_k), -inf where a query may not see a key.
+  Matrix<Scalar> forward(const Matrix<Scalar>& scaled) {
+    scaled_ = scaled;
+    return masked_scores(scaled_, rule());
+  }
+
+  /// From ∂L/∂(masked scores), ∂L/∂(scaled scores) for the last forward.
+  Matrix<Scalar> backward(const Eigen::Ref<const Matrix<Scalar>>& d_masked) const {
+    if (d_masked.rows() != scaled_.rows() || d_masked.cols() != scaled_.cols())
+      detail::invalid("CausalMask::backward", "d_masked is ", d_masked.rows(), "x", d_masked.cols(), ", expected ",
+                      scaled_.rows(), "x", scaled_.cols(), " (the last forward's scores)");
+    const ScoreRule<Scalar> r = rule();
+    Matrix<Scalar> d = Matrix<Scalar>::Zero(scaled_.rows(), scaled_.cols());
+    for (Index i = 0; i < d.rows(); ++i)
+      for (Index j = r.keys(i).begin; j < r.keys(i).end; ++j) {
+        if (r.hides_keys() && r.hidden(i, j)) continue;
+        Scalar g = d_masked(i, j);
+        if (options_.softcap) g *= Scalar(1) - std::pow(std::tanh(scaled_(i, j) / static_cast<Scalar>(*options_.softcap)), 2);
+        d(i, j) = g;
+      }
+    return d;
+  }
+
+ private:
+  ScoreRule<Scalar> rule() const { return ScoreRule<Scalar>(options_, scaled_.rows(), scaled_.cols(), 1, "CausalMask"); }
+
+  AttentionOptions options_;
+  Matrix<Scalar> scaled_;  // the last forward's input
+};
 
 }  // namespace headwise

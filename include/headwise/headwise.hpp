@@ -19,3 +19,5 @@
 #include "headwise/layer_config.hpp"
 #include "headwise/rotary_embedding.hpp"
 #include "headwise/score_rule.hpp"
+#include "headwise/head_sum.hpp"
+#include "headwise/attention_backward.hpp"

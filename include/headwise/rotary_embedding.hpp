@@ -80,29 +80,42 @@ class RotaryEmbedding {
   /// angles are computed once for all its heads.
   template <class Scalar>
   void rotate(Eigen::Ref<Matrix<Scalar>> x, Index first_position, int threads = 1) const {
+    rotate_rows<Scalar>(x, first_position, threads, /*sign=*/1, "RotaryEmbedding::rotate");
+  }
+
+  /// The backward of rotate: turns ∂L/∂x' into ∂L/∂x, in place (the transposed rotation, times the
+  /// attention factor). dx: (m, heads d_head), row t at position first_position + t.
+  template <class Scalar>
+  void rotate_gradient(Eigen::Ref<Matrix<Scalar>> dx, Index first_position, int threads = 1) const {
+    rotate_rows<Scalar>(dx, first_position, threads, /*sign=*/-1, "RotaryEmbedding::rotate_gradient");
+  }
+
+ private:
+  /// Rotates every head of every row by +angle (sign 1) or -angle (sign -1).
+  template <class Scalar>
+  void rotate_rows(Eigen::Ref<Matrix<Scalar>> x, Index first_position, int threads, int sign, const char* where) const {
     if (x.cols() % config_.d_head != 0)
-      detail::invalid("RotaryEmbedding::rotate", "x has ", x.cols(), " columns, not a whole number of heads of ", config_.d_head);
-    if (first_position < 0) detail::invalid("RotaryEmbedding::rotate", "first_position must be >= 0, got ", first_position);
+      detail::invalid(where, "x has ", x.cols(), " columns, not a whole number of heads of ", config_.d_head);
+    if (first_position < 0) detail::invalid(where, "first_position must be >= 0, got ", first_position);
     const Index pairs = rotary_dims_ / 2;
     HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1 && x.rows() >= 64))
     {
       std::vector<Scalar> cos(static_cast<std::size_t>(pairs)), sin(cos.size());
       HEADWISE_OMP(omp for schedule(static))
       for (Index t = 0; t < x.rows(); ++t) {
-        angles(first_position + t, cos.data(), sin.data());
+        angles(first_position + t, sign, cos.data(), sin.data());
         for (Index c0 = 0; c0 < x.cols(); c0 += config_.d_head) rotate_head(x.row(t).data() + c0, cos.data(), sin.data());
       }
     }
   }
 
- private:
-  /// cos and sin of position inv_freq[i], times the attention factor, for every pair i.
+  /// cos and sin of sign position inv_freq[i], times the attention factor, for every pair i.
   template <class Scalar>
-  void angles(Index position, Scalar* cos, Scalar* sin) const {
+  void angles(Index position, int sign, Scalar* cos, Scalar* sin) const {
     for (Index i = 0; i < inv_freq_.size(); ++i) {
       const double angle = double(position) * inv_freq_(i);
       cos[i] = static_cast<Scalar>(std::cos(angle) * attention_factor_);
-      sin[i] = static_cast<Scalar>(std::sin(angle) * attention_factor_);
+      sin[i] = static_cast<Scalar>(sign * std::sin(angle) * attention_factor_);
     }
   }
 

@@ -37,4 +37,52 @@ Matrix<typename DerivedQ::Scalar> scaled_scores(const Eigen::MatrixBase<DerivedQ
   return s;
 }
 
+/// The gradients of ScaledScores::backward.
+template <class Scalar>
+struct ScoreGradients {
+  Matrix<Scalar> dq;  ///< (n_q, d_head): dS K / divisor
+  Matrix<Scalar> dk;  ///< (n_k, d_head): dSᵀ Q / divisor
+};
+
+/// The scaled-score step with its backward: S = Q Kᵀ / divisor. forward keeps Q and K.
+///   ScaledScores<double> step(/*divisor=*/std::sqrt(16.0));
+///   Matrix<double> s = step.forward(q, k);
+///   ScoreGradients<double> g = step.backward(ds);
+template <class Scalar>
+class ScaledScores {
+ public:
+  /// The divisor must be finite and > 0.
+  explicit ScaledScores(double divisor) : divisor_(divisor) {
+    if (!(divisor > 0.0) || !std::isfinite(divisor))
+      detail::invalid("ScaledScores", "divisor must be finite and > 0, got ", divisor);
+  }
+  double divisor() const { return divisor_; }
+
+  /// q: (n_q, d_head), k: (n_k, d_head) -> (n_q, n_k).
+  Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k) {
+    q_ = q, k_ = k;
+    Matrix<Scalar> s = scores(q_, k_);
+    s /= static_cast<Scalar>(divisor_);
+    return s;
+  }
+
+  /// From dS = ∂L/∂S (n_q, n_k), the gradients of the last forward's Q and K.
+  ScoreGradients<Scalar> backward(const Eigen::Ref<const Matrix<Scalar>>& ds) const {
+    if (ds.rows() != q_.rows() || ds.cols() != k_.rows())
+      detail::invalid("ScaledScores::backward", "ds is ", ds.rows(), "x", ds.cols(), ", expected ", q_.rows(), "x",
+                      k_.rows(), " (the last forward's scores)");
+    ScoreGradients<Scalar> g;
+    const Scalar inv = static_cast<Scalar>(1.0 / divisor_);
+    g.dq.resize(q_.rows(), q_.cols());
+    g.dq.noalias() = (ds * k_) * inv;
+    g.dk.resize(k_.rows(), k_.cols());
+    g.dk.noalias() = (ds.transpose() * q_) * inv;
+    return g;
+  }
+
+ private:
+  double divisor_;
+  Matrix<Scalar> q_, k_;  // the last forward's inputs
+};
+
 }  // namespace headwise

@@ -48,6 +48,41 @@ Vector<Scalar> softmax_rows(Matrix<Scalar>& scores, const ScoreRule<Scalar>& rul
   return logsumexp;
 }
 
+/// The row-softmax step with its backward. forward keeps the weights P; backward is
+/// dS = P ∘ (dP - rowsum(dP ∘ P)), with no (n_k x n_k) Jacobian. With sinks, P sums to less than 1
+/// and the same formula holds (the sink has no value, so no gradient reaches it through A V).
+///   RowSoftmax<double> softmax;                  // over the causal prefix (options: the rule)
+///   Matrix<double> a = softmax.forward(masked);  // masked: CausalMask's output
+///   Matrix<double> ds = softmax.backward(da);
+template <class Scalar>
+class RowSoftmax {
+ public:
+  explicit RowSoftmax(AttentionOptions options = {}) : options_(std::move(options)) {}
+
+  /// masked: (n_q, n_k) -> the weights A (n_q, n_k); logsumexp() gives each row's.
+  Matrix<Scalar> forward(const Matrix<Scalar>& masked) {
+    weights_ = masked;
+    logsumexp_ = softmax_rows(weights_, ScoreRule<Scalar>(options_, masked.rows(), masked.cols(), 1, "RowSoftmax"));
+    return weights_;
+  }
+  const Vector<Scalar>& logsumexp() const { return logsumexp_; }
+
+  /// From dA = ∂L/∂A, ∂L/∂(masked scores) for the last forward.
+  Matrix<Scalar> backward(const Eigen::Ref<const Matrix<Scalar>>& da) const {
+    if (da.rows() != weights_.rows() || da.cols() != weights_.cols())
+      detail::invalid("RowSoftmax::backward", "da is ", da.rows(), "x", da.cols(), ", expected ", weights_.rows(), "x",
+                      weights_.cols(), " (the last forward's weights)");
+    const Vector<Scalar> dot = da.cwiseProduct(weights_).rowwise().sum();
+    Matrix<Scalar> ds = weights_.cwiseProduct(da - dot.replicate(1, da.cols()));
+    return ds;
+  }
+
+ private:
+  AttentionOptions options_;
+  Matrix<Scalar> weights_;
+  Vector<Scalar> logsumexp_;
+};
+
 /// Softmax of each row over its causal prefix (or every key when causal is false), in place.
 template <class Scalar>
 Vector<Scalar> softmax_rows(Matrix<Scalar>& scores, bool causal = true) {

@@ -1,0 +1,104 @@
+// The backward of a multi-head layer, step by step: from dY = ∂L/∂Y to the gradient of X and of
+// every parameter, through the five steps' own backward functions (Linear, ScaledScores,
+// CausalMask, RowSoftmax, HeadSum) and the rotary embedding's, with every intermediate gradient
+// kept, the way trace() keeps every intermediate of the forward. Holds each head's (n, n)
+// pattern: for teaching, checking and small inputs.
+#pragma once
+
+#include <vector>
+
+#include "headwise/causal_mask.hpp"
+#include "headwise/head_sum.hpp"
+#include "headwise/linear.hpp"
+#include "headwise/multi_head_attention.hpp"
+#include "headwise/score_rule.hpp"
+#include "headwise/scores.hpp"
+#include "headwise/softmax.hpp"
+
+namespace headwise {
+
+/// One head's gradients, in the order backward computes them.
+template <class Scalar>
+struct HeadGradients {
+  Matrix<Scalar> dz;              ///< (n, d_head): ∂L/∂Z_h
+  Matrix<Scalar> dweights;        ///< (n, n): ∂L/∂A = dZ Vᵀ
+  Matrix<Scalar> dmasked_scores;  ///< (n, n): through the softmax, P ∘ (dA - rowsum(dA ∘ P))
+  Matrix<Scalar> dscaled_scores;  ///< (n, n): through the mask (0 where masked)
+  Matrix<Scalar> dq, dk, dv;      ///< (n, d_head): this head's share (before RoPE's backward)
+};
+
+/// The gradients of a layer's output Y with respect to its input and parameters.
+template <class Scalar>
+struct MultiHeadGradients {
+  Matrix<Scalar> dx;                    ///< (n, d_model)
+  Matrix<Scalar> dw_q, dw_k, dw_v;      ///< shaped as W_Q, W_K, W_V
+  RowVector<Scalar> db_q, db_k, db_v;   ///< shaped as b_Q, b_K, b_V
+  Matrix<Scalar> dw_o;                  ///< (n_heads d_head, d_model)
+  RowVector<Scalar> db_o;               ///< (1, d_model)
+  std::vector<HeadGradients<Scalar>> heads;  ///< per query head (step by step only)
+};
+
+/// The layer's forward, step by step, then its backward from dy (n, d_model) = ∂L/∂Y at x
+/// (n, d_model). Grouped-query heads: dK and dV of a key/value head sum its query heads' shares.
+template <class Scalar>
+MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
+                                                 const Matrix<Scalar>& dy, const AttentionOptions& options = {}) {
+  constexpr const char* where = "backward_step_by_step";
+  const Index H = layer.n_heads(), G = layer.n_kv_heads(), d = layer.d_head(), n = x.rows();
+  if (dy.rows() != n || dy.cols() != layer.d_model())
+    detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", n, "x", layer.d_model(), " (like the output)");
+  const AttentionOptions all = layer.options_for(options);
+  const double divisor = resolve_divisor(all, d, where);
+  const auto column = [&](Index part, Index h) { return part == 0 ? h * d : (H + (part - 1) * G + h) * d; };
+
+  // Forward: project (and rotate), then each head's steps, each keeping what its backward needs.
+  const Linear<Scalar> projection(layer.w_qkv(), layer.b_qkv());
+  Matrix<Scalar> qkv = layer.project_qkv(x);
+  if (layer.rope()) layer.rope()->template rotate<Scalar>(qkv.leftCols((H + G) * d), 0);
+  std::vector<ScaledScores<Scalar>> scores(static_cast<std::size_t>(H), ScaledScores<Scalar>(divisor));
+  std::vector<CausalMask<Scalar>> masks;
+  std::vector<RowSoftmax<Scalar>> softmaxes;
+  Matrix<Scalar> z(n, H * d);
+  std::vector<Matrix<Scalar>> weights(static_cast<std::size_t>(H));
+  for (Index h = 0; h < H; ++h) {
+    const auto i = static_cast<std::size_t>(h);
+    const Index g = layer.kv_head_of(h);
+    masks.emplace_back(options_of_head(all, h, H, where));
+    softmaxes.emplace_back(options_of_head(all, h, H, where));
+    weights[i] = softmaxes[i].forward(masks[i].forward(scores[i].forward(qkv.middleCols(column(0, h), d), qkv.middleCols(column(1, g), d))));
+    z.middleCols(h * d, d).noalias() = weights[i] * qkv.middleCols(column(2, g), d);
+  }
+  HeadSum<Scalar> sum(layer.w_o(), layer.b_o(), H);
+  sum.forward(z);
+
+  // Backward, in the reverse order.
+  MultiHeadGradients<Scalar> grads;
+  const HeadSumGradients<Scalar> from_sum = sum.backward(dy);
+  grads.dw_o = from_sum.dw_o, grads.db_o = from_sum.db_o;
+  Matrix<Scalar> d_qkv = Matrix<Scalar>::Zero(n, qkv.cols());
+  for (Index h = 0; h < H; ++h) {
+    const auto i = static_cast<std::size_t>(h);
+    const Index g = layer.kv_head_of(h);
+    HeadGradients<Scalar> hg;
+    hg.dz = from_sum.dz.middleCols(h * d, d);
+    hg.dweights = hg.dz * qkv.middleCols(column(2, g), d).transpose();
+    hg.dv = weights[i].transpose() * hg.dz;
+    hg.dmasked_scores = softmaxes[i].backward(hg.dweights);
+    hg.dscaled_scores = masks[i].backward(hg.dmasked_scores);
+    ScoreGradients<Scalar> sg = scores[i].backward(hg.dscaled_scores);
+    hg.dq = std::move(sg.dq), hg.dk = std::move(sg.dk);
+    d_qkv.middleCols(column(0, h), d) += hg.dq;
+    d_qkv.middleCols(column(1, g), d) += hg.dk;
+    d_qkv.middleCols(column(2, g), d) += hg.dv;
+    grads.heads.push_back(std::move(hg));
+  }
+  if (layer.rope()) layer.rope()->template rotate_gradient<Scalar>(d_qkv.leftCols((H + G) * d), 0);
+  LinearGradients<Scalar> from_projection = projection.backward(x, d_qkv);
+  grads.dx = std::move(from_projection.dx);
+  grads.dw_q = from_projection.dw.leftCols(H * d), grads.db_q = from_projection.db.head(H * d);
+  grads.dw_k = from_projection.dw.middleCols(H * d, G * d), grads.db_k = from_projection.db.segment(H * d, G * d);
+  grads.dw_v = from_projection.dw.rightCols(G * d), grads.db_v = from_projection.db.tail(G * d);
+  return grads;
+}
+
+}  // namespace headwise
