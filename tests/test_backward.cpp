@@ -2,6 +2,7 @@
 // the whole layer against PyTorch autograd (mha-grad-reference.safetensors), and the causal
 // structure of the gradients.
 #include <functional>
+#include <string>
 #include <random>
 
 #include "headwise/attention_backward.hpp"
@@ -117,6 +118,77 @@ TEMPLATE_TEST_CASE("layer backward reproduces PyTorch autograd (mha-grad-referen
   CHECK_THAT(headwise_test::as_double(g.db_k), IsNear(ref.matrix<double>("db_K"), tol, ref.matrix<double>("dW_K").cwiseAbs().maxCoeff()));
   CHECK_THAT(headwise_test::as_double(g.db_v), IsNear(ref.matrix<double>("db_V"), tol));
   CHECK_THAT(headwise_test::as_double(g.db_o), IsNear(ref.matrix<double>("db_O"), tol));
+  // The fused path, recomputing the forward and from a kept one.
+  const MultiHeadGradients<TestType> fused = layer_backward(layer, x, dy);
+  CHECK_THAT(headwise_test::as_double(fused.dx), IsNear(ref.matrix<double>("dX"), tol));
+  CHECK_THAT(headwise_test::as_double(fused.dw_q), IsNear(ref.matrix<double>("dW_Q"), tol));
+  CHECK_THAT(headwise_test::as_double(fused.dw_k), IsNear(ref.matrix<double>("dW_K"), tol));
+  CHECK_THAT(headwise_test::as_double(fused.dw_v), IsNear(ref.matrix<double>("dW_V"), tol));
+  CHECK_THAT(headwise_test::as_double(fused.dw_o), IsNear(ref.matrix<double>("dW_O"), tol));
+  CHECK_THAT(headwise_test::as_double(fused.db_v), IsNear(ref.matrix<double>("db_V"), tol));
+  CHECK_THAT(headwise_test::as_double(fused.db_o), IsNear(ref.matrix<double>("db_O"), tol));
+  SavedForward<TestType> saved;
+  CHECK_THAT(headwise_test::as_double(forward_for_backward(layer, x, saved)), IsNear(ref.matrix<double>("Y"), tol));
+  CHECK_THAT(headwise_test::as_double(layer_backward(layer, x, dy, {}, &saved).dx), headwise_test::IsExactly(fused.dx));
+}
+
+TEMPLATE_TEST_CASE("fused backward == step-by-step backward, every variant, odd tiles, any thread count",
+                   "[backward][fused]", float, double) {
+  const std::string name = GENERATE(as<std::string>{}, "causal", "bidirectional", "window", "softcap+sinks",
+                                    "alibi", "mask", "bias", "varlen", "padding");
+  const Index n = GENERATE(1, 37, 150);
+  CAPTURE(name, n);
+  constexpr Index H = 4, G = 2, d = 8;
+  std::mt19937 rng(static_cast<unsigned>(n + name.size()));
+  const Matrix<TestType> q = headwise_test::random_matrix<TestType>(n, H * d, rng, 1.5);
+  const Matrix<TestType> k = headwise_test::random_matrix<TestType>(n, G * d, rng, 1.5);
+  const Matrix<TestType> v = headwise_test::random_matrix<TestType>(n, G * d, rng);
+  const Matrix<TestType> d_o = headwise_test::random_matrix<TestType>(n, H * d, rng);
+  AttentionOptions o;
+  std::bernoulli_distribution coin(0.25);
+  if (name == "bidirectional") o.causal = false;
+  if (name == "window") o.window = 9;
+  if (name == "softcap+sinks") o.softcap = 1.0, o.sinks = (Vector<double>(H) << 0.5, -1.0, 2.0, 0.0).finished();
+  if (name == "alibi") o.alibi_slopes = alibi_slopes(H);
+  if (name == "mask") {
+    o.mask.resize(n, n);
+    for (Index i = 0; i < n; ++i)
+      for (Index j = 0; j < n; ++j) o.mask(i, j) = i % 5 != 2 && !coin(rng);
+  }
+  if (name == "bias") o.causal = false, o.bias = Matrix<double>::Random(n, n);
+  if (name == "varlen") o.cu_seqlens = n > 2 ? std::vector<Index>{0, n / 2, n} : std::vector<Index>{0, n};
+  if (name == "padding") o.causal = false, o.key_valid = Eigen::Array<bool, Eigen::Dynamic, 1>::Constant(n, true), o.key_valid.tail(n / 3).setConstant(false);
+  Matrix<TestType> z(n, H * d), lse;
+  fused_multi_head_attention<TestType>(q, k, v, H, G, z, &lse, o);
+  // Step by step, head by head, through the step classes.
+  Matrix<double> dq = Matrix<double>::Zero(n, H * d), dk = Matrix<double>::Zero(n, G * d), dv = Matrix<double>::Zero(n, G * d);
+  for (Index h = 0; h < H; ++h) {
+    const Index g = h / (H / G);
+    const AttentionOptions oh = options_of_head(o, h, H, "test");
+    ScaledScores<TestType> scores(std::sqrt(double(d)));
+    CausalMask<TestType> mask(oh);
+    RowSoftmax<TestType> softmax(oh);
+    const Matrix<TestType> a = softmax.forward(mask.forward(scores.forward(q.middleCols(h * d, d), k.middleCols(g * d, d))));
+    const Matrix<TestType> da = d_o.middleCols(h * d, d) * v.middleCols(g * d, d).transpose();
+    dv.middleCols(g * d, d) += (a.transpose() * d_o.middleCols(h * d, d)).template cast<double>();
+    const ScoreGradients<TestType> sg = scores.backward(mask.backward(softmax.backward(da)));
+    dq.middleCols(h * d, d) = sg.dq.template cast<double>();
+    dk.middleCols(g * d, d) += sg.dk.template cast<double>();
+  }
+  const double tol = 10 * tolerance<TestType>();
+  for (const FusedTiles tiles : {FusedTiles{}, FusedTiles{7, 5}}) {
+    AttentionOptions threads = o;
+    threads.threads = 1;
+    const AttentionGradients<TestType> one = fused_attention_backward<TestType>(q, k, v, z, lse, d_o, H, G, threads, tiles);
+    CHECK_THAT(headwise_test::as_double(one.dq), IsNear(dq, tol));
+    CHECK_THAT(headwise_test::as_double(one.dk), IsNear(dk, tol));
+    CHECK_THAT(headwise_test::as_double(one.dv), IsNear(dv, tol));
+    threads.threads = 3;
+    const AttentionGradients<TestType> three = fused_attention_backward<TestType>(q, k, v, z, lse, d_o, H, G, threads, tiles);
+    CHECK_THAT(headwise_test::as_double(three.dq), headwise_test::IsExactly(one.dq));
+    CHECK_THAT(headwise_test::as_double(three.dk), headwise_test::IsExactly(one.dk));
+    CHECK_THAT(headwise_test::as_double(three.dv), headwise_test::IsExactly(one.dv));
+  }
 }
 
 TEST_CASE("layer backward with RoPE, grouped-query heads, a soft-cap and sinks: finite differences", "[backward][layer]") {
@@ -139,6 +211,14 @@ TEST_CASE("layer backward with RoPE, grouped-query heads, a soft-cap and sinks: 
     return loss(MultiHeadAttention<double>(4, std::move(w), config).forward_step_by_step(x), r);
   };
   CHECK_THAT(g.dw_k, IsNear(numeric_gradient(w_k, with_w_k), 1e-7));
+  // The fused path agrees with the step-by-step one.
+  const MultiHeadGradients<double> fused = layer_backward(layer, x, r);
+  CHECK_THAT(fused.dx, IsNear(g.dx, 1e-12));
+  CHECK_THAT(fused.dw_q, IsNear(g.dw_q, 1e-12));
+  CHECK_THAT(fused.dw_k, IsNear(g.dw_k, 1e-12));
+  CHECK_THAT(fused.dw_v, IsNear(g.dw_v, 1e-12));
+  CHECK_THAT(fused.dw_o, IsNear(g.dw_o, 1e-12));
+  CHECK_THAT(fused.db_q, IsNear(g.db_q, 1e-12, 1.0));
 }
 
 TEST_CASE("gradients are causal: dY at position i reaches no key or value after i", "[backward][causal]") {

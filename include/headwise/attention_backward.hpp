@@ -1,14 +1,18 @@
-// The backward of a multi-head layer, step by step: from dY = ∂L/∂Y to the gradient of X and of
-// every parameter, through the five steps' own backward functions (Linear, ScaledScores,
-// CausalMask, RowSoftmax, HeadSum) and the rotary embedding's, with every intermediate gradient
-// kept, the way trace() keeps every intermediate of the forward. Holds each head's (n, n)
-// pattern: for teaching, checking and small inputs.
+// The backward of a multi-head layer: from dY = ∂L/∂Y to the gradient of X and of every parameter.
+//   backward_step_by_step  through the five steps' own backward functions (Linear, ScaledScores,
+//                          CausalMask, RowSoftmax, HeadSum) and the rotary embedding's, with every
+//                          intermediate gradient kept, the way trace() keeps every intermediate of
+//                          the forward; holds each head's (n, n) pattern: for teaching and checking.
+//   layer_backward         by the fused kernels (kernels/fused_attention_backward.hpp): O(n d)
+//                          memory; the forward's Q, K, V, Z and logsumexp either kept by
+//                          forward_for_backward or recomputed.
 #pragma once
 
 #include <vector>
 
 #include "headwise/causal_mask.hpp"
 #include "headwise/head_sum.hpp"
+#include "headwise/kernels/fused_attention_backward.hpp"
 #include "headwise/linear.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/score_rule.hpp"
@@ -98,6 +102,69 @@ MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar
   grads.dw_q = from_projection.dw.leftCols(H * d), grads.db_q = from_projection.db.head(H * d);
   grads.dw_k = from_projection.dw.middleCols(H * d, G * d), grads.db_k = from_projection.db.segment(H * d, G * d);
   grads.dw_v = from_projection.dw.rightCols(G * d), grads.db_v = from_projection.db.tail(G * d);
+  return grads;
+}
+
+/// What the fused forward keeps for layer_backward: O(n d) in all.
+template <class Scalar>
+struct SavedForward {
+  Matrix<Scalar> qkv;        ///< (n, (n_heads + 2 n_kv_heads) d_head): Q, K (rotated) and V
+  Matrix<Scalar> z;          ///< (n, n_heads d_head): every head's Z
+  Matrix<Scalar> logsumexp;  ///< (n_heads, n)
+};
+
+/// The layer's output on x (n, d_model) by the fused kernel, keeping what layer_backward needs.
+template <class Scalar>
+Matrix<Scalar> forward_for_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
+                                    SavedForward<Scalar>& saved, const AttentionOptions& options = {}) {
+  const Index H = layer.n_heads(), G = layer.n_kv_heads(), d = layer.d_head();
+  const AttentionOptions all = layer.options_for(options);
+  saved.qkv = layer.project_qkv(x);
+  if (layer.rope()) layer.rope()->template rotate<Scalar>(saved.qkv.leftCols((H + G) * d), 0, detail::thread_count(options));
+  saved.z.resize(x.rows(), H * d);
+  fused_multi_head_attention<Scalar>(saved.qkv.leftCols(H * d), saved.qkv.middleCols(H * d, G * d), saved.qkv.rightCols(G * d),
+                                     H, G, saved.z, &saved.logsumexp, all);
+  return layer.project_heads(saved.z);
+}
+
+/// The layer's gradients at x (n, d_model) from dy = ∂L/∂Y (n, d_model), by the fused kernels:
+/// no (n, n) matrix. With `saved` (from forward_for_backward on the same x and options) the
+/// forward is not run again; without it, Q, K, V, Z and the logsumexp are recomputed. Bitwise the
+/// same for any thread count. `heads` is left empty.
+template <class Scalar>
+MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
+                                          const Matrix<Scalar>& dy, const AttentionOptions& options = {},
+                                          const SavedForward<Scalar>* saved = nullptr) {
+  constexpr const char* where = "layer_backward";
+  const Index H = layer.n_heads(), G = layer.n_kv_heads(), d = layer.d_head();
+  if (dy.rows() != x.rows() || dy.cols() != layer.d_model())
+    detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", x.rows(), "x", layer.d_model(), " (like the output)");
+  SavedForward<Scalar> recomputed;
+  if (!saved) forward_for_backward(layer, x, recomputed, options), saved = &recomputed;
+  if (saved->qkv.rows() != x.rows() || saved->z.rows() != x.rows())
+    detail::invalid(where, "the saved forward has ", saved->qkv.rows(), " rows, x has ", x.rows());
+  const int threads = detail::thread_count(options);
+  MultiHeadGradients<Scalar> grads;
+  // The W_O sum: dZ = dY W_Oᵀ, dW_O = Zᵀ dY, db_O = Σ_rows dY.
+  Matrix<Scalar> dz;
+  detail::product<Scalar>(dy, layer.w_o().transpose(), dz, threads);
+  detail::product<Scalar>(saved->z.transpose(), dy, grads.dw_o, threads);
+  grads.db_o = dy.colwise().sum();
+  // Attention, then RoPE's backward, then the projection's.
+  const auto& qkv = saved->qkv;
+  AttentionGradients<Scalar> g = fused_attention_backward<Scalar>(
+      qkv.leftCols(H * d), qkv.middleCols(H * d, G * d), qkv.rightCols(G * d), saved->z, saved->logsumexp, dz, H, G,
+      layer.options_for(options));
+  Matrix<Scalar> d_qkv(x.rows(), qkv.cols());
+  d_qkv << g.dq, g.dk, g.dv;
+  if (layer.rope()) layer.rope()->template rotate_gradient<Scalar>(d_qkv.leftCols((H + G) * d), 0, threads);
+  detail::product<Scalar>(d_qkv, layer.w_qkv().transpose(), grads.dx, threads);
+  Matrix<Scalar> dw;
+  detail::product<Scalar>(x.transpose(), d_qkv, dw, threads);
+  const RowVector<Scalar> db = d_qkv.colwise().sum();
+  grads.dw_q = dw.leftCols(H * d), grads.db_q = db.head(H * d);
+  grads.dw_k = dw.middleCols(H * d, G * d), grads.db_k = db.segment(H * d, G * d);
+  grads.dw_v = dw.rightCols(G * d), grads.db_v = db.tail(G * d);
   return grads;
 }
 

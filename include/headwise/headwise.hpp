@@ -20,4 +20,5 @@
 #include "headwise/rotary_embedding.hpp"
 #include "headwise/score_rule.hpp"
 #include "headwise/head_sum.hpp"
+#include "headwise/kernels/fused_attention_backward.hpp"
 #include "headwise/attention_backward.hpp"
