@@ -1,7 +1,9 @@
 // Peak memory of the fused layer at GPT-2 small shapes (d_model 768, 12 heads, float32), n = 16384
 // tokens by default: one (n, n) float matrix alone would be 1 GiB; the fused path holds O(n d).
 //
-// Runs one forward in a fresh process and reports the peak resident set (getrusage). With
+// BM_LayerFusedPeakMemory runs one forward, BM_LayerBackwardPeakMemory one forward that keeps what
+// the backward needs and one backward (run each in its own process, --benchmark_filter=..., for
+// its own peak); each reports the peak resident set (getrusage). With
 // --max-peak-mib=M it exits 1 if the peak exceeds M MiB (CTest runs it so). Google Benchmark's
 // flags are accepted too.
 #include <sys/resource.h>
@@ -26,9 +28,7 @@ double peak_rss_mib() {
   return usage.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-void BM_LayerFusedPeakMemory(benchmark::State& state) {
-  const Index n = state.range(0), d_model = 768, n_heads = 12;
-  std::mt19937 rng(1);
+headwise::MultiHeadAttention<float> random_layer(Index d_model, Index n_heads, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f / 28.0f);
   auto random = [&](Index rows, Index cols) {
     Mat m(rows, cols);
@@ -40,19 +40,54 @@ void BM_LayerFusedPeakMemory(benchmark::State& state) {
   w.w_k = random(d_model, d_model);
   w.w_v = random(d_model, d_model);
   w.w_o = random(d_model, d_model);
-  const headwise::MultiHeadAttention<float> layer(n_heads, std::move(w));
-  const Mat x = random(n, d_model);
+  return headwise::MultiHeadAttention<float>(n_heads, std::move(w));
+}
+
+Mat random_input(Index n, Index d_model, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Mat x(n, d_model);
+  for (Index i = 0; i < x.size(); ++i) x.data()[i] = normal(rng);
+  return x;
+}
+
+void set_memory_counters(benchmark::State& state, Index n, Index d_model, double before) {
+  state.counters["peak_RSS_MiB"] = peak_rss_mib();
+  state.counters["input_MiB"] = double(n * d_model) * sizeof(float) / (1 << 20);
+  state.counters["before_MiB"] = before;
+  state.counters["nxn_MiB"] = double(n) * double(n) * sizeof(float) / (1 << 20);
+}
+
+void BM_LayerFusedPeakMemory(benchmark::State& state) {
+  const Index n = state.range(0), d_model = 768;
+  std::mt19937 rng(1);
+  const auto layer = random_layer(d_model, 12, rng);
+  const Mat x = random_input(n, d_model, rng);
   const double before = peak_rss_mib();
   for (auto _ : state) {
     Mat out = layer.forward(x);
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["peak_RSS_MiB"] = peak_rss_mib();
-  state.counters["input_MiB"] = double(x.size()) * sizeof(float) / (1 << 20);
-  state.counters["before_MiB"] = before;
-  state.counters["nxn_MiB"] = double(n) * double(n) * sizeof(float) / (1 << 20);
+  set_memory_counters(state, n, d_model, before);
 }
 BENCHMARK(BM_LayerFusedPeakMemory)->Arg(16384)->Iterations(1)->Unit(benchmark::kSecond);
+
+// Forward (keeping Q, K, V, Z and the logsumexp: O(n d)) and the fused backward from a random dY.
+void BM_LayerBackwardPeakMemory(benchmark::State& state) {
+  const Index n = state.range(0), d_model = 768;
+  std::mt19937 rng(1);
+  const auto layer = random_layer(d_model, 12, rng);
+  const Mat x = random_input(n, d_model, rng), dy = random_input(n, d_model, rng);
+  const double before = peak_rss_mib();
+  for (auto _ : state) {
+    headwise::SavedForward<float> saved;
+    Mat out = headwise::forward_for_backward(layer, x, saved);
+    benchmark::DoNotOptimize(out.data());
+    const headwise::MultiHeadGradients<float> grads = headwise::layer_backward(layer, x, dy, {}, &saved);
+    benchmark::DoNotOptimize(grads.dx.data());
+  }
+  set_memory_counters(state, n, d_model, before);
+}
+BENCHMARK(BM_LayerBackwardPeakMemory)->Arg(16384)->Iterations(1)->Unit(benchmark::kSecond);
 
 }  // namespace
 

@@ -145,26 +145,36 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
     detail::invalid(where, "the saved forward has ", saved->qkv.rows(), " rows, x has ", x.rows());
   const int threads = detail::thread_count(options);
   MultiHeadGradients<Scalar> grads;
-  // The W_O sum: dZ = dY W_Oᵀ, dW_O = Zᵀ dY, db_O = Σ_rows dY.
+  // The W_O sum: dZ = dY W_Oᵀ, dW_O = Zᵀ dY, db_O = Σ_rows dY. (The deterministic product reads
+  // row-major operands: a transposed one is copied, and the copy of Z freed at once.)
   Matrix<Scalar> dz;
-  detail::product<Scalar>(dy, layer.w_o().transpose(), dz, threads);
-  detail::product<Scalar>(saved->z.transpose(), dy, grads.dw_o, threads);
+  detail::product<Scalar>(dy, Matrix<Scalar>(layer.w_o().transpose()), dz, threads);
+  detail::product<Scalar>(Matrix<Scalar>(saved->z.transpose()), dy, grads.dw_o, threads);
   grads.db_o = dy.colwise().sum();
-  // Attention, then RoPE's backward, then the projection's.
+  // Attention, then RoPE's backward on dQ and dK.
   const auto& qkv = saved->qkv;
   AttentionGradients<Scalar> g = fused_attention_backward<Scalar>(
       qkv.leftCols(H * d), qkv.middleCols(H * d, G * d), qkv.rightCols(G * d), saved->z, saved->logsumexp, dz, H, G,
       layer.options_for(options));
-  Matrix<Scalar> d_qkv(x.rows(), qkv.cols());
-  d_qkv << g.dq, g.dk, g.dv;
-  if (layer.rope()) layer.rope()->template rotate_gradient<Scalar>(d_qkv.leftCols((H + G) * d), 0, threads);
-  detail::product<Scalar>(d_qkv, layer.w_qkv().transpose(), grads.dx, threads);
-  Matrix<Scalar> dw;
-  detail::product<Scalar>(x.transpose(), d_qkv, dw, threads);
-  const RowVector<Scalar> db = d_qkv.colwise().sum();
-  grads.dw_q = dw.leftCols(H * d), grads.db_q = db.head(H * d);
-  grads.dw_k = dw.middleCols(H * d, G * d), grads.db_k = db.segment(H * d, G * d);
-  grads.dw_v = dw.rightCols(G * d), grads.db_v = db.tail(G * d);
+  dz = Matrix<Scalar>();
+  if (layer.rope()) {
+    layer.rope()->template rotate_gradient<Scalar>(g.dq, 0, threads);
+    layer.rope()->template rotate_gradient<Scalar>(g.dk, 0, threads);
+  }
+  // The projection, part by part (no (n, 3 d) matrix of gradients): dX = Σ dP W_Pᵀ, dW_P = Xᵀ dP.
+  const Matrix<Scalar> xt = x.transpose();
+  const Index first[3] = {0, H * d, (H + G) * d}, width[3] = {H * d, G * d, G * d};
+  const Matrix<Scalar>* part[3] = {&g.dq, &g.dk, &g.dv};
+  Matrix<Scalar>* dw[3] = {&grads.dw_q, &grads.dw_k, &grads.dw_v};
+  RowVector<Scalar>* db[3] = {&grads.db_q, &grads.db_k, &grads.db_v};
+  Matrix<Scalar> term;
+  for (int p = 0; p < 3; ++p) {
+    detail::product<Scalar>(*part[p], Matrix<Scalar>(layer.w_qkv().middleCols(first[p], width[p]).transpose()), term, threads);
+    if (p == 0) grads.dx = std::move(term);
+    else grads.dx += term;
+    detail::product<Scalar>(xt, *part[p], *dw[p], threads);
+    *db[p] = part[p]->colwise().sum();
+  }
   return grads;
 }
 
