@@ -158,6 +158,27 @@ void BM_CorePacked(benchmark::State& state) {
 }
 BENCHMARK(BM_CorePacked)->Apply(fused_args)->Unit(benchmark::kMillisecond);
 
+// The fused backward of the core (kernels/fused_attention_backward.hpp): dQ, dK, dV from the
+// forward's output and logsumexp and a random dO. GFLOPs counts the five causal-triangle products
+// a backward needs (2.5 x the forward's): the kernel computes seven (P and dS once per pass).
+void BM_CoreBackward(benchmark::State& state) {
+  const Index n = state.range(0);
+  headwise::AttentionOptions options;
+  options.threads = use_threads(state, 1);
+  const Mat qkv = random_matrix(n, 3 * d_model, 7), d_o = random_matrix(n, d_model, 8);
+  Mat z(n, d_model), lse;
+  headwise::fused_multi_head_attention<float>(qkv.leftCols(d_model), qkv.middleCols(d_model, d_model), qkv.rightCols(d_model),
+                                              n_heads, n_heads, z, &lse, options);
+  for (auto _ : state) {
+    const auto g = headwise::fused_attention_backward<float>(qkv.leftCols(d_model), qkv.middleCols(d_model, d_model),
+                                                             qkv.rightCols(d_model), z, lse, d_o, n_heads, n_heads, options);
+    benchmark::DoNotOptimize(g.dq.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, 2.5 * core_flops(n), n);
+}
+BENCHMARK(BM_CoreBackward)->ArgsProduct({{512, 1024, 2048, 4096}, {1, 2}})->Unit(benchmark::kMillisecond);
+
 // The fused core with a sliding window of W = 256 keys (Mistral's rule), on keys and values
 // already packed (packing, O(n d) per call, is BM_CoreFused's and the cache's business): the work is
 // O(n W), so the time per token stays flat as n grows, where the full causal core's

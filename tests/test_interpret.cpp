@@ -186,3 +186,29 @@ TEST_CASE("head-type scores on hand-built patterns", "[interpret][scores]") {
   REQUIRE_THROWS_WITH(interpret::previous_token_score(Matrix<double>(Matrix<double>::Zero(2, 3))),
                       "headwise: previous_token_score: the pattern is 2x3, expected square");
 }
+
+TEMPLATE_TEST_CASE("attribution patching agrees with activation patching, head by head", "[interpret][attribution]",
+                   float, double) {
+  std::mt19937 rng(21);
+  const auto layer = headwise_test::random_layer<TestType>(32, 4, 2, rng, 2.0);
+  const Matrix<TestType> clean = headwise_test::random_matrix<TestType>(20, 32, rng);
+  Matrix<TestType> corrupted = clean;
+  corrupted.row(3) = headwise_test::random_row<TestType>(32, rng);  // one token changed
+  Matrix<TestType> direction = Matrix<TestType>::Zero(20, 32);
+  direction(19, 0) = 1, direction(19, 1) = -1;  // a "logit difference" at the last position
+  const auto a = interpret::attribution_patching(layer, clean, corrupted, direction);
+  const Matrix<TestType> z_corrupt = layer.head_outputs(corrupted);
+  const auto metric = [&](const Matrix<TestType>& out) { return double(out.cwiseProduct(direction).sum()); };
+  const double base = metric(layer.forward(clean));
+  Eigen::VectorXd patched(4);
+  for (Index h = 0; h < 4; ++h) {
+    HeadInterventions<TestType> iv(4);
+    iv.patch(h, z_corrupt.middleCols(h * 8, 8));
+    patched(h) = metric(layer.forward(clean, {}, &iv)) - base;
+  }
+  CAPTURE(patched.transpose(), a.per_head.transpose());
+  CHECK_THAT(headwise_test::as_double(a.per_head), IsNear(patched, 100 * tolerance<TestType>()));
+  for (Index h = 0; h < 4; ++h) CHECK((a.per_head(h) > 0) == (patched(h) > 0));
+  // Before the changed token nothing changes: no attribution at positions 0..2.
+  CHECK((a.per_position.leftCols(3).array() == TestType(0)).all());
+}

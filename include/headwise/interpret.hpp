@@ -2,6 +2,7 @@
 // scores and SVG heatmaps. Interventions are part of the layer (head_interventions.hpp).
 #pragma once
 
+#include "headwise/interpret/attribution.hpp"
 #include "headwise/interpret/head_scores.hpp"
 #include "headwise/interpret/inspection.hpp"
 #include "headwise/interpret/svg_heatmap.hpp"
