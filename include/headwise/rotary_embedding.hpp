@@ -93,7 +93,8 @@ class RotaryEmbedding {
  private:
   /// Rotates every head of every row by +angle (sign 1) or -angle (sign -1).
   template <class Scalar>
-  void rotate_rows(Eigen::Ref<Matrix<Scalar>> x, Index first_position, int threads, int sign, const char* where) const {
+  void rotate_rows(Eigen::Ref<Matrix<Scalar>> x, Index first_position, [[maybe_unused]] int threads, int sign,
+                   const char* where) const {  // threads: unused without OpenMP
     if (x.cols() % config_.d_head != 0)
       detail::invalid(where, "x has ", x.cols(), " columns, not a whole number of heads of ", config_.d_head);
     if (first_position < 0) detail::invalid(where, "first_position must be >= 0, got ", first_position);

@@ -150,7 +150,7 @@ AttentionGradients<Scalar> fused_attention_backward(const Eigen::Ref<const Matri
   if (logsumexp.rows() != n_heads || logsumexp.cols() != q.rows())
     detail::invalid(where, "logsumexp is ", logsumexp.rows(), "x", logsumexp.cols(), ", expected ", n_heads, "x", q.rows());
   if (tiles.queries <= 0 || tiles.keys <= 0) detail::invalid(where, "tile sizes must be > 0");
-  const int threads = detail::thread_count(options);
+  [[maybe_unused]] const int threads = detail::thread_count(options);  // unused without OpenMP
   Matrix<Scalar> delta(n_heads, q.rows());
   for (Index h = 0; h < n_heads; ++h)
     delta.row(h) = o.middleCols(h * d_v, d_v).cwiseProduct(d_o.middleCols(h * d_v, d_v)).rowwise().sum().transpose();
