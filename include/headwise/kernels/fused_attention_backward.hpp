@@ -69,21 +69,27 @@ bool probabilities_and_ds(const BackwardCall<Scalar>& c, Index h, Index i0, Inde
   Matrix<Scalar> raw;
   if (c.softcap) raw = p;  // the scores before the cap, for its derivative
   ds.noalias() = c.d_o.block(i0, h * c.d_v, rows, c.d_v) * c.v.block(j0, g * c.d_v, cols, c.d_v).transpose();  // dP
-  for (Index r = 0; r < rows; ++r) {
+  constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
+  for (Index r = 0; r < rows; ++r) {  // row by row, vectorised over the keys the row sees
     const Index i = i0 + r;
     const KeyRange keys = c.rule.keys(i).within(j0, j0 + cols);
-    Scalar* row = p.row(r).data();
     const Scalar lse = c.lse(h, i);
-    if (keys.empty() || lse == -std::numeric_limits<Scalar>::infinity()) {
-      p.row(r).setZero(), ds.row(r).setZero();
+    auto p_row = p.row(r);
+    if (keys.empty() || lse == minus_inf) {
+      p_row.setZero(), ds.row(r).setZero();
       continue;
     }
-    c.rule.apply(h, i, j0, row, keys.begin - j0, keys.end - j0);
-    for (Index j = 0; j < cols; ++j) {
-      const bool visible = j + j0 >= keys.begin && j + j0 < keys.end && row[j] != -std::numeric_limits<Scalar>::infinity();
-      row[j] = visible ? std::exp(row[j] - lse) : Scalar(0);
-      ds(r, j) = row[j] * (ds(r, j) - c.delta(h, i));
-      if (c.softcap && visible) ds(r, j) *= Scalar(1) - std::pow(std::tanh(raw(r, j) / static_cast<Scalar>(*c.softcap)), 2);
+    const Index begin = keys.begin - j0, count = keys.size();
+    c.rule.apply(h, i, j0, p_row.data(), begin, begin + count);
+    p_row.head(begin).setZero();
+    p_row.tail(cols - begin - count).setZero();
+    auto seen = p_row.segment(begin, count).array();
+    if (c.rule.hides_keys()) seen = (seen == minus_inf).select(Scalar(0), (seen - lse).exp());  // exact 0 if hidden
+    else seen = (seen - lse).exp();
+    ds.row(r) = p_row.cwiseProduct((ds.row(r).array() - c.delta(h, i)).matrix());  // dS = P ∘ (dP - D)
+    if (c.softcap) {
+      const Scalar inv_cap = static_cast<Scalar>(1.0 / *c.softcap);
+      ds.row(r).segment(begin, count).array() *= Scalar(1) - (raw.row(r).segment(begin, count).array() * inv_cap).tanh().square();
     }
   }
   return true;
