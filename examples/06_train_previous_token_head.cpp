@@ -1,7 +1,7 @@
 // Example 6: one attention head, randomly initialised, trained from scratch by plain gradient
 // descent until it is a previous-token head.
 //
-//   06_train_previous_token_head [folder for the SVG patterns]
+//   06_train_previous_token_head [folder for the SVG patterns] [steps, default 1000]
 //
 // Task: sequences of 12 random tokens from a vocabulary of 8; the input of token t at position i
 // is [onehot(t) | onehot(i)] (d_model 20); the target output at position i is onehot of the token
@@ -84,6 +84,7 @@ void write_pattern(const headwise::MultiHeadAttention<double>& layer, const Batc
 
 int main(int argc, char** argv) {
   const std::string folder = argc > 1 ? argv[1] : ".";
+  const int steps = argc > 2 ? std::stoi(argv[2]) : 1000;
   std::mt19937 rng(2026);
   std::normal_distribution<double> normal(0.0, 0.3);
   const auto random = [&](Index rows, Index cols) {
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
 
   const double rate = 1.0;
   double loss = 0;
-  for (int step = 0; step <= 1000; ++step) {
+  for (int step = 0; step <= steps; ++step) {
     const Batch b = random_batch(rng);
     headwise::AttentionOptions o;
     o.cu_seqlens = b.cu_seqlens;
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
     w.w_q -= rate * g.dw_q, w.w_k -= rate * g.dw_k, w.w_v -= rate * g.dw_v, w.w_o -= rate * g.dw_o;
   }
   const auto trained = layer_of(w);
-  write_pattern(trained, probe, folder + "/trained-head-after.svg", "after 1000 steps");
+  write_pattern(trained, probe, folder + "/trained-head-after.svg", "after " + std::to_string(steps) + " steps");
   const double score = previous_token_score(trained, probe, probe_options);
   std::printf("final loss %.4f, previous-token score %.3f: %s\n", loss, score,
               loss < 0.05 && score > 0.9 ? "a previous-token head" : "not yet a previous-token head");
