@@ -36,7 +36,8 @@ class ScoreRule {
   static constexpr Index block = 8;
 
   /// The rule of a call with n_q queries, n_k keys and n_heads heads; throws std::invalid_argument
-  /// naming the option that does not fit.
+  /// naming the option that does not fit. The rule reads `options` (masks, bias, slopes) where they
+  /// are: they must outlive it, as a call's options outlive the call.
   ScoreRule(const AttentionOptions& options, Index n_q, Index n_k, Index n_heads, const char* where)
       : options_(options), n_q_(n_q), n_k_(n_k) {
     check(where, n_heads);
