@@ -19,6 +19,7 @@
 #include "headwise/layer_config.hpp"
 #include "headwise/rotary_embedding.hpp"
 #include "headwise/score_rule.hpp"
+#include "headwise/partial_attention.hpp"
 #include "headwise/head_sum.hpp"
 #include "headwise/kernels/fused_attention_backward.hpp"
 #include "headwise/attention_backward.hpp"

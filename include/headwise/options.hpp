@@ -22,6 +22,13 @@ struct AttentionOptions {
   /// Threads for the fused kernel: 0 means OpenMP's default; results do not depend on it.
   int threads = 0;
 
+  // Where the call's queries and keys sit (partial attention over a shard of keys: see
+  // partial_attention.hpp). Unset: keys at positions 0 .. n_k - 1, queries aligned to their end.
+  /// The absolute position of the first query (query i at first_query_position + i).
+  std::optional<Index> first_query_position;
+  /// The absolute position of the first key (key j at first_key_position + j). >= 0.
+  Index first_key_position = 0;
+
   // Which keys a query sees, besides the causal mask (positions are absolute; see key_range.hpp).
   /// Sliding window: the query at position i sees key j iff 0 <= i - j < window. Needs causal; > 0.
   std::optional<Index> window;

@@ -39,28 +39,35 @@ class ScoreRule {
   /// naming the option that does not fit. The rule reads `options` (masks, bias, slopes) where they
   /// are: they must outlive it, as a call's options outlive the call.
   ScoreRule(const AttentionOptions& options, Index n_q, Index n_k, Index n_heads, const char* where)
-      : options_(options), n_q_(n_q), n_k_(n_k) {
+      : options_(options), n_q_(n_q), n_k_(n_k), first_key_(options.first_key_position),
+        first_query_(options.first_query_position ? *options.first_query_position : first_key_ + n_k - n_q) {
     check(where, n_heads);
     hides_ = options.mask.size() || options.key_valid.size() || options.bias.size();
     modifies_ = hides_ || options.softcap || options.alibi_slopes.size();
     std::optional<PackedSequences> sequences;
-    if (!options.cu_seqlens.empty()) sequences.emplace(options.cu_seqlens, n_k, where);
+    const bool shard = options.first_query_position || first_key_ != 0;  // the keys may be a shard of more
+    if (!options.cu_seqlens.empty()) sequences.emplace(options.cu_seqlens, first_key_ + n_k, /*exactly=*/!shard, where);
     ranges_.resize(static_cast<std::size_t>(n_q));
     if (hides_) visible_blocks_.assign(static_cast<std::size_t>(n_q * blocks()), 0);
     for (Index i = 0; i < n_q; ++i) {
-      const Index p = position(i);
-      KeyRange keys = causal_range(p, n_k, options.causal);
+      const Index p = position(i);  // absolute, as are the ranges until the last line
+      KeyRange keys = causal_range(p, first_key_ + n_k, options.causal);
       if (options.window) keys = sliding_window_range(keys, p, *options.window);
       if (sequences) keys = sequences->narrow(keys, p);
+      keys = keys.within(first_key_, first_key_ + n_k);
+      keys = keys.empty() ? KeyRange{0, 0} : KeyRange{keys.begin - first_key_, keys.end - first_key_};
       ranges_[static_cast<std::size_t>(i)] = hides_ ? narrow_to_visible(i, keys) : keys;
     }
   }
 
   Index n_q() const { return n_q_; }
   Index n_k() const { return n_k_; }
-  /// The position of query row i: queries are aligned to the end of the keys.
-  Index position(Index i) const { return n_k_ - n_q_ + i; }
-  /// The keys query row i may see (some inside may still be hidden: see hidden()).
+  /// The absolute position of query row i (by default aligned to the end of the keys).
+  Index position(Index i) const { return first_query_ + i; }
+  /// The absolute position of key 0.
+  Index first_key() const { return first_key_; }
+  /// The keys query row i may see, as indices 0 .. n_k - 1 of the call's keys (some inside may
+  /// still be hidden: see hidden()).
   const KeyRange& keys(Index i) const { return ranges_[static_cast<std::size_t>(i)]; }
   /// True if apply() changes scores (a cap, ALiBi, a bias or a mask); false: scores are used as computed.
   bool modifies_scores() const { return modifies_; }
@@ -91,7 +98,8 @@ class ScoreRule {
   /// [begin, end): soft-cap, ALiBi, bias, then -inf where a key is hidden.
   void apply(Index h, Index i, Index first_key, Scalar* row, Index begin, Index end) const {
     if (options_.softcap) apply_softcap(row, begin, end, *options_.softcap);
-    if (options_.alibi_slopes.size()) add_alibi(row, begin, end, options_.alibi_slopes(h), first_key, position(i));
+    if (options_.alibi_slopes.size())
+      add_alibi(row, begin, end, options_.alibi_slopes(h), first_key_ + first_key, position(i));
     if (options_.bias.size())
       for (Index j = begin; j < end; ++j) row[j] += static_cast<Scalar>(options_.bias(i, first_key + j));
     if (!hides_) return;
@@ -117,6 +125,9 @@ class ScoreRule {
   void check(const char* where, Index n_heads) const {
     const AttentionOptions& o = options_;
     if (o.window && *o.window <= 0) detail::invalid(where, "window must be > 0, got ", *o.window);
+    if (o.first_key_position < 0) detail::invalid(where, "first_key_position must be >= 0, got ", o.first_key_position);
+    if (o.first_query_position && *o.first_query_position < 0)
+      detail::invalid(where, "first_query_position must be >= 0, got ", *o.first_query_position);
     if (o.window && !o.causal) detail::invalid(where, "a sliding window needs the causal mask (causal = true)");
     if (o.key_valid.size() && o.key_valid.size() != n_k_)
       detail::invalid(where, "key_valid has ", o.key_valid.size(), " entries, expected one per key, ", n_k_);
@@ -144,7 +155,7 @@ class ScoreRule {
   }
 
   const AttentionOptions& options_;
-  Index n_q_, n_k_;
+  Index n_q_, n_k_, first_key_, first_query_;
   bool hides_ = false, modifies_ = false;
   std::vector<KeyRange> ranges_;
   std::vector<std::uint8_t> visible_blocks_;  // (n_q, blocks()): visible keys per block of 8

@@ -261,8 +261,8 @@ template <class Scalar>
 void record_scores(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index r, Index j0, KeyRange keys) {
   const Scalar* row = w.s.data() + r * call.tk;
   const auto i = static_cast<std::size_t>(r);
-  const Index previous = call.rule.position(i0 + r) - 1 - j0;  // the key before the query, in this tile
-  if (j0 == 0 && keys.begin == 0) w.first[i] = row[0];
+  const Index previous = call.rule.position(i0 + r) - call.rule.first_key() - 1 - j0;  // the key before the query
+  if (j0 == 0 && keys.begin == 0 && call.rule.first_key() == 0) w.first[i] = row[0];
   if (previous >= keys.begin && previous < keys.end) w.previous[i] = row[previous];
   const Scalar* best = std::max_element(row + keys.begin, row + keys.end);
   if (*best > w.best[i]) w.best[i] = *best, w.best_at[i] = j0 + (best - row);

@@ -1,0 +1,84 @@
+// Partial attention and the exact merge: attention of queries over one contiguous shard of the keys
+// returns Z and each row's logsumexp, and two partials over disjoint shards merge exactly into the
+// attention over both:
+//   lse = logaddexp(lse_a, lse_b),   z = e^(lse_a - lse) z_a + e^(lse_b - lse) z_b
+// A shard a query cannot see contributes z = 0, lse = -inf and changes nothing. So the keys of one
+// call can be split across threads (split-key decoding) or processes (sequence parallelism) and
+// merged in any grouping. Positions are absolute: the causal mask, windows, packed sequences and
+// ALiBi apply at the keys' and queries' real positions. A sink joins one denominator only: give
+// `sinks` with one shard.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "headwise/detail/errors.hpp"
+#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/options.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise {
+
+/// One shard's attention: Z (n_q, n_heads d_v) and logsumexp (n_heads, n_q).
+template <class Scalar>
+struct PartialAttention {
+  Matrix<Scalar> z;
+  Matrix<Scalar> logsumexp;
+};
+
+/// The attention of queries q (n_q, n_heads d) at positions first_query_position + i over the keys
+/// k, v (m, n_kv_heads d / d_v) at positions first_key_position + j, with options' masks and
+/// modifiers at those positions (a mask or bias is (n_q, m): this shard's columns).
+template <class Scalar>
+PartialAttention<Scalar> partial_attention(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
+                                           const Eigen::Ref<const Matrix<Scalar>>& v, Index n_heads, Index n_kv_heads,
+                                           Index first_query_position, Index first_key_position,
+                                           const AttentionOptions& options = {}) {
+  AttentionOptions at = options;
+  at.first_query_position = first_query_position;
+  at.first_key_position = first_key_position;
+  PartialAttention<Scalar> out;
+  if (n_kv_heads <= 0 || v.cols() % n_kv_heads != 0)
+    detail::invalid("partial_attention", "v has ", v.cols(), " columns, not divisible by n_kv_heads = ", n_kv_heads);
+  out.z.resize(q.rows(), n_heads * (v.cols() / n_kv_heads));
+  fused_multi_head_attention<Scalar>(q, k, v, n_heads, n_kv_heads, out.z, &out.logsumexp, at);
+  return out;
+}
+
+/// Merges b into a: a becomes the attention over both shards. Shapes must agree.
+template <class Scalar>
+void merge_into(PartialAttention<Scalar>& a, const PartialAttention<Scalar>& b) {
+  if (a.z.rows() != b.z.rows() || a.z.cols() != b.z.cols() || a.logsumexp.rows() != b.logsumexp.rows() ||
+      a.logsumexp.cols() != b.logsumexp.cols() || a.logsumexp.cols() != a.z.rows() || a.logsumexp.rows() == 0 ||
+      a.z.cols() % a.logsumexp.rows() != 0)
+    detail::invalid("merge_into", "partials of shapes z ", a.z.rows(), "x", a.z.cols(), ", lse ", a.logsumexp.rows(), "x",
+                    a.logsumexp.cols(), " and z ", b.z.rows(), "x", b.z.cols(), ", lse ", b.logsumexp.rows(), "x",
+                    b.logsumexp.cols(), " do not merge");
+  constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
+  const Index heads = a.logsumexp.rows(), d_v = a.z.cols() / heads;
+  for (Index h = 0; h < heads; ++h)
+    for (Index i = 0; i < a.z.rows(); ++i) {
+      const Scalar la = a.logsumexp(h, i), lb = b.logsumexp(h, i);
+      if (lb == minus_inf) continue;  // b saw nothing: a stays
+      auto za = a.z.row(i).segment(h * d_v, d_v);
+      const auto zb = b.z.row(i).segment(h * d_v, d_v);
+      if (la == minus_inf) {
+        za = zb, a.logsumexp(h, i) = lb;
+        continue;
+      }
+      const Scalar top = std::max(la, lb);
+      const Scalar wa = std::exp(la - top), wb = std::exp(lb - top), total = wa + wb;
+      za = za * (wa / total) + zb * (wb / total);
+      a.logsumexp(h, i) = top + std::log(total);
+    }
+}
+
+/// The merge of two partials over disjoint shards.
+template <class Scalar>
+PartialAttention<Scalar> merge(PartialAttention<Scalar> a, const PartialAttention<Scalar>& b) {
+  merge_into(a, b);
+  return a;
+}
+
+}  // namespace headwise
