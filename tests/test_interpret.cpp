@@ -1,7 +1,9 @@
 // Studying heads: statistics from the fused kernel against the full pattern, patterns rebuilt
 // from the logsumexp, contribution norms, interventions in both paths, head-type scores.
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "headwise/headwise.hpp"
 #include "headwise/interpret.hpp"
@@ -211,4 +213,52 @@ TEMPLATE_TEST_CASE("attribution patching agrees with activation patching, head b
   for (Index h = 0; h < 4; ++h) CHECK((a.per_head(h) > 0) == (patched(h) > 0));
   // Before the changed token nothing changes: no attribution at positions 0..2.
   CHECK((a.per_position.leftCols(3).array() == TestType(0)).all());
+}
+
+TEMPLATE_TEST_CASE("attribution patching on toy heads: same sign and ranking as activation patching", "[interpret][attribution]",
+                   float, double) {
+  // Hand-made heads on x = [onehot(token) | onehot(position)] (8 tokens, 10 positions): previous
+  // token, duplicate token, first-token sink, and a head that attends evenly. Each copies the token
+  // it attends to (W_V) into the output (W_O); the metric reads token 5 minus token 2 at the last
+  // position. The corrupted run changes the token at position 8 (from 5 to 2).
+  constexpr Index vocabulary = 8, length = 10, d_model = vocabulary + length, d_head = 10, heads = 4;
+  const TestType c = 6;
+  MultiHeadWeights<TestType> w;
+  w.w_q = Matrix<TestType>::Zero(d_model, heads * d_head), w.w_k = w.w_q, w.w_v = w.w_q;
+  w.w_o = Matrix<TestType>::Zero(heads * d_head, d_model);
+  for (Index p = 0; p + 1 < length; ++p) {  // head 0: position i looks at i - 1
+    w.w_q(vocabulary + p + 1, p) = c;
+    w.w_k(vocabulary + p, p) = c;
+  }
+  for (Index t = 0; t < vocabulary; ++t) w.w_q(t, d_head + t) = c, w.w_k(t, d_head + t) = c;  // head 1: same token
+  for (Index t = 0; t < vocabulary; ++t) w.w_q(t, 2 * d_head) = c;  // head 2: every query to position 0
+  w.w_k(vocabulary, 2 * d_head) = c;
+  for (Index h = 0; h < heads; ++h)
+    for (Index t = 0; t < vocabulary; ++t) w.w_v(t, h * d_head + t) = 1, w.w_o(h * d_head + t, t) = TestType(1 + h);
+  const MultiHeadAttention<TestType> layer(heads, std::move(w));
+  const std::vector<int> tokens{3, 1, 4, 1, 5, 2, 6, 3, 5, 5};
+  Matrix<TestType> clean = Matrix<TestType>::Zero(length, d_model);
+  for (Index i = 0; i < length; ++i) clean(i, tokens[static_cast<std::size_t>(i)]) = 1, clean(i, vocabulary + i) = 1;
+  Matrix<TestType> corrupted = clean;
+  corrupted(8, 5) = 0, corrupted(8, 2) = 1;
+  Matrix<TestType> direction = Matrix<TestType>::Zero(length, d_model);
+  direction(length - 1, 5) = 1, direction(length - 1, 2) = -1;
+  const auto a = interpret::attribution_patching(layer, clean, corrupted, direction);
+  const Matrix<TestType> z_corrupt = layer.head_outputs(corrupted);
+  const auto metric = [&](const Matrix<TestType>& out) { return double(out.cwiseProduct(direction).sum()); };
+  const double base = metric(layer.forward(clean));
+  Eigen::VectorXd patched(heads), estimated = headwise_test::as_double(a.per_head);
+  for (Index h = 0; h < heads; ++h) {
+    HeadInterventions<TestType> iv(heads);
+    iv.patch(h, z_corrupt.middleCols(h * d_head, d_head));
+    patched(h) = metric(layer.forward(clean, {}, &iv)) - base;
+  }
+  CAPTURE(patched.transpose(), estimated.transpose());
+  CHECK(patched(0) < -0.5);  // the previous-token head carried token 5 from position 8 to 9
+  for (Index h = 0; h < heads; ++h)
+    if (std::abs(patched(h)) > 1e-3) CHECK((estimated(h) > 0) == (patched(h) > 0));
+  std::vector<Index> by_patching{0, 1, 2, 3}, by_estimate{0, 1, 2, 3};
+  std::sort(by_patching.begin(), by_patching.end(), [&](Index x, Index y) { return std::abs(patched(x)) > std::abs(patched(y)); });
+  std::sort(by_estimate.begin(), by_estimate.end(), [&](Index x, Index y) { return std::abs(estimated(x)) > std::abs(estimated(y)); });
+  CHECK(by_patching == by_estimate);
 }
