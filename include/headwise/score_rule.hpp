@@ -29,6 +29,21 @@
 
 namespace headwise {
 
+namespace detail {
+
+/// Throws unless a per-head option (ALiBi slopes, sinks) is empty or has n_heads finite entries.
+inline void check_per_head(const char* where, const char* name, const Vector<double>& values, Index n_heads) {
+  if (values.size() == 0) return;
+  if (values.size() != n_heads) detail::invalid(where, name, " has ", values.size(), " entries, expected one per head, ", n_heads);
+  for (Index h = 0; h < n_heads; ++h)
+    if (!std::isfinite(values(h))) detail::invalid(where, name, " has a non-finite value (", values(h), ") for head ", h);
+}
+
+/// The largest position a call may give: positions plus sizes stay far from overflowing.
+inline constexpr Index max_position = Index(1) << 62;
+
+}  // namespace detail
+
 template <class Scalar>
 class ScoreRule {
  public:
@@ -125,9 +140,10 @@ class ScoreRule {
   void check(const char* where, Index n_heads) const {
     const AttentionOptions& o = options_;
     if (o.window && *o.window <= 0) detail::invalid(where, "window must be > 0, got ", *o.window);
-    if (o.first_key_position < 0) detail::invalid(where, "first_key_position must be >= 0, got ", o.first_key_position);
-    if (o.first_query_position && *o.first_query_position < 0)
-      detail::invalid(where, "first_query_position must be >= 0, got ", *o.first_query_position);
+    if (o.first_key_position < 0 || o.first_key_position > detail::max_position)
+      detail::invalid(where, "first_key_position must be >= 0 and <= 2^62, got ", o.first_key_position);
+    if (o.first_query_position && (*o.first_query_position < 0 || *o.first_query_position > detail::max_position))
+      detail::invalid(where, "first_query_position must be >= 0 and <= 2^62, got ", *o.first_query_position);
     if (o.window && !o.causal) detail::invalid(where, "a sliding window needs the causal mask (causal = true)");
     if (o.key_valid.size() && o.key_valid.size() != n_k_)
       detail::invalid(where, "key_valid has ", o.key_valid.size(), " entries, expected one per key, ", n_k_);
@@ -140,19 +156,14 @@ class ScoreRule {
                           " (finite values, or -inf to hide a key)");
     if (o.softcap && !(*o.softcap > 0.0 && std::isfinite(*o.softcap)))
       detail::invalid(where, "softcap must be finite and > 0, got ", *o.softcap);
-    check_per_head(where, "alibi_slopes", o.alibi_slopes, n_heads);
-    check_per_head(where, "sinks", o.sinks, n_heads);
+    detail::check_per_head(where, "alibi_slopes", o.alibi_slopes, n_heads);
+    detail::check_per_head(where, "sinks", o.sinks, n_heads);
   }
   void check_matrix_shape(const char* where, const char* name, Index rows, Index cols) const {
     if (rows * cols != 0 && (rows != n_q_ || cols != n_k_))
       detail::invalid(where, name, " is ", rows, "x", cols, ", expected (n_q, n_k) = ", n_q_, "x", n_k_);
   }
-  static void check_per_head(const char* where, const char* name, const Vector<double>& values, Index n_heads) {
-    if (values.size() == 0) return;
-    if (values.size() != n_heads) detail::invalid(where, name, " has ", values.size(), " entries, expected one per head, ", n_heads);
-    for (Index h = 0; h < n_heads; ++h)
-      if (!std::isfinite(values(h))) detail::invalid(where, name, " has a non-finite value (", values(h), ") for head ", h);
-  }
+
 
   const AttentionOptions& options_;
   Index n_q_, n_k_, first_key_, first_query_;
@@ -164,10 +175,8 @@ class ScoreRule {
 /// The options of a call on n_heads heads as seen by head h alone: its ALiBi slope and sink only.
 /// Throws if a per-head option does not have n_heads entries.
 inline AttentionOptions options_of_head(const AttentionOptions& options, Index h, Index n_heads, const char* where) {
-  for (const Vector<double>* v : {&options.alibi_slopes, &options.sinks})
-    if (v->size() && v->size() != n_heads)
-      detail::invalid(where, v == &options.sinks ? "sinks" : "alibi_slopes", " has ", v->size(),
-                      " entries, expected one per head, ", n_heads);
+  detail::check_per_head(where, "alibi_slopes", options.alibi_slopes, n_heads);
+  detail::check_per_head(where, "sinks", options.sinks, n_heads);
   if (h < 0 || h >= n_heads) detail::invalid(where, "head ", h, " out of range [0, ", n_heads, ")");
   AttentionOptions one = options;
   if (options.alibi_slopes.size()) one.alibi_slopes = options.alibi_slopes.segment(h, 1);

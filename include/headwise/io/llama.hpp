@@ -90,6 +90,8 @@ inline RopeScaling parse_rope_scaling(const ConfigReader& r) {
   s.low_freq_factor = r.number(j, "low_freq_factor", 1.0);
   s.high_freq_factor = r.number(j, "high_freq_factor", 4.0);
   const double original = r.number(j, "original_max_position_embeddings", r.number(r.json(), "max_position_embeddings", 8192.0));
+  if (!(original >= 1.0 && original <= double(max_config_value)))  // before the cast: no UB on 1e300 or NaN
+    r.fail("original_max_position_embeddings = " + std::to_string(original) + " must be in [1, " + std::to_string(max_config_value) + "]");
   s.original_max_position = static_cast<Index>(original);
   s.beta_fast = r.number(j, "beta_fast", 32.0);
   s.beta_slow = r.number(j, "beta_slow", 1.0);
