@@ -99,14 +99,15 @@ class RotaryEmbedding {
       detail::invalid(where, "x has ", x.cols(), " columns, not a whole number of heads of ", config_.d_head);
     if (first_position < 0) detail::invalid(where, "first_position must be >= 0, got ", first_position);
     const Index pairs = rotary_dims_ / 2;
-    HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1 && x.rows() >= 64))
-    {
-      std::vector<Scalar> cos(static_cast<std::size_t>(pairs)), sin(cos.size());
-      HEADWISE_OMP(omp for schedule(static))
-      for (Index t = 0; t < x.rows(); ++t) {
-        angles(first_position + t, sign, cos.data(), sin.data());
-        for (Index c0 = 0; c0 < x.cols(); c0 += config_.d_head) rotate_head(x.row(t).data() + c0, cos.data(), sin.data());
-      }
+    threads = std::max(threads, 1);
+    // Each thread's cos and sin, allocated before the parallel loop (nothing in it can throw).
+    std::vector<Scalar> angles_of(static_cast<std::size_t>(2 * pairs * threads));
+    HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1 && x.rows() >= 64))
+    for (Index t = 0; t < x.rows(); ++t) {
+      Scalar* cos = angles_of.data() + 2 * pairs * detail::this_thread();
+      Scalar* sin = cos + pairs;
+      angles(first_position + t, sign, cos, sin);
+      for (Index c0 = 0; c0 < x.cols(); c0 += config_.d_head) rotate_head(x.row(t).data() + c0, cos, sin);
     }
   }
 
