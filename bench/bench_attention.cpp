@@ -226,7 +226,7 @@ void BM_CorePhases(benchmark::State& state) {
   const headwise::AttentionOptions causal;
   const headwise::ScoreRule<float> rule(causal, n, n, n_heads, "BM_CorePhases");
   const headwise::detail::FusedCall<float> call{q_ref, kv, z_ref, nullptr, nullptr, n_heads, 1, tiles.queries, tiles.keys,
-                                                rule, 1.0f / std::sqrt(float(d_head))};
+                                                tiles.key_shard, rule, 1.0f / std::sqrt(float(d_head))};
   std::array<double, headwise::detail::fused_phase_count> seconds{};
   for (auto _ : state) {
     const auto clocks = headwise::detail::run_fused_jobs<headwise::detail::ScoresAsComputed, float, PhaseClock>(call, /*threads=*/1);

@@ -13,6 +13,7 @@
 #include "support/matchers.hpp"
 
 using namespace headwise;
+using headwise_test::IsExactly;
 using headwise_test::IsNear;
 using headwise_test::tolerance;
 
@@ -54,6 +55,15 @@ void check_case(const std::string& prefix, const Matrix<Scalar>& q, const Matrix
   // The default tiles too (one tile covers T = 37).
   fused_multi_head_attention<Scalar>(q, k, v, heads, heads, z, &fused_lse, options);
   CHECK_THAT(z.template cast<double>(), IsNear(out, tolerance<Scalar>()));
+  // Keys in the smallest shards (one micro-tile of keys each) merged by the kernel: split across
+  // jobs (all T rows in one query tile: split-key decoding), and in turn (8-row query tiles).
+  Matrix<Scalar> z_split(q.rows(), q.cols()), split_lse;
+  fused_multi_head_attention<Scalar>(q, k, v, heads, heads, z_split, &split_lse, options, FusedTiles{128, 1, 1});
+  CHECK_THAT(z_split.template cast<double>(), IsNear(out, tolerance<Scalar>()));
+  CHECK_THAT(split_lse.template cast<double>(), IsNear(lse, tolerance<Scalar>()));
+  fused_multi_head_attention<Scalar>(q, k, v, heads, heads, z, &fused_lse, options, FusedTiles{8, 1, 1});
+  CHECK_THAT(headwise_test::as_double(z), IsExactly(z_split));
+  CHECK_THAT(headwise_test::as_double(fused_lse), IsExactly(split_lse));
   // Step by step, head by head.
   for (Index h = 0; h < heads; ++h) {
     CAPTURE(h);

@@ -153,7 +153,9 @@ TEMPLATE_TEST_CASE("fused kernel refuses bad shapes, head counts, tiles and divi
   REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 2, 2, small),
                       "headwise: fused_multi_head_attention: z is 5x4, expected 5x8");
   REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 2, 2, z, nullptr, AttentionOptions{}, FusedTiles{0, 8}),
-                      "headwise: fused_multi_head_attention: tile sizes must be > 0, got 0 and 8");
+                      "headwise: fused_multi_head_attention: tile sizes must be > 0, got 0 queries, 8 keys and shards of 1024 keys");
+  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 2, 2, z, nullptr, AttentionOptions{}, FusedTiles{8, 8, 0}),
+                      "headwise: fused_multi_head_attention: tile sizes must be > 0, got 8 queries, 8 keys and shards of 0 keys");
   AttentionOptions options;
   options.divisor = -1.0;
   REQUIRE_THROWS_WITH(fused_attention(q, kv, kv, options),

@@ -1,14 +1,16 @@
 // The fused attention kernel: the same function as attention_core.hpp, computed tile by tile with
 // an online softmax, so that no (n, n) matrix is ever held and key tiles that no query of a tile
 // sees (above the diagonal, outside a window or a packed sequence, wholly masked) are never
-// touched. Multi-threaded with OpenMP over (head, query tile) pairs. Which keys each query sees and
+// touched. Multi-threaded with OpenMP over (head, query tile) pairs, or, for a call of one query
+// tile (decoding), over (key shard, key/value head) pairs. Which keys each query sees and
 // what happens to a score come from the call's ScoreRule (score_rule.hpp); whether scores are
 // modified at all is a compile-time policy (ScoresAsComputed / ScoresByRule below), so the plain
 // causal loop carries none of the modifiers' work.
 //
 // For each head h and tile of queries [i0, i0 + tq):
 //   pass 1  scale the query tile once: Qs = Q[i0:, h] / divisor
-//   pass 2  for each key tile [j0, j0 + tk) that a query of the tile can see (tiles outside the
+//   pass 2  for each shard of keys [k0, k0 + shard) (FusedTiles::key_shard; a fresh state each),
+//           for each key tile [j0, j0 + tk) in it that a query of the tile can see (tiles outside the
 //           rows' key ranges are skipped), sliver by sliver of R query rows (R the micro-tile
 //           height of detail/tile_product.hpp), only over the keys the sliver's rows see:
 //             S   = Qs K[j0:, h]ᵀ                              (a tile product)
@@ -18,6 +20,7 @@
 //                   written over S, where the product with V reads it (nothing is packed)
 //             l   = l e^(m - m') + Σ_j P_ij                    (running row sum)
 //             acc = acc e^(m - m') + P V[j0:, h]               (rescaled by packets, only if m grew)
+//           then the shard's (m, l, acc) merged into the shards' before it (online_softmax_state.hpp)
 //   pass 3  Z = acc / l, logsumexp = m + log l (with a sink s: Z = acc e^(m-m*) / (l e^(m-m*) +
 //           e^(s-m*)), m* = max(m, s)); a row that saw nothing gives Z = 0, lse = -inf (or s).
 // Every number a query row gets is computed by the same instructions in the same order whatever
@@ -25,8 +28,9 @@
 // visible one and the thread count: the products are the deterministic ones of
 // detail/tile_product.hpp, exp and the row sums run over whole SIMD packets of a zero-padded row
 // (trailing zeros add +0, which changes no bit), and key tiles start at multiples of the key tile
-// size. So results are bitwise the same for any thread count, and decoding token by token (a KV
-// cache) reproduces the full forward bitwise.
+// size, and shards at multiples of the shard size, merged in key order whether they ran in one job
+// or in parallel. So results are bitwise the same for any thread count, and decoding token by token
+// (a KV cache) reproduces the full forward bitwise.
 // Memory: the packed keys and values (the size of K and V) and, per thread, a few tq x tk tiles.
 #pragma once
 
@@ -41,6 +45,7 @@
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
+#include "headwise/kernels/online_softmax_state.hpp"
 #include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/options.hpp"
@@ -49,14 +54,26 @@
 
 namespace headwise {
 
-/// Tile sizes of the fused kernel (rows of queries and of keys per tile; the key tile is rounded
-/// up to a multiple of the micro-tile width). 128 x 128 measured best at d_head 64 on AMD EPYC
+/// How the fused kernel cuts its work. Tiles: rows of queries and of keys per tile (the key tile
+/// is rounded up to a multiple of the micro-tile width). 128 x 128 measured best at d_head 64 on AMD EPYC
 /// (Zen 3), float32, n = 2048: 37 GFLOP/s against 33 for 64 x 64 and 26 for 32 x 32 (measured with
 /// Eigen tile products, bench/RESULTS.md); larger tiles amortise the per-tile work (packing the
 /// query tile, the online-softmax bookkeeping).
+///
+/// A query row's keys are attended in shards of `key_shard` keys (rounded up to whole key tiles;
+/// boundaries at fixed multiples of it), each from a fresh online-softmax state, and the shards'
+/// states merged in key order (online_softmax_state.hpp). A call with a single query tile (a
+/// decoding step, a short chunk) runs its shards as parallel jobs, each key/value head's shard read
+/// once for all the query heads that share it, and merges them afterwards (split-key decoding);
+/// longer calls run each (head, query tile) job through its shards in turn. The merges are the
+/// same either way, so the bits depend on neither the thread count nor `split_keys`. 1024 keys
+/// keep a shard's keys and values (512 KiB at d_head 64, float) in a core's L2 cache while the
+/// query heads of a group read them.
 struct FusedTiles {
   Index queries = 128;
   Index keys = 128;
+  Index key_shard = 1024;
+  bool split_keys = true;  ///< false: a one-tile call runs its shards in turn (bench_decode's baseline)
 };
 
 namespace detail {
@@ -80,6 +97,7 @@ struct FusedCall {
   RowStatistics<Scalar>* statistics;          // (n_heads, n_q) each, or null
   Index n_heads, group;                       // query heads; query heads per key/value head
   Index tq, tk;                               // query and key tile sizes (tk a multiple of W)
+  Index shard;                                // keys per shard (a multiple of tk)
   const ScoreRule<Scalar>& rule;              // which keys each query sees, what a score becomes
   Scalar inv_divisor;
 
@@ -115,14 +133,9 @@ struct FusedScratch {
   Matrix<Scalar> scaled;          // (tq, d_head): the query tile divided by the divisor
   std::vector<Scalar> q;          // the scaled query tile, packed (detail::pack_a)
   std::vector<Scalar> s;          // (tq, tk): scores, then P = exp(scores - max), row r at r tk
-  std::vector<Scalar> acc;        // (tq, d_v padded): running Σ P V
-  std::vector<Scalar> max, sum;   // (tq): running row maximum and row sum
   std::vector<KeyRange> spans;    // (tq / R): the keys of the current key tile each sliver sees
-  // Only when statistics are asked for:
-  std::vector<Scalar> raw;        // one row of scaled scores, kept before exp overwrites it
-  std::vector<Scalar> dot;        // (tq): running Σ_j exp(s_ij - max) (s_ij - max), rescaled like sum
-  std::vector<Scalar> first, previous, best;  // (tq): s_i0, s_i,pos-1, the largest s_ij so far
-  std::vector<Index> best_at;     // (tq): where the largest s_ij lies
+  std::vector<Scalar> raw;        // statistics only: one row of scaled scores, kept before exp
+  RowStateStore<Scalar> states;   // 0: the rows' state over the shards so far, 1: the current shard's
 
   /// Allocates for tiles of up to `rows` query rows (a multiple of R) and tk keys; throws
   /// std::invalid_argument naming the sizes if they do not fit or cannot be allocated.
@@ -132,16 +145,10 @@ struct FusedScratch {
     const Index tile = checked_size<Scalar>(where, "a score tile", rows, call.tk);
     detail::allocate(q, checked_size<Scalar>(where, "a query tile", rows, d_head), Scalar(0), where, "a query tile");
     detail::allocate(s, tile, Scalar(0), where, "a score tile");
-    detail::allocate(acc, checked_size<Scalar>(where, "an output tile", rows, call.dv_padded()), Scalar(0), where,
-                     "an output tile");
-    detail::allocate(max, rows, Scalar(0), where, "row maxima");
-    detail::allocate(sum, rows, Scalar(0), where, "row sums");
     spans.resize(static_cast<std::size_t>(rows / TileShape<Scalar>::rows + 1));
     scaled.resize(rows, d_head);
-    if (!call.statistics) return;
-    for (std::vector<Scalar>* v : {&raw, &dot, &first, &previous, &best})
-      detail::allocate(*v, std::max(rows, call.tk), Scalar(0), where, "row statistics");
-    detail::allocate(best_at, rows, Index(-1), where, "row statistics");
+    states.allocate(2, rows, call.dv_padded(), call.statistics != nullptr, where);
+    if (call.statistics) detail::allocate(raw, std::max(rows, call.tk), Scalar(0), where, "row statistics");
   }
 };
 
@@ -258,14 +265,14 @@ void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index ro
 /// Statistics, before exp: the scores of the first key, of the key before the query and the
 /// largest (first if tied), and a copy of the visible scores for record_dot.
 template <class Scalar>
-void record_scores(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index r, Index j0, KeyRange keys) {
+void record_scores(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
+                   Index r, Index j0, KeyRange keys) {
   const Scalar* row = w.s.data() + r * call.tk;
-  const auto i = static_cast<std::size_t>(r);
   const Index previous = call.rule.position(i0 + r) - call.rule.first_key() - 1 - j0;  // the key before the query
-  if (j0 == 0 && keys.begin == 0 && call.rule.first_key() == 0) w.first[i] = row[0];
-  if (previous >= keys.begin && previous < keys.end) w.previous[i] = row[previous];
+  if (j0 == 0 && keys.begin == 0 && call.rule.first_key() == 0) st.first[r] = row[0];
+  if (previous >= keys.begin && previous < keys.end) st.previous[r] = row[previous];
   const Scalar* best = std::max_element(row + keys.begin, row + keys.end);
-  if (*best > w.best[i]) w.best[i] = *best, w.best_at[i] = j0 + (best - row);
+  if (*best > st.best[r]) st.best[r] = *best, st.best_at[r] = j0 + (best - row);
   std::copy(row + keys.begin, row + keys.end, w.raw.begin());
 }
 
@@ -273,15 +280,14 @@ void record_scores(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index
 /// sum, so that the entropy log(sum) - dot / sum does not cancel when it is near 0. Call before
 /// the row's sum and maximum are updated.
 template <class Scalar>
-void record_dot(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index r, KeyRange keys, Scalar correction,
-                Scalar new_max) {
+void record_dot(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index r,
+                KeyRange keys, Scalar correction, Scalar new_max) {
   const Scalar* row = w.s.data() + r * call.tk + keys.begin;
-  const auto i = static_cast<std::size_t>(r);
   Scalar dot = 0;
   for (Index j = 0; j < keys.size(); ++j)
     if (row[j] != Scalar(0)) dot += row[j] * (w.raw[static_cast<std::size_t>(j)] - new_max);
-  const Scalar carried = w.sum[i] > Scalar(0) ? correction * (w.dot[i] + (w.max[i] - new_max) * w.sum[i]) : Scalar(0);
-  w.dot[i] = carried + dot;
+  const Scalar carried = st.sum[r] > Scalar(0) ? correction * (st.dot[r] + (st.max[r] - new_max) * st.sum[r]) : Scalar(0);
+  st.dot[r] = carried + dot;
 }
 
 /// The online softmax of one key tile [j0, j0 + cols) for the query rows i0 .. i0 + rows - 1 of
@@ -289,8 +295,8 @@ void record_dot(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index r,
 /// P = exp(s - m') on the keys it sees and exact zeros elsewhere, as far as its sliver's product
 /// with V reads; the running maximum, sum, accumulator (and statistics) are rescaled.
 template <class Scores, class Scalar>
-void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index j0,
-                         Index cols, Index h) {
+void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
+                         Index rows, Index j0, Index cols, Index h) {
   constexpr Index R = TileShape<Scalar>::rows;
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   const Index dv_padded = call.dv_padded();
@@ -300,27 +306,28 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
     const KeyRange keys = keys_in_tile(call, i0 + r, j0, cols);
     Scalar* row = w.s.data() + r * call.tk;
     Scores::apply(call.rule, h, i0 + r, j0, row, keys.begin, keys.end);
-    const Scalar new_max = keys.empty() ? minus_inf : row_max(row + keys.begin, keys.size(), w.max[r]);
+    const Scalar new_max = keys.empty() ? minus_inf : row_max(row + keys.begin, keys.size(), st.max[r]);
     if (keys.empty() || (Scores::may_hide && new_max == minus_inf)) {  // sees nothing here (yet)
       std::fill(row + span.begin, row + span.end, Scalar(0));
       continue;
     }
-    const Scalar correction = std::exp(w.max[r] - new_max);  // exp(-inf) = 0 on the first tile
-    if (call.statistics) record_scores(call, w, i0, r, j0, keys);  // before exp overwrites them
+    const Scalar correction = std::exp(st.max[r] - new_max);  // exp(-inf) = 0 on the first tile
+    if (call.statistics) record_scores(call, w, st, i0, r, j0, keys);  // before exp overwrites them
     std::fill(row + span.begin, row + keys.begin, Scalar(0));
     const Scalar tile_sum =
         exp_and_sum<Scores::may_hide>(row + keys.begin, keys.size(), span.end - keys.begin, call.tk - keys.begin, new_max);
-    if (call.statistics) record_dot(call, w, r, keys, correction, new_max);
-    w.sum[r] = w.sum[r] * correction + tile_sum;
-    if (correction != Scalar(1)) scale_row(w.acc.data() + r * dv_padded, dv_padded, correction);
-    w.max[r] = new_max;
+    if (call.statistics) record_dot(call, w, st, r, keys, correction, new_max);
+    st.sum[r] = st.sum[r] * correction + tile_sum;
+    if (correction != Scalar(1)) scale_row(st.acc + r * dv_padded, dv_padded, correction);
+    st.max[r] = new_max;
   }
 }
 
 /// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver, each over the keys its rows
 /// see (w.spans), P read in place from w.s (rows of tk), V from its packed panels.
 template <class Scalar>
-void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index g) {
+void value_tile(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows,
+                Index j0, Index g) {
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const Index dv_padded = call.dv_padded(), stride = call.kv.value_panel_stride();
   for (Index r0 = 0; r0 < rows; r0 += R) {
@@ -329,26 +336,26 @@ void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index ro
     for (Index c0 = 0; c0 < dv_padded && !span.empty(); c0 += W)
       micro_kernel_rows<Scalar, ALayout::rows>(nr, span.size(), w.s.data() + r0 * call.tk + span.begin, call.tk,
                                                call.kv.values(g) + c0 / W * stride + (j0 + span.begin) * W,
-                                               w.acc.data() + r0 * dv_padded + c0, dv_padded);
+                                               st.acc + r0 * dv_padded + c0, dv_padded);
   }
 }
 
-/// The statistics of row i (scratch row r) from its running values: p = exp(s - lse); exp(-inf -
+/// The statistics of row i (state row r) from its running values: p = exp(s - lse); exp(-inf -
 /// lse) = 0 covers a key the row never saw. H = -Σ p log p = mass (lse - max) - e^(max - lse) dot,
 /// which is log(sum) - dot / sum without a sink (mass 1): the max taken out, so H near 0 does not
 /// cancel.
 template <class Scalar>
-void record_statistics(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, Index r, Index i, Index h,
-                       Scalar lse, Scalar mass) {
+void record_statistics(const FusedCall<Scalar>& call, const RowState<Scalar>& state, Index r, Index i, Index h, Scalar lse,
+                       Scalar mass) {
   auto& st = *call.statistics;
   const bool saw_something = lse != -std::numeric_limits<Scalar>::infinity();
   if (!saw_something) st.entropy(h, i) = Scalar(0);
-  else if (call.rule.has_sinks()) st.entropy(h, i) = mass * (lse - w.max[r]) - std::exp(w.max[r] - lse) * w.dot[r];
-  else st.entropy(h, i) = std::log(w.sum[r]) - w.dot[r] / w.sum[r];
-  st.first_token_mass(h, i) = saw_something ? std::exp(w.first[r] - lse) : Scalar(0);
-  st.previous_token_mass(h, i) = saw_something ? std::exp(w.previous[r] - lse) : Scalar(0);
-  st.max_weight(h, i) = saw_something ? std::exp(w.best[r] - lse) : Scalar(0);
-  st.argmax(h, i) = w.best_at[r];
+  else if (call.rule.has_sinks()) st.entropy(h, i) = mass * (lse - state.max[r]) - std::exp(state.max[r] - lse) * state.dot[r];
+  else st.entropy(h, i) = std::log(state.sum[r]) - state.dot[r] / state.sum[r];
+  st.first_token_mass(h, i) = saw_something ? std::exp(state.first[r] - lse) : Scalar(0);
+  st.previous_token_mass(h, i) = saw_something ? std::exp(state.previous[r] - lse) : Scalar(0);
+  st.max_weight(h, i) = saw_something ? std::exp(state.best[r] - lse) : Scalar(0);
+  st.argmax(h, i) = state.best_at[r];
 }
 
 /// Z = acc / sum, logsumexp = max + log(sum) and the statistics of the rows i0 .. i0 + rows - 1 of
@@ -357,25 +364,25 @@ void record_statistics(const FusedCall<Scalar>& call, const FusedScratch<Scalar>
 /// sum: a row whose scores overflowed (inf or NaN) gets NaN, as on the step-by-step path, never a
 /// silent 0.
 template <class Scalar>
-void normalise_rows(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, Index i0, Index rows, Index h) {
+void normalise_rows(const FusedCall<Scalar>& call, const RowState<Scalar>& state, Index i0, Index rows, Index h) {
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   const Index dv = call.kv.d_v(), dv_padded = call.dv_padded();
   for (Index r = 0; r < rows; ++r) {
-    const bool saw_something = !call.keys(i0 + r).empty() && w.max[r] != minus_inf;
+    const bool saw_something = !call.keys(i0 + r).empty() && state.max[r] != minus_inf;
     auto z_row = call.z.row(i0 + r).segment(h * dv, dv);
-    const Eigen::Map<const RowVector<Scalar>> acc(w.acc.data() + r * dv_padded, dv);
-    Scalar lse = saw_something ? w.max[r] + std::log(w.sum[r]) : minus_inf, mass = Scalar(1);
+    const Eigen::Map<const RowVector<Scalar>> acc(state.acc + r * dv_padded, dv);
+    Scalar lse = saw_something ? state.max[r] + std::log(state.sum[r]) : minus_inf, mass = Scalar(1);
     if (call.rule.has_sinks()) {  // the sink joins the denominator: Z sums to `mass` < 1
-      const SinkNormalisation<Scalar> n = normalise_with_sink(saw_something ? w.max[r] : minus_inf, w.sum[r], call.rule.sink(h));
+      const SinkNormalisation<Scalar> n = normalise_with_sink(saw_something ? state.max[r] : minus_inf, state.sum[r], call.rule.sink(h));
       z_row = acc * (n.scale / n.denominator);
-      lse = n.lse, mass = w.sum[r] * n.scale / n.denominator;
+      lse = n.lse, mass = state.sum[r] * n.scale / n.denominator;
     } else if (saw_something) {
-      z_row = acc / w.sum[r];  // a division, as the step-by-step path divides
+      z_row = acc / state.sum[r];  // a division, as the step-by-step path divides
     } else {
       z_row.setZero();
     }
     if (call.logsumexp) (*call.logsumexp)(h, i0 + r) = lse;
-    if (call.statistics) record_statistics(call, w, r, i0 + r, h, saw_something ? lse : minus_inf, mass);
+    if (call.statistics) record_statistics(call, state, r, i0 + r, h, saw_something ? lse : minus_inf, mass);
   }
 }
 
@@ -397,56 +404,129 @@ bool tile_seen(const FusedCall<Scalar>& call, Index i0, Index rows, Index j0, In
   return false;
 }
 
-/// One job: head h on the query tile starting at i0 (passes 1 to 3 at the top of this file).
-template <class Scores, class Scalar, class Clock>
-void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock) {
-  constexpr Index R = TileShape<Scalar>::rows;
-  constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
-  const Index d_head = call.kv.d_head(), g = h / call.group;
-  const Index rows = std::min(call.tq, call.n_q() - i0);
-  std::fill(w.acc.begin(), w.acc.begin() + (rows + R - 1) / R * R * call.dv_padded(), Scalar(0));
-  std::fill(w.max.begin(), w.max.begin() + rows, minus_inf);
-  std::fill(w.sum.begin(), w.sum.begin() + rows, Scalar(0));
-  if (call.statistics) {
-    std::fill(w.dot.begin(), w.dot.begin() + rows, Scalar(0));
-    for (std::vector<Scalar>* v : {&w.first, &w.previous, &w.best}) std::fill(v->begin(), v->begin() + rows, minus_inf);
-    std::fill(w.best_at.begin(), w.best_at.begin() + rows, Index(-1));
-  }
-
-  // pass 1: the query tile, scaled once and packed for the score product.
+/// Pass 1: the query tile of head h (rows i0 .. i0 + rows - 1), scaled once and packed for the
+/// score product.
+template <class Scalar, class Clock>
+void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index h, Clock& clock) {
+  const Index d_head = call.kv.d_head();
   clock.enter(FusedPhase::query);
   auto scaled = w.scaled.topRows(rows);
   scaled.noalias() = call.q.block(i0, h * d_head, rows, d_head) * call.inv_divisor;
   pack_a<Scalar>(rows, d_head, {w.scaled.data(), d_head}, w.q.data());
+}
 
-  // pass 2: the key tiles from the first key a query of the tile sees to the last; tiles before
-  // and after are never touched, nor tiles inside that no row sees (a mask's holes).
-  const KeyRange seen = sliver_keys(call, i0, rows, 0, call.n_k());
-  for (Index j0 = seen.begin / call.tk * call.tk; j0 < seen.end; j0 += call.tk) {
-    const Index cols = std::min(call.tk, seen.end - j0);
+/// Pass 2 over the keys `keys` of one shard (what the tile sees of it), from a fresh state st:
+/// the key tiles from the first key a query of the tile sees to the last; tiles before and after
+/// are never touched, nor tiles inside that no row sees (a mask's holes). The query tile is loaded.
+template <class Scores, class Scalar, class Clock>
+void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
+                      Index rows, Index h, KeyRange keys, Clock& clock) {
+  constexpr Index R = TileShape<Scalar>::rows;
+  const Index g = h / call.group;
+  reset(st, (rows + R - 1) / R * R, call.dv_padded());
+  for (Index j0 = keys.begin / call.tk * call.tk; j0 < keys.end; j0 += call.tk) {
+    const Index cols = std::min(call.tk, keys.end - j0);
     if (call.rule.hides_keys() && !tile_seen(call, i0, rows, j0, cols)) continue;
     clock.enter(FusedPhase::scores);
     for (Index r0 = 0; r0 < rows; r0 += R)  // what each sliver's products cover in this key tile
       w.spans[static_cast<std::size_t>(r0 / R)] = sliver_keys(call, i0 + r0, std::min(R, rows - r0), j0, cols);
     score_tile(call, w, rows, j0, cols, g);
     clock.enter(FusedPhase::softmax);
-    online_softmax_tile<Scores>(call, w, i0, rows, j0, cols, h);
+    online_softmax_tile<Scores>(call, w, st, i0, rows, j0, cols, h);
     clock.enter(FusedPhase::values);
-    value_tile(call, w, rows, j0, g);
+    value_tile(call, w, st, rows, j0, g);
   }
-
-  // pass 3: normalise.
-  clock.enter(FusedPhase::normalise);
-  normalise_rows(call, w, i0, rows, h);
 }
 
-/// Runs every (head, query tile) job of `call` on `threads` threads, longest first; returns each
-/// thread's clock. Scratch is allocated before the loop; an exception in a job reaches the caller.
+/// The shards of the keys `seen`: shard s holds the keys [s shard, (s + 1) shard).
+struct ShardSpan {
+  Index first = 0, count = 0;
+};
+template <class Scalar>
+ShardSpan shards_of(const FusedCall<Scalar>& call, KeyRange seen) {
+  if (seen.empty()) return {};
+  return {seen.begin / call.shard, (seen.end - 1) / call.shard - seen.begin / call.shard + 1};
+}
+template <class Scalar>
+KeyRange shard_keys(const FusedCall<Scalar>& call, KeyRange seen, Index s) {
+  return {std::max(seen.begin, s * call.shard), std::min(seen.end, (s + 1) * call.shard)};
+}
+
+/// One job: head h on the query tile starting at i0 (passes 1 to 3 at the top of this file), its
+/// keys shard by shard, each shard's state merged into the first's.
+template <class Scores, class Scalar, class Clock>
+void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock) {
+  constexpr Index R = TileShape<Scalar>::rows;
+  const Index rows = std::min(call.tq, call.n_q() - i0);
+  load_query_tile(call, w, i0, rows, h, clock);
+  const KeyRange seen = sliver_keys(call, i0, rows, 0, call.n_k());
+  const ShardSpan shards = shards_of(call, seen);
+  const RowState<Scalar> merged = w.states[0], shard = w.states[1];
+  if (shards.count == 0) reset(merged, (rows + R - 1) / R * R, call.dv_padded());
+  for (Index s = shards.first; s < shards.first + shards.count; ++s) {
+    attend_key_shard<Scores>(call, w, s == shards.first ? merged : shard, i0, rows, h, shard_keys(call, seen, s), clock);
+    clock.enter(FusedPhase::normalise);
+    if (s != shards.first) merge_states(merged, shard, rows, call.dv_padded());
+  }
+  clock.enter(FusedPhase::normalise);  // pass 3
+  normalise_rows(call, merged, i0, rows, h);
+}
+
+/// Split-key decoding: a call with one query tile whose keys span several shards. Job (shard s,
+/// key/value head g) attends every query head of g to shard s (the shard's keys and values read
+/// from memory once, then from cache) into its own state; then each head merges its shards' states
+/// in key order and normalises. The same states and merges as attend_query_tile.
+template <class Scores, class Scalar, class Clock>
+std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan shards, int threads) {
+  constexpr Index R = TileShape<Scalar>::rows;
+  const Index rows = call.n_q(), padded = (rows + R - 1) / R * R, n_kv_heads = call.kv.n_kv_heads();
+  const KeyRange seen = sliver_keys(call, 0, rows, 0, call.n_k());
+  const Index n_jobs = shards.count * n_kv_heads;
+  threads = static_cast<int>(std::clamp<Index>(n_jobs, 1, threads));
+  std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
+  for (auto& w : scratch) w.allocate(call, padded);
+  RowStateStore<Scalar> partial;  // head h, shard first + s at h shards.count + s
+  partial.allocate(call.n_heads * shards.count, padded, call.dv_padded(), call.statistics != nullptr,
+                   "fused_multi_head_attention");
+  std::vector<Clock> clocks(static_cast<std::size_t>(threads));
+  ExceptionCarrier carrier;
+  HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1)) {
+    HEADWISE_OMP(omp for schedule(dynamic, 1))
+    for (Index job = 0; job < n_jobs; ++job)
+      carrier.run([&] {
+        const auto t = static_cast<std::size_t>(this_thread());
+        const Index s = job / n_kv_heads, g = job % n_kv_heads;
+        for (Index h = g * call.group; h < (g + 1) * call.group; ++h) {
+          load_query_tile(call, scratch[t], 0, rows, h, clocks[t]);
+          attend_key_shard<Scores>(call, scratch[t], partial[h * shards.count + s], 0, rows, h,
+                                   shard_keys(call, seen, shards.first + s), clocks[t]);
+        }
+      });
+    HEADWISE_OMP(omp for schedule(static))
+    for (Index h = 0; h < call.n_heads; ++h)
+      carrier.run([&] {
+        clocks[static_cast<std::size_t>(this_thread())].enter(FusedPhase::normalise);
+        for (Index s = 1; s < shards.count; ++s) merge_states(partial[h * shards.count], partial[h * shards.count + s], rows, call.dv_padded());
+        normalise_rows(call, partial[h * shards.count], 0, rows, h);
+      });
+  }
+  carrier.rethrow();
+  return clocks;
+}
+
+/// Runs every job of `call` on `threads` threads; returns each thread's clock. A call of one query
+/// tile over several shards runs split by key (run_split_key_jobs, unless the tiles say not to);
+/// others run (head, query tile) jobs, longest first. Scratch is allocated before the loop; an
+/// exception in a job reaches the caller.
 template <class Scores, class Scalar, class Clock = NoPhaseClock>
-std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads) {
+std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bool split_keys = true) {
   constexpr Index R = TileShape<Scalar>::rows;
   if (call.logsumexp) call.logsumexp->resize(call.n_heads, call.n_q());
   if (call.statistics) call.statistics->resize(call.n_heads, call.n_q());
+  if (split_keys && call.n_q() <= call.tq) {
+    const ShardSpan shards = shards_of(call, sliver_keys(call, 0, call.n_q(), 0, call.n_k()));
+    if (shards.count > 1) return run_split_key_jobs<Scores, Scalar, Clock>(call, shards, threads);
+  }
   const std::vector<Index> tile_starts = query_tiles_by_cost(call.n_q(), call.tq);
   const Index n_jobs = static_cast<Index>(tile_starts.size()) * call.n_heads;
   threads = static_cast<int>(std::clamp<Index>(n_jobs, 1, threads));
@@ -471,11 +551,14 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads) {
 /// of the input's size (one tile covers everything either way, so no sum changes order), so
 /// scratch is sized by what is there. Key tiles are a multiple of W and start at multiples of
 /// themselves: a key's place in its panel, and so the order of every sum, is the same whatever
-/// n_k is.
+/// n_k is. Shards are whole key tiles; a shard at least as large as the keys is one shard of them
+/// (whatever its size, the row's keys are then never split).
 template <class Scalar>
 FusedTiles tiles_for(const FusedTiles& asked, Index n_q, Index n_k) {
   constexpr Index W = TileShape<Scalar>::lanes;
-  return {std::min(asked.queries, std::max<Index>(n_q, 1)), (std::min(asked.keys, std::max<Index>(n_k, 1)) + W - 1) / W * W};
+  const Index tk = (std::min(asked.keys, std::max<Index>(n_k, 1)) + W - 1) / W * W;
+  const Index shard = asked.key_shard >= n_k ? std::max(n_k, tk) : (asked.key_shard + tk - 1) / tk * tk;
+  return {std::min(asked.queries, std::max<Index>(n_q, 1)), tk, shard, asked.split_keys};
 }
 
 /// Throws unless the arguments of fused_attention_packed fit together.
@@ -490,8 +573,9 @@ void check_packed_call(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads,
     invalid(where, "q has ", q.cols(), " columns, expected n_heads d_head = ", n_heads * kv.d_head());
   if (z.rows() != q.rows() || z.cols() != n_heads * kv.d_v())
     invalid(where, "z is ", z.rows(), "x", z.cols(), ", expected ", q.rows(), "x", n_heads * kv.d_v());
-  if (tiles.queries <= 0 || tiles.keys <= 0)
-    invalid(where, "tile sizes must be > 0, got ", tiles.queries, " and ", tiles.keys);
+  if (tiles.queries <= 0 || tiles.keys <= 0 || tiles.key_shard <= 0)
+    invalid(where, "tile sizes must be > 0, got ", tiles.queries, " queries, ", tiles.keys, " keys and shards of ",
+            tiles.key_shard, " keys");
 }
 
 }  // namespace detail
@@ -515,10 +599,11 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
   if (!detail::all_finite(q, detail::thread_count(options))) detail::require_finite(where, "q", q);
   const ScoreRule<Scalar> rule(options, q.rows(), kv.size(), n_heads, where);
   const FusedTiles t = detail::tiles_for<Scalar>(tiles, q.rows(), kv.size());
-  const detail::FusedCall<Scalar> call{q,       kv,      z,      logsumexp, statistics, n_heads, n_heads / kv.n_kv_heads(),
-                                       t.queries, t.keys, rule, static_cast<Scalar>(1.0 / divisor)};
-  if (rule.modifies_scores()) detail::run_fused_jobs<detail::ScoresByRule>(call, detail::thread_count(options));
-  else detail::run_fused_jobs<detail::ScoresAsComputed>(call, detail::thread_count(options));
+  const detail::FusedCall<Scalar> call{q,         kv,     z,       logsumexp, statistics, n_heads, n_heads / kv.n_kv_heads(),
+                                       t.queries, t.keys, t.key_shard, rule, static_cast<Scalar>(1.0 / divisor)};
+  const int threads = detail::thread_count(options);
+  if (rule.modifies_scores()) detail::run_fused_jobs<detail::ScoresByRule>(call, threads, t.split_keys);
+  else detail::run_fused_jobs<detail::ScoresAsComputed>(call, threads, t.split_keys);
 }
 
 /// Fused causal multi-head attention on heads laid side by side.
