@@ -1,11 +1,13 @@
-// Incremental decoding at GPT-2 small shapes (d_model 768, 12 heads of 64, float32): one decoding
-// step, a single query against a KV cache of `context` tokens, next to a STREAM-like triad that
-// measures the memory bandwidth in the same binary.
+// Incremental decoding, float32: one decoding step, a single query against a KV cache of `context`
+// tokens, at GPT-2 small's shapes (12 heads of 64) and at Llama 3 8B's (32 query heads, 8 key/value
+// heads of 128), split by key and not, next to a STREAM-like triad that measures the memory
+// bandwidth in the same binary.
 //
-// A step must read every cached key and value once: 2 * context * d_model * 4 bytes. The counter
-// `KV_GBps` is that amount over the step's time; `BM_StreamTriad`'s `GBps` is the floor it is
-// compared with (bench/RESULTS.md). At context 4096 the cache is 24 MiB, inside this machine's
-// 32 MiB L3: the DRAM triad is then a conservative floor.
+// A step must read every cached key and value once: 2 * context * n_kv_heads * d_head * 4 bytes.
+// The counter `KV_GBps` is that amount over the step's time; `BM_StreamTriad`'s `GBps` is the
+// floor it is compared with (bench/RESULTS.md). Up to context 4096 the GPT-2 cache (24 MiB) fits a 32 MiB L3:
+// the DRAM triad is then a conservative floor.
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -44,28 +46,47 @@ void BM_StreamTriad(benchmark::State& state) {
 }
 BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// One decoding step of the fused core: 1 query, 12 heads, against `context` cached tokens.
-void BM_DecodeStep(benchmark::State& state) {
+// One decoding step of the fused core: 1 query of n_heads heads against `context` cached tokens of
+// n_kv_heads heads of width d_head. split 1: the keys split into shards attended in parallel and
+// merged (split-key decoding, the default); split 0: the same shards one after the other inside one
+// job per head (the schedule before split-key decoding; the same bits). KV_GBps: the bytes of K and
+// V a step must read, over its time.
+void decode_step(benchmark::State& state, Index n_heads_, Index n_kv_heads, Index d) {
   const Index context = state.range(0);
   headwise::AttentionOptions options;
   options.threads = static_cast<int>(state.range(1));
-  headwise::KvCache<float> cache(context, n_heads, d_head);
-  cache.append(random_matrix(context, d_model, 1), random_matrix(context, d_model, 2));
-  const Mat q = random_matrix(1, d_model, 3);
-  Mat z(1, d_model);
+  headwise::FusedTiles tiles;
+  tiles.split_keys = state.range(2) != 0;
+  headwise::KvCache<float> cache(context, n_kv_heads, d);
+  for (Index t = 0; t < context; t += 4096) {  // in blocks: the random fill stays small
+    const Index m = std::min<Index>(4096, context - t);
+    cache.append(random_matrix(m, n_kv_heads * d, unsigned(t) + 1), random_matrix(m, n_kv_heads * d, unsigned(t) + 2));
+  }
+  const Mat q = random_matrix(1, n_heads_ * d, 3);
+  Mat z(1, n_heads_ * d);
   for (auto _ : state) {
-    headwise::fused_attention_packed<float>(q, n_heads, cache.packed(), z, nullptr, options);
+    headwise::fused_attention_packed<float>(q, n_heads_, cache.packed(), z, nullptr, options, tiles);
     benchmark::DoNotOptimize(z.data());
     benchmark::ClobberMemory();
   }
-  const double bytes = 2.0 * context * d_model * sizeof(float);
+  const double bytes = 2.0 * double(context) * double(n_kv_heads * d) * sizeof(float);
   state.counters["KV_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["KV_MiB"] = bytes / (1 << 20);
-  state.counters["threads"] = static_cast<double>(options.threads);
 }
+
+// GPT-2 small: 12 heads of 64, each with its own keys and values.
+void BM_DecodeStep(benchmark::State& state) { decode_step(state, n_heads, n_heads, d_head); }
 BENCHMARK(BM_DecodeStep)
-    ->ArgNames({"context", "threads"})
-    ->ArgsProduct({{512, 1024, 2048, 4096, 8192}, {1, 2}})
+    ->ArgNames({"context", "threads", "split"})
+    ->ArgsProduct({{1024, 4096, 16384, 65536}, {1, 2}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// Grouped-query attention at Llama 3 8B's shapes: 32 query heads of 128 sharing 8 key/value heads.
+void BM_DecodeStepGqa(benchmark::State& state) { decode_step(state, 32, 8, 128); }
+BENCHMARK(BM_DecodeStepGqa)
+    ->ArgNames({"context", "threads", "split"})
+    ->ArgsProduct({{4096, 16384, 65536}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
