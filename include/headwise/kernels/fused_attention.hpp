@@ -423,7 +423,7 @@ void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, co
                       Index rows, Index h, KeyRange keys, Clock& clock) {
   constexpr Index R = TileShape<Scalar>::rows;
   const Index g = h / call.group;
-  reset(st, (rows + R - 1) / R * R, call.dv_padded());
+  reset(st, rows, call.dv_padded());
   for (Index j0 = keys.begin / call.tk * call.tk; j0 < keys.end; j0 += call.tk) {
     const Index cols = std::min(call.tk, keys.end - j0);
     if (call.rule.hides_keys() && !tile_seen(call, i0, rows, j0, cols)) continue;
@@ -456,13 +456,12 @@ KeyRange shard_keys(const FusedCall<Scalar>& call, KeyRange seen, Index s) {
 /// keys shard by shard, each shard's state merged into the first's.
 template <class Scores, class Scalar, class Clock>
 void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock) {
-  constexpr Index R = TileShape<Scalar>::rows;
   const Index rows = std::min(call.tq, call.n_q() - i0);
   load_query_tile(call, w, i0, rows, h, clock);
   const KeyRange seen = sliver_keys(call, i0, rows, 0, call.n_k());
   const ShardSpan shards = shards_of(call, seen);
   const RowState<Scalar> merged = w.states[0], shard = w.states[1];
-  if (shards.count == 0) reset(merged, (rows + R - 1) / R * R, call.dv_padded());
+  if (shards.count == 0) reset(merged, rows, call.dv_padded());
   for (Index s = shards.first; s < shards.first + shards.count; ++s) {
     attend_key_shard<Scores>(call, w, s == shards.first ? merged : shard, i0, rows, h, shard_keys(call, seen, s), clock);
     clock.enter(FusedPhase::normalise);
@@ -479,14 +478,14 @@ void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, I
 template <class Scores, class Scalar, class Clock>
 std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan shards, int threads) {
   constexpr Index R = TileShape<Scalar>::rows;
-  const Index rows = call.n_q(), padded = (rows + R - 1) / R * R, n_kv_heads = call.kv.n_kv_heads();
+  const Index rows = call.n_q(), n_kv_heads = call.kv.n_kv_heads();
   const KeyRange seen = sliver_keys(call, 0, rows, 0, call.n_k());
   const Index n_jobs = shards.count * n_kv_heads;
   threads = static_cast<int>(std::clamp<Index>(n_jobs, 1, threads));
   std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
-  for (auto& w : scratch) w.allocate(call, padded);
+  for (auto& w : scratch) w.allocate(call, (rows + R - 1) / R * R);
   RowStateStore<Scalar> partial;  // head h, shard first + s at h shards.count + s
-  partial.allocate(call.n_heads * shards.count, padded, call.dv_padded(), call.statistics != nullptr,
+  partial.allocate(call.n_heads * shards.count, rows, call.dv_padded(), call.statistics != nullptr,
                    "fused_multi_head_attention");
   std::vector<Clock> clocks(static_cast<std::size_t>(threads));
   ExceptionCarrier carrier;
@@ -514,9 +513,15 @@ std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan s
   return clocks;
 }
 
+/// The most memory split-key decoding may hold for the shards' states (a decoding step at 1M
+/// tokens of context, 12 heads: 3 MiB; a 128-token chunk there would need 400 MiB and runs its
+/// shards in turn instead, with the same bits).
+constexpr double split_key_budget_bytes = 64.0 * (1 << 20);
+
 /// Runs every job of `call` on `threads` threads; returns each thread's clock. A call of one query
-/// tile over several shards runs split by key (run_split_key_jobs, unless the tiles say not to);
-/// others run (head, query tile) jobs, longest first. Scratch is allocated before the loop; an
+/// tile over several shards runs split by key (run_split_key_jobs, unless the tiles say not to or
+/// the shards' states would exceed split_key_budget_bytes); others run (head, query tile) jobs,
+/// longest first. Scratch is allocated before the loop; an
 /// exception in a job reaches the caller.
 template <class Scores, class Scalar, class Clock = NoPhaseClock>
 std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bool split_keys = true) {
@@ -525,7 +530,10 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   if (call.statistics) call.statistics->resize(call.n_heads, call.n_q());
   if (split_keys && call.n_q() <= call.tq) {
     const ShardSpan shards = shards_of(call, sliver_keys(call, 0, call.n_q(), 0, call.n_k()));
-    if (shards.count > 1) return run_split_key_jobs<Scores, Scalar, Clock>(call, shards, threads);
+    const double partial_bytes = double(call.n_heads) * double(shards.count) * double(call.n_q()) *
+                                 double(call.dv_padded() + (call.statistics ? 7 : 2)) * sizeof(Scalar);
+    if (shards.count > 1 && partial_bytes <= split_key_budget_bytes)
+      return run_split_key_jobs<Scores, Scalar, Clock>(call, shards, threads);
   }
   const std::vector<Index> tile_starts = query_tiles_by_cost(call.n_q(), call.tq);
   const Index n_jobs = static_cast<Index>(tile_starts.size()) * call.n_heads;
