@@ -489,12 +489,13 @@ std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan s
                    "fused_multi_head_attention");
   std::vector<Clock> clocks(static_cast<std::size_t>(threads));
   ExceptionCarrier carrier;
+  const Index chunk = std::max<Index>(1, n_jobs / (4 * threads));
   HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1)) {
-    HEADWISE_OMP(omp for schedule(dynamic, 1))
+    HEADWISE_OMP(omp for schedule(dynamic, chunk))
     for (Index job = 0; job < n_jobs; ++job)
       carrier.run([&] {
         const auto t = static_cast<std::size_t>(this_thread());
-        const Index s = job / n_kv_heads, g = job % n_kv_heads;
+        const Index s = job % shards.count, g = job / shards.count;
         for (Index h = g * call.group; h < (g + 1) * call.group; ++h) {
           load_query_tile(call, scratch[t], 0, rows, h, clocks[t]);
           attend_key_shard<Scores>(call, scratch[t], partial[h * shards.count + s], 0, rows, h,
