@@ -86,7 +86,8 @@ TEMPLATE_TEST_CASE("ring attention: each rank's rows equal the single-process ca
   const PartialAttention<TestType> mine = distributed::ring_attention<TestType>(
       MPI_COMM_WORLD, q.middleRows(b.first, b.rows), k.middleRows(b.first, b.rows), v.middleRows(b.first, b.rows), H,
       n_kv_heads, options);
-  CHECK_THAT(headwise_test::as_double(mine.z), IsNear(headwise_test::as_double(z.middleRows(b.first, b.rows)), merge_tolerance<TestType>()));
+  CHECK_THAT(headwise_test::as_double(mine.z),
+             IsNear(headwise_test::as_double(z.middleRows(b.first, b.rows)), merge_tolerance<TestType>()));
   CHECK_THAT(headwise_test::as_double(mine.logsumexp),
              IsNear(headwise_test::as_double(lse.middleCols(b.first, b.rows)), merge_tolerance<TestType>()));
 }
@@ -136,8 +137,8 @@ TEST_CASE("ring attention: bad input on one rank is refused by every rank, by na
   CHECK_THROWS_WITH(call(q, {}, 3), Catch::Contains("n_heads = 3 must be a positive multiple of n_kv_heads = 2"));
   if (ranks_of_world() > 1) {
     const Matrix<double> wider = headwise_test::random_matrix<double>(6, rank == last ? 16 : 8, rng);
-    CHECK_THROWS_WITH(distributed::ring_attention<double>(MPI_COMM_WORLD, wider, rank == last ? Matrix<double>(kv.replicate(1, 2)) : kv,
-                                                          kv, 2, 2),
+    const Matrix<double> keys = rank == last ? Matrix<double>(kv.replicate(1, 2)) : kv;
+    CHECK_THROWS_WITH(distributed::ring_attention<double>(MPI_COMM_WORLD, wider, keys, kv, 2, 2),
                       "headwise: ring attention: the width of q differs between ranks (from 8 to 16)");
   }
   // And after all that, a good call still runs: no rank was left behind.

@@ -56,7 +56,8 @@ inline void check_mpi(int code, const char* call) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(code, text, &length);
-  throw std::runtime_error(std::string("headwise: ring attention: ") + call + " failed: " + std::string(text, static_cast<std::size_t>(length)));
+  throw std::runtime_error(std::string("headwise: ring attention: ") + call +
+                           " failed: " + std::string(text, static_cast<std::size_t>(length)));
 }
 
 /// A duplicate of the caller's communicator that returns errors instead of aborting; freed at

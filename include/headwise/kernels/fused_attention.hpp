@@ -491,6 +491,8 @@ std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan s
   ExceptionCarrier carrier;
   const Index chunk = std::max<Index>(1, n_jobs / (4 * threads));
   HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1)) {
+    // Job j: key/value head j / shards, shard j % shards, in runs of `chunk` jobs: each thread
+    // streams consecutive shards of a head (handing out single jobs shard-major was slower).
     HEADWISE_OMP(omp for schedule(dynamic, chunk))
     for (Index job = 0; job < n_jobs; ++job)
       carrier.run([&] {
@@ -506,8 +508,9 @@ std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan s
     for (Index h = 0; h < call.n_heads; ++h)
       carrier.run([&] {
         clocks[static_cast<std::size_t>(this_thread())].enter(FusedPhase::normalise);
-        for (Index s = 1; s < shards.count; ++s) merge_states(partial[h * shards.count], partial[h * shards.count + s], rows, call.dv_padded());
-        normalise_rows(call, partial[h * shards.count], 0, rows, h);
+        const RowState<Scalar> merged = partial[h * shards.count];
+        for (Index s = 1; s < shards.count; ++s) merge_states(merged, partial[h * shards.count + s], rows, call.dv_padded());
+        normalise_rows(call, merged, 0, rows, h);
       });
   }
   carrier.rethrow();

@@ -46,7 +46,8 @@ class RowStateStore {
                      "row states' accumulators");
     for (std::vector<Scalar>* v : {&max_, &sum_}) detail::allocate(*v, n, Scalar(0), where, "row states");
     if (!statistics) return;
-    for (std::vector<Scalar>* v : {&dot_, &first_, &previous_, &best_}) detail::allocate(*v, n, Scalar(0), where, "row statistics");
+    for (std::vector<Scalar>* v : {&dot_, &first_, &previous_, &best_})
+      detail::allocate(*v, n, Scalar(0), where, "row statistics");
     detail::allocate(best_at_, n, Index(-1), where, "row statistics");
   }
 
