@@ -489,7 +489,7 @@ std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan s
                    "fused_multi_head_attention");
   std::vector<Clock> clocks(static_cast<std::size_t>(threads));
   ExceptionCarrier carrier;
-  const Index chunk = std::max<Index>(1, n_jobs / (4 * threads));
+  [[maybe_unused]] const Index chunk = std::max<Index>(1, n_jobs / (4 * threads));  // unused without OpenMP
   HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1)) {
     // Job j: key/value head j / shards, shard j % shards, in runs of `chunk` jobs: each thread
     // streams consecutive shards of a head (handing out single jobs shard-major was slower).
