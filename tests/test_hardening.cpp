@@ -197,6 +197,44 @@ TEMPLATE_TEST_CASE("the kernels refuse non-finite q, k and v rather than leak th
   CHECK(kv.size() == 0);
 }
 
+TEMPLATE_TEST_CASE("a refused append leaves the store as it was: later tokens attend as if it never happened",
+                   "[hardening][causality]", float, double) {
+  // Keys and values are checked while they are packed, so a refused append has written into the
+  // key panel it began in, past size(), where the kernel reads (and masks) a panel's columns.
+  std::mt19937 rng(16);
+  const Index n = 40, h = 2, d = 8;
+  const Matrix<TestType> q = headwise_test::random_matrix<TestType>(n, h * d, rng);
+  const Matrix<TestType> k = headwise_test::random_matrix<TestType>(n, h * d, rng);
+  const Matrix<TestType> v = headwise_test::random_matrix<TestType>(n, h * d, rng);
+  PackedKeysValues<TestType> kv(n, h, d, d);
+  kv.append(k.topRows(5), v.topRows(5));
+  Matrix<TestType> bad_k = k.bottomRows(n - 5), bad_v = v.bottomRows(n - 5);
+  bad_k(1, d + 3) = std::numeric_limits<TestType>::quiet_NaN();  // the token at position 6, head 1
+  bad_v(n - 6, 2 * d - 1) = std::numeric_limits<TestType>::infinity();
+  REQUIRE_THROWS_WITH(kv.append(bad_k, bad_v, 2),
+                      Contains("k of the token at position 6 (head 1, component 3) is not finite (nan)"));
+  REQUIRE(kv.size() == 5);
+  AttentionOptions capped;  // the path that modifies scores reads the hidden columns too
+  capped.softcap = 5.0;
+  for (const Index size : {Index(6), n}) {
+    kv.append(k.middleRows(kv.size(), size - kv.size()), v.middleRows(kv.size(), size - kv.size()), 2);
+    for (const AttentionOptions& options : {AttentionOptions{}, capped}) {
+      Matrix<TestType> z(size, h * d);
+      fused_attention_packed<TestType>(q.topRows(size), h, kv, z, nullptr, options);
+      Matrix<TestType> expected(size, h * d);
+      fused_multi_head_attention<TestType>(q.topRows(size), k.topRows(size), v.topRows(size), h, h, expected, nullptr,
+                                           options);
+      CHECK_THAT(headwise_test::as_double(z), headwise_test::IsExactly(expected));
+      if (options.softcap) continue;
+      for (Index head = 0; head < h; ++head) {
+        const auto cols = [&](const Matrix<TestType>& m) { return headwise_test::as_double(m.block(0, head * d, size, d)); };
+        CHECK_THAT(cols(z), headwise_test::IsNear(headwise_test::reference_attention(cols(q), cols(k), cols(v), std::sqrt(double(d)), true),
+                                                  headwise_test::tolerance<TestType>()));
+      }
+    }
+  }
+}
+
 // Finding 5: an all-NaN score row was taken for a row that saw nothing, and gave a finite 0.
 TEMPLATE_TEST_CASE("NaN weights are refused; scores that overflow make their own row NaN in both paths",
                    "[hardening][nan]", float, double) {

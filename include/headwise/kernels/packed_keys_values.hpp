@@ -66,18 +66,20 @@ class PackedKeysValues {
     if (k.rows() > capacity_ - size_)
       detail::invalid(where, "appending ", k.rows(), " tokens to ", size_, " would exceed the capacity of ",
                       capacity_, " tokens");
-    // Everything stored is finite: the kernel multiplies the probabilities of a query's future
-    // keys (exact zeros) by their values, and 0 x inf would carry a later token into earlier rows.
-    threads = static_cast<int>(std::clamp<Index>(n_kv_heads_, 1, std::max(threads, 1)));
-    if (!detail::all_finite(k, threads)) require_finite_rows(where, "k", k, d_head_);
-    if (!detail::all_finite(v, threads)) require_finite_rows(where, "v", v, d_v_);
     // Head by head, panel by panel: the keys of the tokens that share a key panel are one block
-    // transposed into it, the values one block copied into each value panel.
-    HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1 && k.rows() >= 64))
+    // transposed into it, the values one block copied into each value panel. Each head's rows are
+    // checked as they are packed (one read of k and v, by the thread that packs them).
+    threads = static_cast<int>(std::clamp<Index>(n_kv_heads_, 1, std::max(threads, 1)));
+    bool finite = true;
+    HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) reduction(&& : finite) if (threads > 1 && k.rows() >= 64))
     for (Index h = 0; h < n_kv_heads_; ++h) {
-      append_keys(h, k.middleCols(h * d_head_, d_head_));
-      append_values(h, v.middleCols(h * d_v_, d_v_));
+      const auto k_h = k.middleCols(h * d_head_, d_head_);
+      const auto v_h = v.middleCols(h * d_v_, d_v_);
+      finite = finite && detail::all_finite(k_h) && detail::all_finite(v_h);
+      append_keys(h, k_h);
+      append_values(h, v_h);
     }
+    if (!finite) refuse_non_finite(where, k, v);
     size_ += k.rows();
   }
 
@@ -141,6 +143,21 @@ class PackedKeysValues {
       panel.block(size_, 0, v.rows(), width) = v.middleCols(c0, width);
       if (width < lanes) panel.block(size_, width, v.rows(), lanes - width).setZero();
     }
+  }
+
+  /// Everything stored is finite: the kernel multiplies the probabilities of a query's future keys
+  /// (exact zeros) by their values, and 0 x inf would carry a later token into earlier rows. After
+  /// an append that met a non-finite k or v: zeroes what it wrote into the key panel it began in
+  /// (the kernel reads a panel's columns past size()), then throws naming the first bad entry.
+  void refuse_non_finite(const char* where, const Eigen::Ref<const Matrix<Scalar>>& k,
+                         const Eigen::Ref<const Matrix<Scalar>>& v) {
+    if (const Index column = size_ % lanes; column != 0)
+      for (Index h = 0; h < n_kv_heads_; ++h)
+        PanelMap(keys_.data() + h * key_head_size_ + (size_ / lanes) * key_panel_stride(), d_head_, lanes)
+            .rightCols(lanes - column)
+            .setZero();
+    require_finite_rows(where, "k", k, d_head_);
+    require_finite_rows(where, "v", v, d_v_);
   }
 
   /// Throws naming the first non-finite entry of m (rows to append) by position and head.
