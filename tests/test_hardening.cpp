@@ -2,6 +2,7 @@
 // passes validation but cannot be a matrix, exceptions inside the kernel's parallel loop,
 // non-finite values reaching other tokens, NaN weights, a directory given as a file, reads past the
 // cache, and config values past INT64_MAX.
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <random>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "headwise/detail/parallel.hpp"
 #include "headwise/io/gpt2.hpp"
@@ -127,6 +129,23 @@ HEADWISE_OMP(omp parallel for num_threads(2) reduction(+ : ran))
   detail::ExceptionCarrier quiet;
   quiet.run([] {});
   CHECK_NOTHROW(quiet.rethrow());
+}
+
+TEST_CASE("job runs: every job runs exactly once, whatever the units, runs and threads", "[hardening][parallel]") {
+  for (const Index units : {Index(1), Index(2), Index(7), Index(12)})
+    for (const Index per_unit : {Index(1), Index(5)})
+      for (const int parts : {1, 2, 3, 8}) {
+        CAPTURE(units, per_unit, parts);
+        detail::JobRuns runs(units, per_unit, parts);
+        std::vector<std::atomic<int>> times(static_cast<std::size_t>(units * per_unit));
+        HEADWISE_OMP(omp parallel num_threads(parts))
+        runs.run(detail::this_thread(), [&](Index job) { ++times[static_cast<std::size_t>(job)]; });
+        int wrong = 0;
+        for (const auto& t : times) wrong += t.load() != 1;
+        CHECK(wrong == 0);
+        CHECK(runs.first_job(0) == 0);
+        CHECK(runs.first_job(parts) == units * per_unit);
+      }
 }
 
 // Finding 4: with finite x, a later token whose Q/K/V overflowed to inf made earlier rows NaN

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <utility>
 
@@ -86,6 +87,36 @@ class ExceptionCarrier {
   std::atomic<bool> failed_{false};
   std::mutex mutex_;
   std::exception_ptr first_;
+};
+
+/// `units` units of work (key/value heads, say) of `jobs_per_unit` jobs each, in `parts` runs of
+/// whole units: run p holds units [units p / parts, units (p + 1) / parts), the split of a
+/// schedule(static) loop over the units by parts threads. Thread p takes the jobs of run p in
+/// order, then helps with the other runs (each run's next job, until none is left). So a thread
+/// works on the data of the units it prepared itself (packed, say) and reaches for the others'
+/// only at the end, where it balances the load as a dynamic schedule would. Each job runs once.
+class JobRuns {
+ public:
+  JobRuns(Index units, Index jobs_per_unit, int parts)
+      : units_(units), per_unit_(jobs_per_unit), parts_(parts), next_(new std::atomic<Index>[static_cast<std::size_t>(parts)]) {
+    for (int p = 0; p < parts; ++p) next_[static_cast<std::size_t>(p)].store(first_job(p), std::memory_order_relaxed);
+  }
+  /// The first job of run p (and the end of run p - 1).
+  Index first_job(int p) const { return units_ * p / parts_ * per_unit_; }
+  /// Runs body(job) for thread `thread`'s jobs: its own run's, then the others'.
+  template <class Body>
+  void run(int thread, Body&& body) {
+    for (int k = 0; k < parts_; ++k) {
+      const int p = (thread + k) % parts_;
+      for (Index job; (job = next_[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_relaxed)) < first_job(p + 1);)
+        body(job);
+    }
+  }
+
+ private:
+  Index units_, per_unit_;
+  int parts_;
+  std::unique_ptr<std::atomic<Index>[]> next_;
 };
 
 }  // namespace headwise::detail

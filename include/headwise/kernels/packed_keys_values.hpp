@@ -68,17 +68,20 @@ class PackedKeysValues {
                       capacity_, " tokens");
     // Head by head, panel by panel: the keys of the tokens that share a key panel are one block
     // transposed into it, the values one block copied into each value panel. Each head's rows are
-    // checked as they are packed (one read of k and v, by the thread that packs them).
+    // checked as they are packed (one read of k and v, by the thread that packs them). Thread t
+    // packs the heads of part t (schedule(static) gives part t to thread t), the split the fused
+    // kernel's detail::JobRuns uses, so that each thread then attends first to what it packed.
     threads = static_cast<int>(std::clamp<Index>(n_kv_heads_, 1, std::max(threads, 1)));
     bool finite = true;
     HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) reduction(&& : finite) if (threads > 1 && k.rows() >= 64))
-    for (Index h = 0; h < n_kv_heads_; ++h) {
-      const auto k_h = k.middleCols(h * d_head_, d_head_);
-      const auto v_h = v.middleCols(h * d_v_, d_v_);
-      finite = finite && detail::all_finite(k_h) && detail::all_finite(v_h);
-      append_keys(h, k_h);
-      append_values(h, v_h);
-    }
+    for (int part = 0; part < threads; ++part)  // heads [G part / threads, G (part + 1) / threads)
+      for (Index h = n_kv_heads_ * part / threads; h < n_kv_heads_ * (part + 1) / threads; ++h) {
+        const auto k_h = k.middleCols(h * d_head_, d_head_);
+        const auto v_h = v.middleCols(h * d_v_, d_v_);
+        finite = finite && detail::all_finite(k_h) && detail::all_finite(v_h);
+        append_keys(h, k_h);
+        append_values(h, v_h);
+      }
     if (!finite) refuse_non_finite(where, k, v);
     size_ += k.rows();
   }
