@@ -98,7 +98,8 @@ class ExceptionCarrier {
 class JobRuns {
  public:
   JobRuns(Index units, Index jobs_per_unit, int parts)
-      : units_(units), per_unit_(jobs_per_unit), parts_(parts), next_(new std::atomic<Index>[static_cast<std::size_t>(parts)]) {
+      : units_(units), per_unit_(jobs_per_unit), parts_(parts),
+        next_(new std::atomic<Index>[static_cast<std::size_t>(parts)]) {
     for (int p = 0; p < parts; ++p) next_[static_cast<std::size_t>(p)].store(first_job(p), std::memory_order_relaxed);
   }
   /// The first job of run p (and the end of run p - 1).
@@ -108,7 +109,9 @@ class JobRuns {
   void run(int thread, Body&& body) {
     for (int k = 0; k < parts_; ++k) {
       const int p = (thread + k) % parts_;
-      for (Index job; (job = next_[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_relaxed)) < first_job(p + 1);)
+      std::atomic<Index>& next = next_[static_cast<std::size_t>(p)];
+      for (Index job = next.fetch_add(1, std::memory_order_relaxed); job < first_job(p + 1);
+           job = next.fetch_add(1, std::memory_order_relaxed))
         body(job);
     }
   }
