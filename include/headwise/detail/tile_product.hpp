@@ -216,7 +216,7 @@ void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const M
              Matrix<Scalar>& c, int threads) {
   constexpr Index W = TileShape<Scalar>::lanes;
   const Index n = a.rows(), m = b.cols(), k = a.cols();
-  c.setZero(n, m);
+  c.resize(n, m);  // each part zeroes its own columns: fresh pages are first touched in parallel
   if (n == 0 || m == 0) return;
   const Index panels = (m + W - 1) / W;
   const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads, panels)));
@@ -226,6 +226,7 @@ void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const M
   for (int part = 0; part < parts; ++part)
     carrier.run([&] {
       const Index first = panels * part / parts * W, last = std::min(m, panels * (part + 1) / parts * W);
+      c.middleCols(first, last - first).setZero();
       ProductScratch<Scalar> scratch;
       accumulate_product<Scalar>(n, last - first, k, av, {bv.data + first, bv.stride}, c.data() + first, m, scratch);
     });
