@@ -298,8 +298,8 @@ class MultiHeadAttention {
         part.rowwise() += b_qkv_;
         check_projection(part, kv.size(), where, threads);
         if (rope_) rope_->rotate<Scalar>(part.leftCols(width + kv_width), kv.size(), threads);  // Q and K in one pass
-        // Copied row by row on every thread: at large n, q's fresh pages fault as they are first
-        // written, and faults taken one thread at a time were a tenth of a two-thread layer.
+        // Copied on every thread: at large n, q's fresh pages fault as they are first written, and
+        // faults taken on one thread leave the others waiting (bench/RESULTS.md, "Fresh memory").
         HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1))
         for (Index r = 0; r < rows; ++r) q.row(i0 + r) = part.row(r).head(width);
         kv.append(part.middleCols(width, kv_width), part.rightCols(kv_width), threads);
