@@ -90,8 +90,8 @@ class ExceptionCarrier {
 };
 
 /// `units` units of work (key/value heads, say) of `jobs_per_unit` jobs each, in `parts` runs of
-/// whole units: run p holds units [units p / parts, units (p + 1) / parts), the split of a
-/// schedule(static) loop over the units by parts threads. Thread p takes the jobs of run p in
+/// whole units: run p holds units [units p / parts, units (p + 1) / parts), the part that
+/// PackedKeysValues::append packs on thread p. Thread p takes the jobs of run p in
 /// order, then helps with the other runs (each run's next job, until none is left). So a thread
 /// works on the data of the units it prepared itself (packed, say) and reaches for the others'
 /// only at the end, where it balances the load as a dynamic schedule would. Each job runs once.
