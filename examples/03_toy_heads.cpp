@@ -7,7 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <exception>
 #include <functional>
 #include <map>
 #include <string>
@@ -78,7 +78,7 @@ double entropy(const Matrix<double>& a, Index i) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const std::string folder = argc > 1 ? argv[1] : ".";
   std::vector<std::pair<std::string, std::string>> figures;
 
@@ -112,12 +112,15 @@ int main(int argc, char** argv) {
       const std::string title = std::string(head.name) + " head: \"" + sentence.name + "\"";
       const std::string svg = headwise::interpret::svg_heatmap(causal, tokens, tokens, title, 30);
       const std::string file = std::string(head.file) + "-" + sentence.name + ".svg";
-      std::ofstream(folder + "/" + file) << svg;
+      headwise::interpret::write_file(folder + "/" + file, svg);
       figures.emplace_back(title + " (" + file + ")", svg);
     }
     std::printf("\n");
   }
-  std::ofstream(folder + "/toy-heads.html") << headwise::interpret::html_page("headwise: four toy heads", figures);
+  headwise::interpret::write_file(folder + "/toy-heads.html", headwise::interpret::html_page("headwise: four toy heads", figures));
   std::printf("wrote %zu heatmaps and toy-heads.html to %s\n", figures.size(), folder.c_str());
   return 0;
+} catch (const std::exception& e) {  // a folder that does not exist, say: no "wrote" without the files
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
 }

@@ -6,7 +6,7 @@
 //   04_divisor_playground [output folder]      (default: the current folder)
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,7 +17,7 @@
 using headwise::Index;
 using headwise::Matrix;
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const std::string folder = argc > 1 ? argv[1] : ".";
   const Index n = 16, d_head = 64;
   std::mt19937 rng(42);
@@ -52,12 +52,14 @@ int main(int argc, char** argv) {
       std::snprintf(name, sizeof name, "divisor-%s-scale-%g.svg", divisor_names[d], scale);
       std::snprintf(title, sizeof title, "divisor %s = %.3g, queries x%g", divisor_names[d], divisor, scale);
       const std::string svg = headwise::interpret::svg_heatmap(a, labels, labels, title, 22);
-      std::ofstream(folder + "/" + name) << svg;
+      headwise::interpret::write_file(folder + "/" + name, svg);
       figures.emplace_back(std::string(title) + " (mean entropy " + std::to_string(entropy) + " nats)", svg);
     }
   }
-  std::ofstream(folder + "/divisor-playground.html")
-      << headwise::interpret::html_page("headwise: the divisor playground", figures);
+  headwise::interpret::write_file(folder + "/divisor-playground.html", headwise::interpret::html_page("headwise: the divisor playground", figures));
   std::printf("wrote %zu heatmaps and divisor-playground.html to %s\n", figures.size(), folder.c_str());
   return 0;
+} catch (const std::exception& e) {  // a folder that does not exist, say: no "wrote" without the files
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
 }

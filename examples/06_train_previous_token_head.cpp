@@ -12,7 +12,7 @@
 // previous token rising over 1000 steps; writes the pattern of one sequence before and after
 // training as SVG (docs/training/ holds this output).
 #include <cstdio>
-#include <fstream>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -79,10 +79,10 @@ void write_pattern(const headwise::MultiHeadAttention<double>& layer, const Batc
     first.row(i).head(vocabulary).maxCoeff(&t);
     labels.push_back("t" + std::to_string(t) + "@" + std::to_string(i));
   }
-  std::ofstream(path) << headwise::interpret::svg_heatmap(a, labels, labels, title, 30);
+  headwise::interpret::write_file(path, headwise::interpret::svg_heatmap(a, labels, labels, title, 30));
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const std::string folder = argc > 1 ? argv[1] : ".";
   const int steps = argc > 2 ? std::stoi(argv[2]) : 1000;
   std::mt19937 rng(2026);
@@ -122,4 +122,7 @@ int main(int argc, char** argv) {
               loss < 0.05 && score > 0.9 ? "a previous-token head" : "not yet a previous-token head");
   std::printf("wrote trained-head-before.svg and trained-head-after.svg to %s\n", folder.c_str());
   return 0;
+} catch (const std::exception& e) {  // a folder that does not exist, say: no "wrote" without the files
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
 }

@@ -86,6 +86,48 @@ def main():
     write(c, "negative.json", json.dumps({"n_embd": -768, "n_head": 12}))
     write(c, "array.json", "[768, 12]")
 
+    l = "seeds/llama_config"
+    tiny = {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
+            "head_dim": 4, "num_hidden_layers": 1, "rope_theta": 10000.0}
+    write(l, "llama-tiny.json", json.dumps(tiny))
+    write(l, "llama3-scaling.json", json.dumps({**tiny, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+        "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}))
+    write(l, "yarn.json", json.dumps({**tiny, "rope_scaling": {"type": "yarn", "factor": 4.0,
+        "original_max_position_embeddings": 32768, "attention_factor": 1.2}}))
+    write(l, "qwen2-window.json", json.dumps({**tiny, "model_type": "qwen2", "use_sliding_window": True,
+        "sliding_window": 4, "max_window_layers": 1}))
+    write(l, "mistral.json", json.dumps({**tiny, "model_type": "mistral", "sliding_window": 4096,
+        "partial_rotary_factor": 0.5}))
+    write(l, "unknown-type.json", json.dumps({**tiny, "model_type": "gpt2"}))
+
+    i = "seeds/checkpoint_index"
+    first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    p = "model.layers.0.self_attn."
+    write(i, "split.json", json.dumps({"metadata": {"total_size": 1536}, "weight_map": {
+        p + "q_proj.weight": first, p + "k_proj.weight": first, p + "v_proj.weight": second, p + "o_proj.weight": second}}))
+    write(i, "wrong-shard.json", json.dumps({"weight_map": {p + "q_proj.weight": second}}))
+    write(i, "path.json", json.dumps({"weight_map": {p + "q_proj.weight": "../" + first}}))
+
+    m = "seeds/llama_loader"
+    layer = {p + "q_proj.weight": ("F32", [8, 8]), p + "k_proj.weight": ("F32", [4, 8]),
+             p + "v_proj.weight": ("F32", [4, 8]), p + "o_proj.weight": ("F32", [8, 8])}
+    qwen = dict(layer, **{p + "q_proj.bias": ("F32", [8]), p + "k_proj.bias": ("F32", [4]), p + "v_proj.bias": ("F32", [4])})
+    write(m, "llama-tiny.bin", json.dumps(tiny).encode() + b"\0" + safetensors(layer))
+    write(m, "llama-tiny-bf16.bin", json.dumps(tiny).encode() + b"\0" + safetensors(
+        {k: ("BF16", shape) for k, (_, shape) in layer.items()}))
+    write(m, "qwen2-bias.bin", json.dumps({**tiny, "model_type": "qwen2"}).encode() + b"\0" + safetensors(qwen))
+
+    # The stress run's inputs (issue 18): each once broke the loader.
+    r = "regressions/llama_config"
+    write(r, "head-dim-2-pow-32.json", json.dumps({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2,
+                                                   "head_dim": 2 ** 32, "num_hidden_layers": 1}))
+    write(r, "yarn-attention-factor-1e39.json", json.dumps({**tiny, "rope_scaling": {"type": "yarn", "factor": 4.0,
+        "attention_factor": 1e39}}))
+    r = "regressions/llama_loader"
+    write(r, "layers-2-pow-32.bin", json.dumps({**tiny, "num_hidden_layers": 2 ** 32}).encode() + b"\0" + safetensors(layer))
+    write(r, "yarn-attention-factor-1e39.bin", json.dumps({**tiny, "rope_scaling": {"type": "yarn", "factor": 4.0,
+        "attention_factor": 1e39}}).encode() + b"\0" + safetensors(layer))
+
 
 if __name__ == "__main__":
     main()

@@ -145,6 +145,44 @@ TEST_CASE("ring attention: bad input on one rank is refused by every rank, by na
   CHECK(call(q).z.rows() == 6);
 }
 
+// Issue 18, stress finding 10: ranks that made different calls got wrong rows, not an error.
+TEST_CASE("ring attention: ranks that disagree on the call are refused by every rank, by name", "[ring][errors]") {
+  const int rank = rank_of_world(), ranks = ranks_of_world(), last = ranks - 1;
+  std::mt19937 rng(5);
+  const Matrix<double> q = headwise_test::random_matrix<double>(6, 8, rng);
+  const Matrix<double> kv = headwise_test::random_matrix<double>(6, 8, rng);
+  const auto call = [&](const AttentionOptions& o, Index heads = 2, Index kv_heads = 2) {
+    return distributed::ring_attention<double>(MPI_COMM_WORLD, q, kv, kv, heads, kv_heads, o);
+  };
+  // cu_seqlens past the sequence: every rank holds 6 rows.
+  AttentionOptions past;
+  past.cu_seqlens = {0, 6 * Index(ranks) + 1};
+  CHECK_THROWS_WITH(call(past), "headwise: ring_attention: cu_seqlens must end at the sequence's length, " +
+                                    std::to_string(6 * ranks) + " rows over all ranks, got " + std::to_string(6 * ranks + 1) +
+                                    " (on rank 0)");
+  if (ranks == 1) return;
+  const bool odd_one = rank == last;
+  AttentionOptions o;
+  o.causal = !odd_one;
+  CHECK_THROWS_WITH(call(o), "headwise: ring attention: causal differs between ranks (from 0 to 1)");
+  o = {};
+  if (odd_one) o.window = 3;
+  CHECK_THROWS_WITH(call(o), "headwise: ring attention: window differs between ranks (from -1 to 3)");
+  o = {};
+  o.cu_seqlens = {0, odd_one ? 4 : 5, 6 * Index(ranks)};
+  CHECK_THROWS_WITH(call(o), "headwise: ring attention: cu_seqlens differs between ranks (entry 1)");
+  o = {};
+  o.sinks = Vector<double>::Constant(2, odd_one ? 0.5 : 0.25);
+  CHECK_THROWS_WITH(call(o), Catch::Contains("sinks differs between ranks"));
+  o = {};
+  o.softcap = odd_one ? 30.0 : 50.0;
+  CHECK_THROWS_WITH(call(o), Catch::Contains("softcap differs between ranks"));
+  // The same widths, another split into heads: 2 heads of 4 against 1 of 8.
+  CHECK_THROWS_WITH(call({}, odd_one ? 1 : 2, odd_one ? 1 : 2),
+                    "headwise: ring attention: the head split (n_heads, n_kv_heads) differs between ranks (entry 0)");
+  CHECK(call({}).z.rows() == 6);  // no rank was left behind
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   const int failed = Catch::Session().run(argc, argv);

@@ -51,8 +51,9 @@ MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar
   const Index H = layer.n_heads(), G = layer.n_kv_heads(), d = layer.d_head(), n = x.rows();
   if (dy.rows() != n || dy.cols() != layer.d_model())
     detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", n, "x", layer.d_model(), " (like the output)");
+  detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask
   const AttentionOptions all = layer.options_for(options);
-  const double divisor = resolve_divisor(all, d, where);
+  const double divisor = resolve_divisor<Scalar>(all, d, where);
   const auto column = [&](Index part, Index h) { return part == 0 ? h * d : (H + (part - 1) * G + h) * d; };
 
   // Forward: project (and rotate), then each head's steps, each keeping what its backward needs.
@@ -117,10 +118,11 @@ struct SavedForward {
 template <class Scalar>
 Matrix<Scalar> forward_for_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
                                     SavedForward<Scalar>& saved, const AttentionOptions& options = {}) {
+  constexpr const char* where = "forward_for_backward";
   const Index H = layer.n_heads(), G = layer.n_kv_heads(), d = layer.d_head();
   const AttentionOptions all = layer.options_for(options);
   saved.qkv = layer.project_qkv(x);
-  if (layer.rope()) layer.rope()->template rotate<Scalar>(saved.qkv.leftCols((H + G) * d), 0, detail::thread_count(options));
+  if (layer.rope()) layer.rope()->template rotate<Scalar>(saved.qkv.leftCols((H + G) * d), 0, detail::thread_count(options.threads, where));
   saved.z.resize(x.rows(), H * d);
   fused_multi_head_attention<Scalar>(saved.qkv.leftCols(H * d), saved.qkv.middleCols(H * d, G * d), saved.qkv.rightCols(G * d),
                                      H, G, saved.z, &saved.logsumexp, all);
@@ -139,11 +141,12 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   const Index H = layer.n_heads(), G = layer.n_kv_heads(), d = layer.d_head();
   if (dy.rows() != x.rows() || dy.cols() != layer.d_model())
     detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", x.rows(), "x", layer.d_model(), " (like the output)");
+  detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask
   SavedForward<Scalar> recomputed;
   if (!saved) forward_for_backward(layer, x, recomputed, options), saved = &recomputed;
   if (saved->qkv.rows() != x.rows() || saved->z.rows() != x.rows())
     detail::invalid(where, "the saved forward has ", saved->qkv.rows(), " rows, x has ", x.rows());
-  const int threads = detail::thread_count(options);
+  const int threads = detail::thread_count(options.threads, where);
   MultiHeadGradients<Scalar> grads;
   // The W_O sum: dZ = dY W_Oᵀ, dW_O = Zᵀ dY, db_O = Σ_rows dY. (The deterministic product reads
   // row-major operands: a transposed one is copied, and the copy of Z freed at once.)

@@ -60,7 +60,7 @@ Matrix<typename DerivedQ::Scalar> attention_weights(const Eigen::MatrixBase<Deri
                                                     const Eigen::MatrixBase<DerivedK>& k,
                                                     const AttentionOptions& options = {},
                                                     Vector<typename DerivedQ::Scalar>* logsumexp = nullptr) {
-  const double divisor = resolve_divisor(options, q.cols(), "attention_weights");
+  const double divisor = resolve_divisor<typename DerivedQ::Scalar>(options, q.cols(), "attention_weights");
   const ScoreRule<typename DerivedQ::Scalar> rule(options, q.rows(), k.rows(), 1, "attention_weights");
   return detail::weights_of_head(q, k, divisor, rule, 0, logsumexp);
 }

@@ -67,7 +67,7 @@ class AttentionHead {
                           const AttentionOptions& options = {}) const {
     check_input(x, "AttentionHead::trace");
     HeadTrace<Scalar> t;
-    t.divisor = resolve_divisor(options, d_head(), "AttentionHead::trace");
+    t.divisor = resolve_divisor<Scalar>(options, d_head(), "AttentionHead::trace");
     t.q = query_.forward(x);                                      // step 1: project
     t.k = key_.forward(x);
     t.v = value_.forward(x);

@@ -1,14 +1,29 @@
 // KvCache: the keys and values a layer has seen, for incremental decoding. Capacity is set up
 // front and never grows, so a decoding step never reallocates; truncate() rolls back (for
 // speculative decoding). Stores n_kv_heads heads (fewer than n_heads under grouped-query attention),
-// already in the layout of the fused kernel.
+// already in the layout of the fused kernel. The cache remembers what filled it (the layer's
+// rotary embedding, the window its calls used), so that a layer refuses, by name, a cache another
+// kind of layer filled or a call whose window differs from the one its keys were attended with.
 #pragma once
+
+#include <optional>
 
 #include "headwise/detail/errors.hpp"
 #include "headwise/kernels/packed_keys_values.hpp"
+#include "headwise/rotary_embedding.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
+
+template <class Scalar>
+class MultiHeadAttention;
+
+/// What filled a cache: the rotary embedding of the layer (none for a layer without one) and the
+/// sliding window its calls used (none for no window).
+struct KvCacheOrigin {
+  std::optional<RopeConfig> rope;
+  std::optional<Index> window;
+};
 
 /// A per-layer KV cache.
 ///   KvCache<float> cache = layer.make_cache(/*capacity=*/1024);
@@ -25,14 +40,24 @@ class KvCache {
   Index capacity() const { return store_.capacity(); }
   Index n_kv_heads() const { return store_.n_kv_heads(); }
   Index d_head() const { return store_.d_head(); }
+  /// What filled the cache through a layer's forward_incremental; unset while it is empty, or if
+  /// only append() filled it.
+  const std::optional<KvCacheOrigin>& origin() const { return origin_; }
 
-  /// Forgets everything.
-  void reset() { store_.clear(); }
+  /// Forgets everything, what filled it included.
+  void reset() {
+    store_.clear();
+    origin_.reset();
+  }
   /// Keeps tokens 0 .. position - 1 and forgets the rest. 0 <= position <= size().
-  void truncate(Index position) { store_.truncate(position); }
+  void truncate(Index position) {
+    store_.truncate(position);
+    if (position == 0) origin_.reset();
+  }
 
-  /// Appends keys and values of m tokens: k, v: (m, n_kv_heads d_head). Throws, appending
-  /// nothing, if the capacity would be exceeded.
+  /// Appends keys and values of m tokens as they are: k, v: (m, n_kv_heads d_head). These are the
+  /// keys as the layer stores them, rotated already if the layer has a rotary embedding (append
+  /// applies none). Throws, appending nothing, if the capacity would be exceeded.
   void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v) {
     store_.append(k, v);
   }
@@ -42,12 +67,15 @@ class KvCache {
   Scalar key(Index h, Index j, Index c) const { return store_.key(h, j, c); }
   Scalar value(Index h, Index j, Index c) const { return store_.value(h, j, c); }
 
-  /// The packed store the fused kernel reads (and the layer appends to).
+  /// The packed store the fused kernel reads.
   const PackedKeysValues<Scalar>& packed() const { return store_; }
-  PackedKeysValues<Scalar>& packed() { return store_; }
 
  private:
+  friend class MultiHeadAttention<Scalar>;
+  PackedKeysValues<Scalar>& store() { return store_; }
+
   PackedKeysValues<Scalar> store_;
+  std::optional<KvCacheOrigin> origin_;
 };
 
 }  // namespace headwise

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -147,7 +148,7 @@ class MultiHeadAttention {
                          const HeadInterventions<Scalar>* interventions = nullptr) const {
     Matrix<Scalar> z = head_outputs(x, options);  // (the layer's config is added there)
     if (interventions) check_interventions(*interventions).apply(z);
-    return output_of(z, detail::thread_count(options));
+    return output_of(z, detail::thread_count(options.threads, "MultiHeadAttention::forward"), 0, "MultiHeadAttention::forward");
   }
 
   /// Every head's Z side by side, (n, n_heads d_head), by the fused kernel, before W_O; and on
@@ -156,7 +157,7 @@ class MultiHeadAttention {
                               const HeadOutputExtras<Scalar>& extras = {}) const {
     check_input(x, "MultiHeadAttention::forward");
     const AttentionOptions all = options_for(options);
-    resolve_divisor(all, d_head_, "MultiHeadAttention::forward");
+    resolve_divisor<Scalar>(all, d_head_, "MultiHeadAttention::forward");
     if (extras.keys_values) {
       *extras.keys_values = PackedKeysValues<Scalar>(x.rows(), n_kv_heads_, d_head_, d_head_);
       return attend(x, *extras.keys_values, all, extras, "MultiHeadAttention::forward");
@@ -178,14 +179,18 @@ class MultiHeadAttention {
     constexpr const char* where = "MultiHeadAttention::forward_incremental";
     check_input(x, where);
     const AttentionOptions all = options_for(options);
-    resolve_divisor(all, d_head_, where);
-    if (cache.n_kv_heads() != n_kv_heads_ || cache.d_head() != d_head_)
-      detail::invalid(where, "the cache holds ", cache.n_kv_heads(), " heads of ", cache.d_head(),
-                      ", expected ", n_kv_heads_, " of ", d_head_);
-    if (x.rows() > cache.capacity() - cache.size())
-      detail::invalid(where, "appending ", x.rows(), " tokens to ", cache.size(),
-                      " would exceed the cache's capacity of ", cache.capacity(), " tokens");
-    return output_of(attend(x, cache.packed(), all, {}, where), detail::thread_count(options));
+    resolve_divisor<Scalar>(all, d_head_, where);
+    const KvCacheOrigin origin = check_cache(cache, x.rows(), all, where);
+    const Index held = cache.size();
+    Matrix<Scalar> out;
+    try {
+      out = output_of(attend(x, cache.store(), all, {}, where), detail::thread_count(options.threads, where), held, where);
+    } catch (...) {
+      cache.store().truncate(held);  // a refused call changes nothing
+      throw;
+    }
+    cache.origin_ = origin;
+    return out;
   }
 
   /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
@@ -195,15 +200,15 @@ class MultiHeadAttention {
     constexpr const char* where = "MultiHeadAttention::forward_step_by_step";
     check_input(x, where);
     const AttentionOptions all = options_for(options);
-    resolve_divisor(all, d_head_, where);
-    Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options), where);
+    resolve_divisor<Scalar>(all, d_head_, where);
+    Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options.threads, where), where);
     if (rope_) rope_->rotate<Scalar>(qkv.leftCols((n_heads_ + n_kv_heads_) * d_head_), /*first_position=*/0);
     Matrix<Scalar> z(x.rows(), n_heads_ * d_head_);
     for (Index h = 0; h < n_heads_; ++h)
       z.middleCols(h * d_head_, d_head_) = attention(block(qkv, 0, h), block(qkv, 1, kv_head_of(h)), block(qkv, 2, kv_head_of(h)),
                                                      options_of_head(all, h, n_heads_, where)).z;
     if (interventions) check_interventions(*interventions).apply(z);
-    return project_heads(z);
+    return output_of(z, detail::thread_count(options.threads, where), 0, where);
   }
 
   /// Every head's intermediates and contribution, and the output as their sum.
@@ -237,13 +242,13 @@ class MultiHeadAttention {
     if (z.cols() != n_heads_ * d_head_)
       detail::invalid("project_heads", "z has ", z.cols(), " columns, expected n_heads d_head = ",
                       n_heads_ * d_head_);
-    return output_of(z, detail::thread_count(AttentionOptions{}));
+    return output_of(z, detail::thread_count(0, "project_heads"), 0, "project_heads");
   }
 
   /// X [W_Q | W_K | W_V] + [b_Q | b_K | b_V]: x (n, d_model) -> (n, 3 n_heads d_head).
   Matrix<Scalar> project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const {
     check_input(x, "project_qkv");
-    return qkv_of(x, detail::thread_count(AttentionOptions{}), "project_qkv");
+    return qkv_of(x, detail::thread_count(0, "project_qkv"), "project_qkv");
   }
 
  private:
@@ -256,10 +261,41 @@ class MultiHeadAttention {
       if (rope.d_head != d_head_)
         detail::invalid(where, "the rotary embedding is for d_head = ", rope.d_head, ", the layer's heads have ", d_head_);
       rope_.emplace(rope);
+      if (!std::isfinite(static_cast<Scalar>(rope_->attention_factor())))
+        detail::invalid(where, "the rotary embedding's attention factor ", rope_->attention_factor(), " is not finite in ",
+                        detail::scalar_name<Scalar>());
     }
     const AttentionOptions options = options_for({});
-    resolve_divisor(options, d_head_, where);
+    resolve_divisor<Scalar>(options, d_head_, where);
     static_cast<void>(ScoreRule<Scalar>(options, 0, 0, n_heads_, where));
+  }
+
+  /// Throws unless `cache` fits this layer and a call with `options` appending m tokens: its
+  /// shape and room, positions that come from the cache alone, and (once it holds tokens) the same
+  /// rotary embedding and window as what filled it. Returns what the cache will then hold.
+  KvCacheOrigin check_cache(const KvCache<Scalar>& cache, Index m, const AttentionOptions& options, const char* where) const {
+    if (cache.n_kv_heads() != n_kv_heads_ || cache.d_head() != d_head_)
+      detail::invalid(where, "the cache holds ", cache.n_kv_heads(), " heads of ", cache.d_head(), ", expected ", n_kv_heads_,
+                      " of ", d_head_);
+    if (m > cache.capacity() - cache.size())
+      detail::invalid(where, "appending ", m, " tokens to ", cache.size(), " would exceed the cache's capacity of ",
+                      cache.capacity(), " tokens");
+    if (options.first_query_position || options.first_key_position != 0)
+      detail::invalid(where, "token i of x sits at position cache.size() + i: first_query_position and ",
+                      "first_key_position must be left unset (the masks and the rotary angles both follow the cache)");
+    KvCacheOrigin mine{rope_ ? std::optional<RopeConfig>(rope_->config()) : std::nullopt, options.window};
+    if (cache.size() == 0 || !cache.origin()) return mine;
+    const KvCacheOrigin& theirs = *cache.origin();
+    if (theirs.rope.has_value() != mine.rope.has_value() || (theirs.rope && *theirs.rope != *mine.rope))
+      detail::invalid(where, "the cache was filled by a layer ", theirs.rope ? "with" : "without", " a rotary embedding",
+                      theirs.rope && mine.rope ? " of other settings" : "", "; this layer has ",
+                      mine.rope ? "one" : "none", " (a cache belongs to one layer)");
+    if (theirs.window != mine.window)
+      detail::invalid(where, "the cache's keys were attended with ", theirs.window ? "a window of " : "no window",
+                      theirs.window ? std::to_string(*theirs.window) : "", "; this call asks for ",
+                      mine.window ? "a window of " : "none", mine.window ? std::to_string(*mine.window) : "",
+                      " (decoding equals the forward only with the same window throughout)");
+    return mine;
   }
 
   const HeadInterventions<Scalar>& check_interventions(const HeadInterventions<Scalar>& iv) const {
@@ -286,7 +322,7 @@ class MultiHeadAttention {
   Matrix<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
                                   const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
                                   const char* where) const {
-    const int threads = detail::thread_count(options);
+    const int threads = detail::thread_count(options.threads, where);
     const Index width = n_heads_ * d_head_, kv_width = n_kv_heads_ * d_head_;
     Matrix<Scalar> z(x.rows(), width);  // every head's Z side by side
     {
@@ -335,10 +371,23 @@ class MultiHeadAttention {
     check_projection(qkv, 0, where, threads);
     return qkv;
   }
-  Matrix<Scalar> output_of(const Eigen::Ref<const Matrix<Scalar>>& z, int threads) const {
+  /// Z W_O + b_O for rows at positions first_position + t; throws naming the first token whose
+  /// output is not finite: its own scores overflowed (its Z is NaN), or the projection did.
+  Matrix<Scalar> output_of(const Eigen::Ref<const Matrix<Scalar>>& z, int threads, Index first_position,
+                           const char* where) const {
     Matrix<Scalar> out;
     detail::product<Scalar>(z, w_o_, out, threads);
     out.rowwise() += b_o_;
+    if (detail::all_finite(out, threads)) return out;
+    for (Index t = 0; t < out.rows(); ++t) {
+      if (detail::row_is_finite(out, t)) continue;
+      for (Index h = 0; h < n_heads_; ++h)
+        if (!detail::row_is_finite(z.row(t).segment(h * d_head_, d_head_), 0))
+          detail::invalid(where, "the attention of the token at position ", first_position + t, " in head ", h,
+                          " is not finite: its scores q . k / divisor overflowed; scale x or the weights down");
+      detail::invalid(where, "the output Z W_O + b_O of the token at position ", first_position + t,
+                      " is not finite: the output projection overflowed; scale x or the weights down");
+    }
     return out;
   }
   static void check_shape(const char* where, const char* name, const Matrix<Scalar>& m, Index rows, Index cols) {

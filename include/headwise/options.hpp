@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
+#include "headwise/scores.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -53,13 +54,12 @@ struct AttentionOptions {
   Vector<double> sinks;
 };
 
-/// The divisor that `options` asks for at width d_head; throws if it is not finite and > 0.
-inline double resolve_divisor(const AttentionOptions& options, Index d_head, const char* where) {
-  if (!options.divisor) return std::sqrt(static_cast<double>(d_head));
-  const double divisor = *options.divisor;
-  if (!(divisor > 0.0) || !std::isfinite(divisor))
-    detail::invalid(where, "divisor must be finite and > 0, got ", divisor);
-  return divisor;
+/// The divisor that `options` asks for at width d_head, for a call computing in Scalar; throws
+/// unless it is finite and > 0 with a finite inverse in Scalar (checked_divisor, scores.hpp).
+template <class Scalar = double>
+double resolve_divisor(const AttentionOptions& options, Index d_head, const char* where) {
+  if (!options.divisor) return default_divisor(d_head);
+  return checked_divisor<Scalar>(*options.divisor, where);
 }
 
 }  // namespace headwise

@@ -48,22 +48,53 @@ struct RopeConfig {
   RopeScaling scaling;
 };
 
+inline bool operator==(const RopeScaling& a, const RopeScaling& b) {
+  return a.type == b.type && a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+         a.high_freq_factor == b.high_freq_factor && a.original_max_position == b.original_max_position &&
+         a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow && a.attention_factor == b.attention_factor;
+}
+inline bool operator==(const RopeConfig& a, const RopeConfig& b) {
+  return a.d_head == b.d_head && a.theta == b.theta && a.rotary_fraction == b.rotary_fraction && a.layout == b.layout &&
+         a.scaling == b.scaling;
+}
+inline bool operator!=(const RopeConfig& a, const RopeConfig& b) { return !(a == b); }
+
 class RotaryEmbedding {
  public:
   /// Throws std::invalid_argument naming a setting that is out of range.
   explicit RotaryEmbedding(const RopeConfig& config) : config_(config) {
-    constexpr const char* where = "RotaryEmbedding";
+    check(config);
+    rotary_dims_ = rotary_dims_of(config);
+    const Index pairs = rotary_dims_ / 2;
+    inv_freq_.resize(pairs);
+    for (Index i = 0; i < pairs; ++i) inv_freq_(i) = std::pow(config.theta, -2.0 * double(i) / double(rotary_dims_));
+    scale_frequencies();
+  }
+
+  /// Throws std::invalid_argument naming a setting of `config` that is out of range, and computes
+  /// nothing: a config reader checks a model's settings this way without building frequencies
+  /// for a head_dim of 2^32.
+  static void check(const RopeConfig& config, const char* where = "RotaryEmbedding") {
     if (config.d_head <= 0) detail::invalid(where, "d_head must be > 0, got ", config.d_head);
     if (!(config.theta > 1.0) || !std::isfinite(config.theta))
       detail::invalid(where, "theta must be finite and > 1, got ", config.theta);
     if (!(config.rotary_fraction > 0.0 && config.rotary_fraction <= 1.0))
       detail::invalid(where, "rotary_fraction must be in (0, 1], got ", config.rotary_fraction);
-    rotary_dims_ = static_cast<Index>(static_cast<double>(config.d_head) * config.rotary_fraction) / 2 * 2;
-    if (rotary_dims_ < 2) detail::invalid(where, "d_head ", config.d_head, " x rotary_fraction ", config.rotary_fraction, " leaves no pair to rotate");
-    const Index pairs = rotary_dims_ / 2;
-    inv_freq_.resize(pairs);
-    for (Index i = 0; i < pairs; ++i) inv_freq_(i) = std::pow(config.theta, -2.0 * double(i) / double(rotary_dims_));
-    scale_frequencies(where);
+    if (rotary_dims_of(config) < 2)
+      detail::invalid(where, "d_head ", config.d_head, " x rotary_fraction ", config.rotary_fraction, " leaves no pair to rotate");
+    const RopeScaling& s = config.scaling;
+    if (s.type == RopeScaling::Type::none) return;
+    if (!(s.factor >= 1.0) || !std::isfinite(s.factor)) detail::invalid(where, "rope scaling factor must be finite and >= 1, got ", s.factor);
+    if (s.type == RopeScaling::Type::llama3 &&
+        (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0.0) || !std::isfinite(s.high_freq_factor) ||
+         s.original_max_position <= 0))
+      detail::invalid(where, "llama3 scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position > 0, got ",
+                      s.low_freq_factor, ", ", s.high_freq_factor, ", ", s.original_max_position);
+    if (s.type != RopeScaling::Type::yarn) return;
+    if (s.original_max_position <= 0 || !(s.beta_fast > s.beta_slow) || !(s.beta_slow > 0.0) || !std::isfinite(s.beta_fast))
+      detail::invalid(where, "yarn scaling needs original_max_position > 0 and beta_fast > beta_slow > 0");
+    if (s.attention_factor && (!(*s.attention_factor > 0.0) || !std::isfinite(*s.attention_factor)))
+      detail::invalid(where, "yarn attention_factor must be finite and > 0, got ", *s.attention_factor);
   }
 
   Index d_head() const { return config_.d_head; }
@@ -98,8 +129,10 @@ class RotaryEmbedding {
     if (x.cols() % config_.d_head != 0)
       detail::invalid(where, "x has ", x.cols(), " columns, not a whole number of heads of ", config_.d_head);
     if (first_position < 0) detail::invalid(where, "first_position must be >= 0, got ", first_position);
+    if (!std::isfinite(static_cast<Scalar>(attention_factor_)))
+      detail::invalid(where, "the attention factor ", attention_factor_, " is not finite in ", detail::scalar_name<Scalar>());
     const Index pairs = rotary_dims_ / 2;
-    threads = std::max(threads, 1);
+    threads = detail::thread_count(threads, where);
     // Each thread's cos and sin, allocated before the parallel loop (nothing in it can throw).
     std::vector<Scalar> angles_of(static_cast<std::size_t>(2 * pairs * threads));
     HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1 && x.rows() >= 64))
@@ -134,22 +167,22 @@ class RotaryEmbedding {
     }
   }
 
-  void scale_frequencies(const char* where) {
+  /// The rotated dimensions of each head: d_head x rotary_fraction, rounded down to pairs.
+  static Index rotary_dims_of(const RopeConfig& config) {
+    return static_cast<Index>(static_cast<double>(config.d_head) * config.rotary_fraction) / 2 * 2;
+  }
+
+  void scale_frequencies() {
     const RopeScaling& s = config_.scaling;
-    if (s.type == RopeScaling::Type::none) return;
-    if (!(s.factor >= 1.0) || !std::isfinite(s.factor)) detail::invalid(where, "rope scaling factor must be finite and >= 1, got ", s.factor);
     if (s.type == RopeScaling::Type::linear) inv_freq_ /= s.factor;
-    if (s.type == RopeScaling::Type::llama3) scale_llama3(where);
-    if (s.type == RopeScaling::Type::yarn) scale_yarn(where);
+    if (s.type == RopeScaling::Type::llama3) scale_llama3();
+    if (s.type == RopeScaling::Type::yarn) scale_yarn();
   }
 
   /// Llama 3.1: wavelengths below original / high_freq_factor kept, above original /
   /// low_freq_factor divided by factor, and blended in between.
-  void scale_llama3(const char* where) {
+  void scale_llama3() {
     const RopeScaling& s = config_.scaling;
-    if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0.0) || s.original_max_position <= 0)
-      detail::invalid(where, "llama3 scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position > 0, got ",
-                      s.low_freq_factor, ", ", s.high_freq_factor, ", ", s.original_max_position);
     const double original = double(s.original_max_position), pi = std::acos(-1.0);
     const double low_wavelength = original / s.low_freq_factor, high_wavelength = original / s.high_freq_factor;
     for (Index i = 0; i < inv_freq_.size(); ++i) {
@@ -167,10 +200,8 @@ class RotaryEmbedding {
   /// YaRN (Peng et al., 2023) as Hugging Face computes it: frequencies that turn fewer than
   /// beta_slow times over the original context are divided by factor, more than beta_fast times
   /// kept, a linear ramp between; cos and sin scaled by the attention factor.
-  void scale_yarn(const char* where) {
+  void scale_yarn() {
     const RopeScaling& s = config_.scaling;
-    if (s.original_max_position <= 0 || !(s.beta_fast > s.beta_slow) || !(s.beta_slow > 0.0))
-      detail::invalid(where, "yarn scaling needs original_max_position > 0 and beta_fast > beta_slow > 0");
     const double pi = std::acos(-1.0), dims = double(rotary_dims_);
     const auto correction_dim = [&](double rotations) {
       return dims * std::log(double(s.original_max_position) / (rotations * 2 * pi)) / (2 * std::log(config_.theta));
@@ -183,8 +214,6 @@ class RotaryEmbedding {
       inv_freq_(i) = inv_freq_(i) / s.factor * ramp + inv_freq_(i) * (1 - ramp);
     }
     attention_factor_ = s.attention_factor ? *s.attention_factor : (s.factor > 1 ? 0.1 * std::log(s.factor) + 1 : 1.0);
-    if (!(attention_factor_ > 0.0) || !std::isfinite(attention_factor_))
-      detail::invalid(where, "yarn attention_factor must be finite and > 0, got ", attention_factor_);
   }
 
   RopeConfig config_;

@@ -11,6 +11,7 @@
 // Each rule lives in its own header under variants/.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -57,13 +58,15 @@ class ScoreRule {
       : options_(options), n_q_(n_q), n_k_(n_k), first_key_(options.first_key_position),
         first_query_(options.first_query_position ? *options.first_query_position : first_key_ + n_k - n_q) {
     check(where, n_heads);
-    hides_ = options.mask.size() || options.key_valid.size() || options.bias.size();
+    per_row_ = options.mask.size() || options.bias.size();
+    hides_ = per_row_ || options.key_valid.size();
     modifies_ = hides_ || options.softcap || options.alibi_slopes.size();
+    if (options.key_valid.size() && !per_row_) index_valid_keys();
     std::optional<PackedSequences> sequences;
     const bool shard = options.first_query_position || first_key_ != 0;  // the keys may be a shard of more
     if (!options.cu_seqlens.empty()) sequences.emplace(options.cu_seqlens, first_key_ + n_k, /*exactly=*/!shard, where);
     ranges_.resize(static_cast<std::size_t>(n_q));
-    if (hides_) visible_blocks_.assign(static_cast<std::size_t>(n_q * blocks()), 0);
+    if (per_row_) visible_blocks_.assign(static_cast<std::size_t>(n_q * blocks()), 0);
     for (Index i = 0; i < n_q; ++i) {
       const Index p = position(i);  // absolute, as are the ranges until the last line
       KeyRange keys = causal_range(p, first_key_ + n_k, options.causal);
@@ -73,6 +76,7 @@ class ScoreRule {
       keys = keys.empty() ? KeyRange{0, 0} : KeyRange{keys.begin - first_key_, keys.end - first_key_};
       ranges_[static_cast<std::size_t>(i)] = hides_ ? narrow_to_visible(i, keys) : keys;
     }
+    if (options.alibi_slopes.size()) check_alibi_distances(where);
   }
 
   Index n_q() const { return n_q_; }
@@ -103,6 +107,7 @@ class ScoreRule {
     const KeyRange keys = this->keys(i).within(begin, end);
     if (keys.empty()) return false;
     if (!hides_) return true;
+    if (!per_row_) return next_valid_[static_cast<std::size_t>(keys.begin)] < keys.end;
     const std::uint8_t* counts = visible_blocks_.data() + i * blocks();
     for (Index b = keys.begin / block; b * block < keys.end; ++b)
       if (counts[b]) return true;
@@ -125,8 +130,26 @@ class ScoreRule {
  private:
   Index blocks() const { return (n_k_ + block - 1) / block; }
 
-  /// keys cut to the first and last key row i does not hide; counts its visible keys per block.
+  /// Key padding alone (the same keys hidden from every row): for each j, the first valid key
+  /// >= j and one past the last valid key < j. O(n_k), where counts per row and block would be
+  /// O(n_q n_k / 8) for an O(n_k) input.
+  void index_valid_keys() {
+    const auto size = static_cast<std::size_t>(n_k_) + 1;
+    next_valid_.assign(size, n_k_), end_of_valid_.assign(size, 0);
+    for (Index j = n_k_ - 1; j >= 0; --j)
+      next_valid_[static_cast<std::size_t>(j)] = options_.key_valid(j) ? j : next_valid_[static_cast<std::size_t>(j) + 1];
+    for (Index j = 1; j <= n_k_; ++j)
+      end_of_valid_[static_cast<std::size_t>(j)] = options_.key_valid(j - 1) ? j : end_of_valid_[static_cast<std::size_t>(j) - 1];
+  }
+
+  /// keys cut to the first and last key row i does not hide; with a mask or bias, counts its
+  /// visible keys per block.
   KeyRange narrow_to_visible(Index i, KeyRange keys) {
+    if (keys.empty()) return {0, 0};
+    if (!per_row_) {
+      const KeyRange seen{next_valid_[static_cast<std::size_t>(keys.begin)], end_of_valid_[static_cast<std::size_t>(keys.end)]};
+      return seen.empty() ? KeyRange{0, 0} : seen;
+    }
     std::uint8_t* counts = visible_blocks_.data() + i * blocks();
     KeyRange seen{keys.end, keys.begin};
     for (Index j = keys.begin; j < keys.end; ++j) {
@@ -135,6 +158,27 @@ class ScoreRule {
       seen.begin = std::min(seen.begin, j), seen.end = j + 1;
     }
     return seen.empty() ? KeyRange{0, 0} : seen;
+  }
+
+  /// ALiBi adds slope (j - i): the distance must be exact in Scalar (else the keys of a far shard
+  /// all get one bias, and their differences are lost) and slope times it finite.
+  void check_alibi_distances(const char* where) const {
+    Index farthest = 0;
+    for (Index i = 0; i < n_q_; ++i) {
+      const KeyRange keys = this->keys(i);
+      if (keys.empty()) continue;
+      const Index p = position(i), first = first_key_ + keys.begin, last = first_key_ + keys.end - 1;
+      farthest = std::max({farthest, p > first ? p - first : first - p, p > last ? p - last : last - p});
+    }
+    constexpr Index exact = Index(1) << std::numeric_limits<Scalar>::digits;
+    if (farthest >= exact)
+      detail::invalid(where, "ALiBi at a key-query distance of ", farthest, ": ", detail::scalar_name<Scalar>(),
+                      " holds distances exactly only below 2^", std::numeric_limits<Scalar>::digits,
+                      " (the keys' differences would be lost); place the queries nearer their keys");
+    for (Index h = 0; h < options_.alibi_slopes.size(); ++h)
+      if (!std::isfinite(static_cast<Scalar>(std::abs(options_.alibi_slopes(h)) * static_cast<double>(farthest))))
+        detail::invalid(where, "alibi_slopes(", h, ") = ", options_.alibi_slopes(h), " times the key-query distance ", farthest,
+                        " is not finite in ", detail::scalar_name<Scalar>());
   }
 
   void check(const char* where, Index n_heads) const {
@@ -151,25 +195,32 @@ class ScoreRule {
     check_matrix_shape(where, "bias", o.bias.rows(), o.bias.cols());
     for (Index i = 0; i < o.bias.rows(); ++i)
       for (Index j = 0; j < o.bias.cols(); ++j)
-        if (std::isnan(o.bias(i, j)) || o.bias(i, j) == std::numeric_limits<double>::infinity())
-          detail::invalid(where, "bias has ", o.bias(i, j), " at row ", i, ", column ", j,
-                          " (finite values, or -inf to hide a key)");
+        if (o.bias(i, j) != -std::numeric_limits<double>::infinity() && !std::isfinite(static_cast<Scalar>(o.bias(i, j))))
+          detail::invalid(where, "bias has ", o.bias(i, j), " at row ", i, ", column ", j, ", not finite in ",
+                          detail::scalar_name<Scalar>(), " (finite values, or -inf to hide a key)");
     if (o.softcap && !(*o.softcap > 0.0 && std::isfinite(*o.softcap)))
       detail::invalid(where, "softcap must be finite and > 0, got ", *o.softcap);
+    if (o.softcap && !detail::finite_with_inverse<Scalar>(*o.softcap))
+      detail::invalid(where, "softcap ", *o.softcap, " or its inverse is not finite and nonzero in ", detail::scalar_name<Scalar>());
     detail::check_per_head(where, "alibi_slopes", o.alibi_slopes, n_heads);
     detail::check_per_head(where, "sinks", o.sinks, n_heads);
+    for (Index h = 0; h < o.sinks.size(); ++h)
+      if (!std::isfinite(static_cast<Scalar>(o.sinks(h))))
+        detail::invalid(where, "sinks has ", o.sinks(h), " for head ", h, ", not finite in ", detail::scalar_name<Scalar>());
   }
+  /// A mask or bias is (n_q, n_k), or 0 x 0 for none: a 0 x n or n x 0 one is a mistake, not none.
   void check_matrix_shape(const char* where, const char* name, Index rows, Index cols) const {
-    if (rows * cols != 0 && (rows != n_q_ || cols != n_k_))
+    if ((rows != 0 || cols != 0) && (rows != n_q_ || cols != n_k_))
       detail::invalid(where, name, " is ", rows, "x", cols, ", expected (n_q, n_k) = ", n_q_, "x", n_k_);
   }
 
 
   const AttentionOptions& options_;
   Index n_q_, n_k_, first_key_, first_query_;
-  bool hides_ = false, modifies_ = false;
+  bool per_row_ = false, hides_ = false, modifies_ = false;
   std::vector<KeyRange> ranges_;
-  std::vector<std::uint8_t> visible_blocks_;  // (n_q, blocks()): visible keys per block of 8
+  std::vector<std::uint8_t> visible_blocks_;  // mask or bias: (n_q, blocks()), visible keys per block of 8
+  std::vector<Index> next_valid_, end_of_valid_;  // key padding alone: see index_valid_keys
 };
 
 /// The options of a call on n_heads heads as seen by head h alone: its ALiBi slope and sink only.

@@ -11,6 +11,16 @@ namespace headwise {
 /// The default divisor of the scores, sqrt(d_head).
 inline double default_divisor(Index d_head) { return std::sqrt(static_cast<double>(d_head)); }
 
+/// The one check of a divisor: finite and > 0, and with it and its inverse finite and nonzero in
+/// Scalar (1e-39 is a fine double but its inverse overflows a float). Returns the divisor.
+template <class Scalar>
+double checked_divisor(double divisor, const char* where) {
+  if (!(divisor > 0.0) || !std::isfinite(divisor)) detail::invalid(where, "divisor must be finite and > 0, got ", divisor);
+  if (!detail::finite_with_inverse<Scalar>(divisor))
+    detail::invalid(where, "divisor ", divisor, " or its inverse is not finite and nonzero in ", detail::scalar_name<Scalar>());
+  return divisor;
+}
+
 /// Raw scores S = Q Kᵀ. q: (n_q, d_head), k: (n_k, d_head) -> (n_q, n_k).
 template <class DerivedQ, class DerivedK>
 Matrix<typename DerivedQ::Scalar> scores(const Eigen::MatrixBase<DerivedQ>& q,
@@ -30,8 +40,7 @@ Matrix<typename DerivedQ::Scalar> scaled_scores(const Eigen::MatrixBase<DerivedQ
                                                 const Eigen::MatrixBase<DerivedK>& k,
                                                 double divisor) {
   using Scalar = typename DerivedQ::Scalar;
-  if (!(divisor > 0.0) || !std::isfinite(divisor))
-    detail::invalid("scaled_scores", "divisor must be finite and > 0, got ", divisor);
+  checked_divisor<Scalar>(divisor, "scaled_scores");
   Matrix<Scalar> s = scores(q, k);
   s /= static_cast<Scalar>(divisor);
   return s;
@@ -52,10 +61,7 @@ template <class Scalar>
 class ScaledScores {
  public:
   /// The divisor must be finite and > 0.
-  explicit ScaledScores(double divisor) : divisor_(divisor) {
-    if (!(divisor > 0.0) || !std::isfinite(divisor))
-      detail::invalid("ScaledScores", "divisor must be finite and > 0, got ", divisor);
-  }
+  explicit ScaledScores(double divisor) : divisor_(checked_divisor<Scalar>(divisor, "ScaledScores")) {}
   double divisor() const { return divisor_; }
 
   /// q: (n_q, d_head), k: (n_k, d_head) -> (n_q, n_k).

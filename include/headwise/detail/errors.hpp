@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include <Eigen/Core>
@@ -23,6 +24,22 @@ std::string message(const char* where, Parts&&... parts) {
 template <class... Parts>
 [[noreturn]] void invalid(const char* where, Parts&&... parts) {
   throw std::invalid_argument(message(where, std::forward<Parts>(parts)...));
+}
+
+/// "float" or "double": for messages about values that fit one and not the other.
+template <class Scalar>
+const char* scalar_name() {
+  if constexpr (std::is_same_v<Scalar, float>) return "float";
+  else if constexpr (std::is_same_v<Scalar, double>) return "double";
+  else return "the scalar type";
+}
+
+/// True if x and 1 / x are both finite and nonzero once converted to Scalar: a divisor or a cap
+/// finite as a double may not be as a float (1e39, or 1e-39 whose inverse overflows).
+template <class Scalar>
+bool finite_with_inverse(double x) {
+  const auto s = static_cast<Scalar>(x);
+  return std::isfinite(s) && s != Scalar(0) && std::isfinite(Scalar(1) / s) && Scalar(1) / s != Scalar(0);
 }
 
 /// True if every entry of row i of m is finite: x * 0 is 0 for finite x and NaN for inf or NaN,

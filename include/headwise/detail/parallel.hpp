@@ -7,6 +7,7 @@
 // on the calling thread, as if the loop had been sequential.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <memory>
@@ -18,7 +19,7 @@
 #endif
 
 #include "headwise/detail/errors.hpp"
-#include "headwise/options.hpp"
+#include "headwise/types.hpp"
 
 /// An OpenMP pragma, or nothing when OpenMP is off (so that a build without it has no unknown
 /// pragmas to warn about): HEADWISE_OMP(omp parallel for num_threads(t) if (t > 1)).
@@ -30,12 +31,19 @@
 
 namespace headwise::detail {
 
-/// The threads `options` asks for: options.threads, or OpenMP's default when it is 0.
-inline int thread_count(const AttentionOptions& options) {
+/// The most threads a call may ask for. More is refused by name: libgomp exits or crashes when
+/// asked for tens of thousands, and no machine headwise runs on has a use for them.
+inline constexpr int max_threads = 1024;
+
+/// The threads a call runs on when it asks for `requested`: that many, or OpenMP's default
+/// (at most max_threads) when it is 0; 1 without OpenMP. Throws std::invalid_argument naming
+/// `where` unless 0 <= requested <= max_threads.
+inline int thread_count(int requested, const char* where) {
+  if (requested < 0 || requested > max_threads)
+    invalid(where, "threads must be in [0, ", max_threads, "] (0: OpenMP's default), got ", requested);
 #ifdef _OPENMP
-  return options.threads > 0 ? options.threads : omp_get_max_threads();
+  return requested > 0 ? requested : std::min(omp_get_max_threads(), max_threads);
 #else
-  (void)options;
   return 1;
 #endif
 }

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <stdexcept>
@@ -125,6 +126,45 @@ inline void require_same(const Communicator& comm, long long value, const char* 
                                 std::to_string(low) + " to " + std::to_string(high) + ")");
 }
 
+/// The same values on every rank (as many, and equal entry by entry), or an error naming what
+/// differs. Doubles are compared by their bits.
+inline void require_same(const Communicator& comm, const std::vector<long long>& values, const char* what) {
+  require_same(comm, static_cast<long long>(values.size()), what);
+  std::vector<long long> low(values.size()), high(values.size());
+  const int count = static_cast<int>(values.size());
+  check_mpi(MPI_Allreduce(values.data(), low.data(), count, MPI_LONG_LONG, MPI_MIN, comm.get()), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(values.data(), high.data(), count, MPI_LONG_LONG, MPI_MAX, comm.get()), "MPI_Allreduce");
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (low[i] != high[i])
+      throw std::invalid_argument("headwise: ring attention: " + std::string(what) + " differs between ranks (entry " +
+                                  std::to_string(i) + ")");
+}
+
+inline long long bits_of(double x) {
+  long long bits = 0;
+  static_assert(sizeof bits == sizeof x, "64-bit long long");
+  std::memcpy(&bits, &x, sizeof x);
+  return bits;
+}
+inline std::vector<long long> bits_of(const Vector<double>& values) {
+  std::vector<long long> bits;
+  for (Index i = 0; i < values.size(); ++i) bits.push_back(bits_of(values(i)));
+  return bits;
+}
+
+/// Every rank must make the same call: the head split and every option that decides which keys a
+/// query sees or what its scores become. (Only the rows differ between ranks.)
+inline void require_same_call(const Communicator& comm, Index n_heads, Index n_kv_heads, const AttentionOptions& o) {
+  require_same(comm, {static_cast<long long>(n_heads), static_cast<long long>(n_kv_heads)}, "the head split (n_heads, n_kv_heads)");
+  require_same(comm, {o.causal ? 1LL : 0LL}, "causal");
+  require_same(comm, {o.window ? static_cast<long long>(*o.window) : -1LL}, "window");
+  require_same(comm, {o.divisor ? bits_of(*o.divisor) : -1LL}, "divisor");
+  require_same(comm, {o.softcap ? bits_of(*o.softcap) : -1LL}, "softcap");
+  require_same(comm, std::vector<long long>(o.cu_seqlens.begin(), o.cu_seqlens.end()), "cu_seqlens");
+  require_same(comm, bits_of(o.sinks), "sinks");
+  require_same(comm, bits_of(o.alibi_slopes), "alibi_slopes");
+}
+
 template <class Scalar>
 MPI_Datatype mpi_scalar() {
   static_assert(std::is_same<Scalar, float>::value || std::is_same<Scalar, double>::value, "float or double");
@@ -216,7 +256,13 @@ PartialAttention<Scalar> ring_attention(MPI_Comm comm, const Eigen::Ref<const Ma
   detail::require_same(c, q.cols(), "the width of q");
   detail::require_same(c, k.cols(), "the width of k");
   detail::require_same(c, v.cols(), "the width of v");
+  detail::require_same_call(c, n_heads, n_kv_heads, options);
   const RingLayout layout = detail::gather_layout(c, q.rows());
+  detail::agree(c, [&] {
+    if (!options.cu_seqlens.empty() && options.cu_seqlens.back() != layout.total())
+      headwise::detail::invalid("ring_attention", "cu_seqlens must end at the sequence's length, ", layout.total(),
+                                " rows over all ranks, got ", options.cu_seqlens.back());
+  });
   const detail::RowType key_row(k.cols(), detail::mpi_scalar<Scalar>()), value_row(v.cols(), detail::mpi_scalar<Scalar>());
   const int right = (c.rank() + 1) % c.size(), left = (c.rank() + c.size() - 1) % c.size();
 
@@ -267,8 +313,8 @@ Matrix<Scalar> ring_forward(MPI_Comm comm, const MultiHeadAttention<Scalar>& lay
       const Matrix<Scalar> qkv = layer.project_qkv(x);
       q = qkv.leftCols(H * d), k = qkv.middleCols(H * d, G * d), v = qkv.rightCols(G * d);
       if (layer.rope()) {
-        layer.rope()->template rotate<Scalar>(q, layout.first(), headwise::detail::thread_count(at));
-        layer.rope()->template rotate<Scalar>(k, layout.first(), headwise::detail::thread_count(at));
+        layer.rope()->template rotate<Scalar>(q, layout.first(), headwise::detail::thread_count(at.threads, "ring_forward"));
+        layer.rope()->template rotate<Scalar>(k, layout.first(), headwise::detail::thread_count(at.threads, "ring_forward"));
       }
     });
   }

@@ -3,6 +3,7 @@
 // where that kind of head would, averaged over the rows where the question makes sense.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
@@ -49,7 +50,7 @@ double duplicate_token_score(const Matrix<Scalar>& pattern, const std::vector<in
     double mass = 0;
     bool repeats = false;
     for (Index j = 0; j < i; ++j)
-      if (tokens[j] == tokens[i]) repeats = true, mass += pattern(i, j);
+      if (tokens[static_cast<std::size_t>(j)] == tokens[static_cast<std::size_t>(i)]) repeats = true, mass += pattern(i, j);
     if (repeats) total += mass, ++rows;
   }
   return rows ? total / double(rows) : 0.0;
@@ -68,7 +69,7 @@ double induction_score(const Matrix<Scalar>& pattern, const std::vector<int>& to
     double mass = 0;
     bool has_target = false;
     for (Index j = 0; j + 1 < i; ++j)
-      if (tokens[j] == tokens[i]) has_target = true, mass += pattern(i, j + 1);
+      if (tokens[static_cast<std::size_t>(j)] == tokens[static_cast<std::size_t>(i)]) has_target = true, mass += pattern(i, j + 1);
     if (has_target) total += mass, ++rows;
   }
   return rows ? total / double(rows) : 0.0;

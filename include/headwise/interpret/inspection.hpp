@@ -48,7 +48,7 @@ struct Inspection {
   Matrix<Scalar> pattern(Index h, const std::vector<Index>& rows) const {
     checked(h, "pattern");
     const Index n = q.rows(), g = h / (n_heads / n_kv_heads);
-    const Scalar inv_divisor = static_cast<Scalar>(1.0 / resolve_divisor(options, d_head, "pattern"));
+    const Scalar inv_divisor = static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, d_head, "pattern"));
     const ScoreRule<Scalar> rule(options, n, n, n_heads, "pattern");
     Matrix<Scalar> k(n, d_head);  // head g's keys, unpacked
     for (Index j = 0; j < n; ++j)

@@ -4,8 +4,12 @@
 // hover, and the value printed in the cell.
 #pragma once
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +18,16 @@
 #include "headwise/types.hpp"
 
 namespace headwise::interpret {
+
+/// Writes `text` to the file at `path` (an SVG heatmap, an HTML page), replacing it; throws
+/// std::runtime_error naming the path and the reason if the file cannot be written whole (its
+/// folder does not exist, say), so that nothing claims to have written what it did not.
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (out) out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  if (out) out.close();
+  if (!out) throw std::runtime_error("headwise: write_file: cannot write " + path + ": " + std::strerror(errno));
+}
 
 /// XML-escapes text for an attribute or an element.
 inline std::string xml_escape(const std::string& text) {

@@ -5,11 +5,11 @@
 #pragma once
 
 #include <filesystem>
-#include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -17,39 +17,48 @@
 
 namespace headwise::io {
 
-/// The text of a small file (a config.json, an index); throws SafetensorsError naming it.
-inline std::string read_text_file(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) throw SafetensorsError(std::string("headwise: ") + what + ": cannot open " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw SafetensorsError(std::string("headwise: ") + what + ": cannot read " + path);
-  return text.str();
-}
+/// The text of a small file (a config.json, an index); throws SafetensorsError naming it, and
+/// naming a directory or a named pipe as such (a pipe is never waited on).
+inline std::string read_text_file(const std::string& path, const char* what) { return detail::read_text(path, what); }
 
 class Checkpoint {
  public:
   /// Opens folder/model.safetensors.index.json and its shards if the index exists, else
   /// folder/model.safetensors. Throws SafetensorsError naming a missing or malformed file.
   static Checkpoint open(const std::string& folder) {
+    const std::string index = folder + "/model.safetensors.index.json";
+    if (!std::filesystem::exists(index)) return of_file(folder, SafetensorsFile::open(folder + "/model.safetensors"));
+    return of_index(folder, index, read_text_file(index, "checkpoint index"),
+                    [&](const std::string& file) { return SafetensorsFile::open(folder + "/" + file); });
+  }
+
+  /// The checkpoint of one file already open; `folder` names it in messages.
+  static Checkpoint of_file(const std::string& folder, SafetensorsFile file) {
     Checkpoint c;
     c.folder_ = folder;
-    const std::string index = folder + "/model.safetensors.index.json";
-    if (!std::filesystem::exists(index)) {
-      c.files_.emplace("model.safetensors", std::make_shared<SafetensorsFile>(SafetensorsFile::open(folder + "/model.safetensors")));
-      for (const std::string& name : c.files_.begin()->second->names()) c.where_[name] = c.files_.begin()->second.get();
-      return c;
-    }
-    const nlohmann::json json = nlohmann::json::parse(read_text_file(index, "checkpoint index"), nullptr, false);
+    const auto& shared = c.files_.emplace("model.safetensors", std::make_shared<SafetensorsFile>(std::move(file))).first->second;
+    for (const std::string& name : shared->names()) c.where_[name] = shared.get();
+    return c;
+  }
+
+  /// The checkpoint an index describes: `text` is the index file's ({"weight_map": {tensor:
+  /// file}}), `index` its name in messages, and open_shard(file) opens each file it names once
+  /// (from the folder for open(); from memory in the fuzzer). Throws SafetensorsError naming an
+  /// index that is not such an object, a file name with a '/', or a shard that lacks its tensor.
+  static Checkpoint of_index(const std::string& folder, const std::string& index, const std::string& text,
+                             const std::function<SafetensorsFile(const std::string&)>& open_shard) {
+    Checkpoint c;
+    c.folder_ = folder;
+    const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
     const auto map = json.is_object() ? json.find("weight_map") : json.end();
     if (json.is_discarded() || !json.is_object() || map == json.end() || !map->is_object())
       throw SafetensorsError("headwise: checkpoint index: " + index + " has no \"weight_map\" object");
     for (const auto& [tensor, file] : map->items()) {
       if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-        throw SafetensorsError("headwise: checkpoint index: " + index + ": tensor \"" + tensor +
-                               "\" maps to " + file.dump() + ", expected a file name in the folder");
+        throw SafetensorsError("headwise: checkpoint index: " + index + ": tensor \"" + tensor + "\" maps to " + file.dump() +
+                               ", expected a file name in the folder");
       auto& shard = c.files_[file.get<std::string>()];
-      if (!shard) shard = std::make_shared<SafetensorsFile>(SafetensorsFile::open(folder + "/" + file.get<std::string>()));
+      if (!shard) shard = std::make_shared<SafetensorsFile>(open_shard(file.get<std::string>()));
       if (!shard->contains(tensor))
         throw SafetensorsError("headwise: checkpoint index: " + index + " puts \"" + tensor + "\" in " +
                                file.get<std::string>() + ", which does not hold it");

@@ -65,12 +65,7 @@ inline Gpt2Config parse_gpt2_config(const std::string& text, const std::string& 
 
 /// Reads n_embd, n_head (required) and n_layer (optional) from a config.json (parse_gpt2_config).
 inline Gpt2Config read_gpt2_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw SafetensorsError("headwise: gpt2 config: cannot open " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw SafetensorsError("headwise: gpt2 config: cannot read " + path);
-  return parse_gpt2_config(text.str(), path);
+  return parse_gpt2_config(detail::read_text(path, "gpt2 config"), path);
 }
 
 /// Layer `layer`'s attention from a GPT-2 checkpoint already open, with its config.
@@ -129,7 +124,6 @@ std::vector<MultiHeadAttention<Scalar>> load_gpt2_attention_layers(const Safeten
     throw SafetensorsError("headwise: gpt2: " + model.name() + ": the config gives no n_layer, so the layers "
                            "to load are unknown; load them one by one with load_gpt2_attention");
   std::vector<MultiHeadAttention<Scalar>> layers;
-  layers.reserve(static_cast<std::size_t>(config.n_layer));
   for (Index layer = 0; layer < config.n_layer; ++layer) layers.push_back(load_gpt2_attention<Scalar>(model, config, layer));
   return layers;
 }

@@ -129,7 +129,7 @@ inline LlamaConfig parse_llama_config(const std::string& text, const std::string
   if (windowed && r.has("sliding_window")) c.sliding_window = r.integer("sliding_window");
   if (c.model_type == "qwen2") c.first_window_layer = r.integer("max_window_layers", c.n_layers);
   try {
-    RotaryEmbedding check(c.rope);  // a theta or scaling out of range is refused here, by name
+    RotaryEmbedding::check(c.rope);  // a theta or scaling out of range is refused here, by name
   } catch (const std::invalid_argument& e) {
     r.fail(e.what());
   }
@@ -184,8 +184,7 @@ template <class Scalar>
 std::vector<MultiHeadAttention<Scalar>> load_llama_attention_layers(const std::string& folder) {
   const LlamaConfig config = read_llama_config(folder + "/config.json");
   const Checkpoint model = Checkpoint::open(folder);
-  std::vector<MultiHeadAttention<Scalar>> layers;
-  layers.reserve(static_cast<std::size_t>(config.n_layers));
+  std::vector<MultiHeadAttention<Scalar>> layers;  // not reserved: a config may claim 2^32 layers the file lacks
   for (Index layer = 0; layer < config.n_layers; ++layer) layers.push_back(load_llama_attention<Scalar>(model, config, layer));
   return layers;
 }

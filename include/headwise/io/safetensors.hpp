@@ -180,34 +180,67 @@ inline Bytes bytes_of(std::vector<unsigned char> buffer) {
 inline std::string system_error_text() { return std::strerror(errno); }
 
 #ifdef HEADWISE_SAFETENSORS_MMAP
-/// Maps the regular file at `path` read-only. A directory, a device or a file that cannot be opened
-/// or mapped throws SafetensorsError.
-inline Bytes map_file(const std::string& path) {
-  const std::string where = "headwise: safetensors: ";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw SafetensorsError(where + "cannot open " + path + ": " + system_error_text());
+/// A file descriptor open on a regular file, closed with the object.
+struct RegularFile {
+  int fd = -1;
+  std::size_t size = 0;
+  RegularFile() = default;
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+  ~RegularFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+/// Opens `path` read-only if it is a regular file; throws SafetensorsError("headwise: <what>: ...")
+/// naming a missing file, a directory, a named pipe or a device. O_NONBLOCK: opening a named pipe
+/// does not wait for a writer (it is refused once open); reads of a regular file ignore the flag.
+inline void open_regular(const std::string& path, const char* what, RegularFile& file) {
+  const std::string where = std::string("headwise: ") + what + ": ";
+  file.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (file.fd < 0) throw SafetensorsError(where + "cannot open " + path + ": " + system_error_text());
   struct stat status {};
-  if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
-    const std::string why = S_ISDIR(status.st_mode) ? "is a directory" : "is not a regular file";
-    ::close(fd);
-    throw SafetensorsError(where + "cannot read " + path + ": it " + why);
+  if (::fstat(file.fd, &status) != 0) throw SafetensorsError(where + "cannot read " + path + ": " + system_error_text());
+  if (!S_ISREG(status.st_mode)) {
+    const char* kind = S_ISDIR(status.st_mode) ? "a directory" : S_ISFIFO(status.st_mode) ? "a named pipe" : "not a regular file";
+    throw SafetensorsError(where + "cannot read " + path + ": it is " + kind);
   }
-  const auto size = static_cast<std::size_t>(status.st_size);
-  if (size == 0) {  // mmap refuses a length of 0; an empty file is refused by the parser
-    ::close(fd);
-    return {};
+  file.size = static_cast<std::size_t>(status.st_size);
+}
+
+/// Maps the regular file at `path` read-only. A directory, a pipe, a device or a file that cannot
+/// be opened or mapped throws SafetensorsError.
+inline Bytes map_file(const std::string& path) {
+  RegularFile file;
+  open_regular(path, "safetensors", file);
+  if (file.size == 0) return {};  // mmap refuses a length of 0; an empty file is refused by the parser
+  void* mapped = ::mmap(nullptr, file.size, PROT_READ, MAP_PRIVATE, file.fd, 0);
+  if (mapped == MAP_FAILED) throw SafetensorsError("headwise: safetensors: cannot map " + path + ": " + system_error_text());
+  // The mapping keeps the file's pages reachable once the descriptor is closed.
+  std::shared_ptr<const void> owner(mapped, [size = file.size](const void* p) { ::munmap(const_cast<void*>(p), size); });
+  return {owner, static_cast<const unsigned char*>(mapped), file.size};
+}
+
+/// The text of the regular file at `path`; throws SafetensorsError("headwise: <what>: ...").
+inline std::string read_text(const std::string& path, const char* what) {
+  RegularFile file;
+  open_regular(path, what, file);
+  std::string text(file.size, '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const auto got = ::read(file.fd, &text[done], text.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw SafetensorsError(std::string("headwise: ") + what + ": cannot read " + path + ": " + system_error_text());
+    if (got == 0) break;  // the file shrank while read: take what is there
+    done += static_cast<std::size_t>(got);
   }
-  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const std::string error = mapped == MAP_FAILED ? system_error_text() : "";
-  ::close(fd);  // the mapping keeps the file's pages reachable
-  if (mapped == MAP_FAILED) throw SafetensorsError(where + "cannot map " + path + ": " + error);
-  std::shared_ptr<const void> owner(mapped, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
-  return {owner, static_cast<const unsigned char*>(mapped), size};
+  text.resize(done);
+  return text;
 }
 #else
 /// Reads the regular file at `path` whole (where there is no mmap).
-inline Bytes map_file(const std::string& path) {
-  const std::string where = "headwise: safetensors: ";
+inline std::vector<unsigned char> read_regular(const std::string& path, const char* what) {
+  const std::string where = std::string("headwise: ") + what + ": ";
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw SafetensorsError(where + "cannot read " + path + ": it is not a regular file");
@@ -219,7 +252,12 @@ inline Bytes map_file(const std::string& path) {
   in.seekg(0);
   if (size > 0 && !in.read(reinterpret_cast<char*>(buffer.data()), size))
     throw SafetensorsError(where + "cannot read " + path);
-  return bytes_of(std::move(buffer));
+  return buffer;
+}
+inline Bytes map_file(const std::string& path) { return bytes_of(read_regular(path, "safetensors")); }
+inline std::string read_text(const std::string& path, const char* what) {
+  const std::vector<unsigned char> bytes = read_regular(path, what);
+  return std::string(bytes.begin(), bytes.end());
 }
 #endif
 

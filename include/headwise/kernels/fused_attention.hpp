@@ -615,13 +615,13 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
                             const FusedTiles& tiles = {}, RowStatistics<Scalar>* statistics = nullptr) {
   constexpr const char* where = "fused_multi_head_attention";
   detail::check_packed_call<Scalar>(q, n_heads, kv, z, tiles);
-  const double divisor = resolve_divisor(options, kv.d_head(), where);
-  if (!detail::all_finite(q, detail::thread_count(options))) detail::require_finite(where, "q", q);
+  const double divisor = resolve_divisor<Scalar>(options, kv.d_head(), where);
+  if (!detail::all_finite(q, detail::thread_count(options.threads, where))) detail::require_finite(where, "q", q);
   const ScoreRule<Scalar> rule(options, q.rows(), kv.size(), n_heads, where);
   const FusedTiles t = detail::tiles_for<Scalar>(tiles, q.rows(), kv.size());
   const detail::FusedCall<Scalar> call{q,         kv,     z,       logsumexp, statistics, n_heads, n_heads / kv.n_kv_heads(),
                                        t.queries, t.keys, t.key_shard, rule, static_cast<Scalar>(1.0 / divisor)};
-  const int threads = detail::thread_count(options);
+  const int threads = detail::thread_count(options.threads, where);
   if (rule.modifies_scores()) detail::run_fused_jobs<detail::ScoresByRule>(call, threads, t.split_keys);
   else detail::run_fused_jobs<detail::ScoresAsComputed>(call, threads, t.split_keys);
 }
@@ -652,7 +652,7 @@ void fused_multi_head_attention(const Eigen::Ref<const Matrix<Scalar>>& q,
   if (v.cols() % n_kv_heads != 0 || v.cols() == 0)
     detail::invalid(where, "v has ", v.cols(), " columns, not divisible by n_kv_heads = ", n_kv_heads);
   PackedKeysValues<Scalar> kv(k.rows(), n_kv_heads, d_head, v.cols() / n_kv_heads);
-  kv.append(k, v, detail::thread_count(options));
+  kv.append(k, v, detail::thread_count(options.threads, where));
   fused_attention_packed<Scalar>(q, n_heads, kv, z, logsumexp, options, tiles);
 }
 

@@ -83,9 +83,9 @@ bool probabilities_and_ds(const BackwardCall<Scalar>& c, Index h, Index i0, Inde
     c.rule.apply(h, i, j0, p_row.data(), begin, begin + count);
     p_row.head(begin).setZero();
     p_row.tail(cols - begin - count).setZero();
-    auto seen = p_row.segment(begin, count).array();
-    if (c.rule.hides_keys()) seen = (seen == minus_inf).select(Scalar(0), (seen - lse).exp());  // exact 0 if hidden
-    else seen = (seen - lse).exp();
+    auto visible = p_row.segment(begin, count).array();
+    if (c.rule.hides_keys()) visible = (visible == minus_inf).select(Scalar(0), (visible - lse).exp());  // exact 0 if hidden
+    else visible = (visible - lse).exp();
     ds.row(r) = p_row.cwiseProduct((ds.row(r).array() - c.delta(h, i)).matrix());  // dS = P ∘ (dP - D)
     if (c.softcap) {
       const Scalar inv_cap = static_cast<Scalar>(1.0 / *c.softcap);
@@ -156,7 +156,18 @@ AttentionGradients<Scalar> fused_attention_backward(const Eigen::Ref<const Matri
   if (logsumexp.rows() != n_heads || logsumexp.cols() != q.rows())
     detail::invalid(where, "logsumexp is ", logsumexp.rows(), "x", logsumexp.cols(), ", expected ", n_heads, "x", q.rows());
   if (tiles.queries <= 0 || tiles.keys <= 0) detail::invalid(where, "tile sizes must be > 0");
-  [[maybe_unused]] const int threads = detail::thread_count(options);  // unused without OpenMP
+  [[maybe_unused]] const int threads = detail::thread_count(options.threads, where);  // unused without OpenMP
+  // A NaN anywhere would reach every gradient through the sums over rows (0 x NaN is NaN), across
+  // the causal mask: refused by name. A logsumexp is finite, or -inf for a row that saw nothing.
+  const auto require_finite = [&](const char* name, const Eigen::Ref<const Matrix<Scalar>>& m) {
+    if (!detail::all_finite(m, threads)) detail::require_finite(where, name, m);
+  };
+  require_finite("q", q), require_finite("k", k), require_finite("v", v), require_finite("o", o), require_finite("d_o", d_o);
+  for (Index h = 0; h < n_heads; ++h)
+    for (Index i = 0; i < q.rows(); ++i)
+      if (std::isnan(logsumexp(h, i)) || logsumexp(h, i) == std::numeric_limits<Scalar>::infinity())
+        detail::invalid(where, "logsumexp has ", logsumexp(h, i), " for head ", h, ", row ", i,
+                        " (finite, or -inf for a row that saw no key)");
   Matrix<Scalar> delta(n_heads, q.rows());
   for (Index h = 0; h < n_heads; ++h)
     delta.row(h) = o.middleCols(h * d_v, d_v).cwiseProduct(d_o.middleCols(h * d_v, d_v)).rowwise().sum().transpose();
@@ -164,7 +175,7 @@ AttentionGradients<Scalar> fused_attention_backward(const Eigen::Ref<const Matri
   const detail::BackwardCall<Scalar> call{q, k, v, logsumexp, d_o, delta, rule, options.softcap, n_heads, n_heads / n_kv_heads,
                                           d, d_v, std::max<Index>(std::min(tiles.queries, q.rows()), 1),
                                           std::max<Index>(std::min(tiles.keys, k.rows()), 1),
-                                          static_cast<Scalar>(1.0 / resolve_divisor(options, d, where))};
+                                          static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, d, where))};
   AttentionGradients<Scalar> out{Matrix<Scalar>(q.rows(), q.cols()), Matrix<Scalar>(k.rows(), k.cols()),
                                  Matrix<Scalar>(v.rows(), v.cols())};
   const Index key_tiles = (k.rows() + call.tk - 1) / call.tk, query_tiles = (q.rows() + call.tq - 1) / call.tq;

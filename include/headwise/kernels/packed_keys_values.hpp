@@ -55,7 +55,8 @@ class PackedKeysValues {
   Index d_v() const { return d_v_; }
 
   /// Appends m tokens. k: (m, n_kv_heads d_head), v: (m, n_kv_heads d_v), head by head in columns.
-  /// With threads > 1, heads are packed in parallel (OpenMP); the store is the same either way.
+  /// With threads > 1 (0: OpenMP's default; at most detail::max_threads), heads are packed in
+  /// parallel (OpenMP); the store is the same either way.
   void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v, int threads = 1) {
     constexpr const char* where = "PackedKeysValues::append";
     if (k.cols() != n_kv_heads_ * d_head_)
@@ -71,7 +72,7 @@ class PackedKeysValues {
     // checked as they are packed (one read of k and v, by the thread that packs them). Thread t
     // packs the heads of part t (schedule(static) gives part t to thread t), the split the fused
     // kernel's detail::JobRuns uses, so that each thread then attends first to what it packed.
-    threads = static_cast<int>(std::clamp<Index>(n_kv_heads_, 1, std::max(threads, 1)));
+    threads = static_cast<int>(std::min<Index>(n_kv_heads_, detail::thread_count(threads, where)));
     bool finite = true;
     HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) reduction(&& : finite) if (threads > 1 && k.rows() >= 64))
     for (int part = 0; part < threads; ++part)  // heads [G part / threads, G (part + 1) / threads)

@@ -10,6 +10,9 @@ namespace headwise {
 
 /// The causal range `keys` of the query at `position`, narrowed to its last `window` keys.
 inline KeyRange sliding_window_range(KeyRange keys, Index position, Index window) {
+  // A window that reaches past the first key leaves the range as it is (and position - window + 1
+  // is never computed where it would overflow: a window near INT64_MAX).
+  if (window > position - keys.begin) return keys;
   return keys.within(position - window + 1, keys.end);
 }
 
