@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 
@@ -195,18 +196,19 @@ void BM_CoreWindow(benchmark::State& state) {
 }
 BENCHMARK(BM_CoreWindow)->ArgNames({"n", "threads"})->ArgsProduct({{2048, 4096, 8192, 16384}, {1}})->Unit(benchmark::kMillisecond);
 
-// Where the fused core's time goes, phase by phase, on one thread: the kernel's own loop
-// (detail::run_fused_jobs) with a clock that reads the time at every phase change. Counters:
-// each phase's share of the time in percent (query: scale and pack the query tile; scores: the
-// Q Kᵀ tile product; softmax: row maxima, exp, sums, rescaling, P written for the product;
-// values: P V; normalise: Z = acc / l, and the next job's set-up), and the GFLOP/s of the whole
-// (timing costs ~1%). Issue 9's "before" kernel had a sixth phase, packing P; see bench/RESULTS.md.
+// Where the fused core's time goes, phase by phase, on one thread: attend() on the packed keys with
+// a public phase observer (headwise::FusedPhase) that reads the time at every phase change.
+// Counters: each phase's share of the time in percent (query: scale and pack the query tile;
+// scores: the Q Kᵀ tile product; softmax: row maxima, exp, sums, rescaling, P written for the
+// product; values: P V; normalise: Z = acc / l, and the next job's set-up), and the GFLOP/s of the
+// whole (timing costs ~1%). Issue 9's "before" kernel had a sixth phase, packing P; see
+// bench/RESULTS.md.
 struct PhaseClock {
   using clock = std::chrono::steady_clock;
-  std::array<double, headwise::detail::fused_phase_count> seconds{};
+  std::array<double, headwise::fused_phase_count> seconds{};
   int current = -1;
   clock::time_point since;
-  void enter(headwise::detail::FusedPhase phase) {
+  void enter(headwise::FusedPhase phase) {
     const auto now = clock::now();
     if (current >= 0) seconds[static_cast<std::size_t>(current)] += std::chrono::duration<double>(now - since).count();
     current = static_cast<int>(phase), since = now;
@@ -219,26 +221,24 @@ void BM_CorePhases(benchmark::State& state) {
   headwise::PackedKeysValues<float> kv(n, n_heads, d_head, d_head);
   kv.append(qkv.middleCols(d_model, d_model), qkv.rightCols(d_model));
   const Mat q = qkv.leftCols(d_model);
-  Mat z(n, d_model);
-  Eigen::Ref<Mat> z_ref(z);
-  const Eigen::Ref<const Mat> q_ref(q);
-  const headwise::FusedTiles tiles = headwise::detail::tiles_for<float>(headwise::FusedTiles{}, n, n);
-  const headwise::AttentionOptions causal;
-  const headwise::ScoreRule<float> rule(causal, n, n, n_heads, "BM_CorePhases");
-  const headwise::detail::FusedCall<float> call{q_ref, kv, z_ref, nullptr, nullptr, n_heads, 1, tiles.queries, tiles.keys,
-                                                tiles.key_shard, rule, 1.0f / std::sqrt(float(d_head))};
-  std::array<double, headwise::detail::fused_phase_count> seconds{};
+  headwise::AttentionOptions one_thread;
+  one_thread.threads = 1;
+  headwise::AttentionCall call;
+  call.heads = {n_heads, n_heads};
+  call.options = &one_thread;
+  std::array<double, headwise::fused_phase_count> seconds{};
+  std::vector<PhaseClock> clocks;
   for (auto _ : state) {
-    const auto clocks = headwise::detail::run_fused_jobs<headwise::detail::ScoresAsComputed, float, PhaseClock>(call, /*threads=*/1);
+    const auto result = headwise::attend<float>(q, kv, call, clocks);
     PhaseClock last = clocks[0];
-    last.enter(headwise::detail::FusedPhase::query);  // closes the last phase
+    last.enter(headwise::FusedPhase::query);  // closes the last phase
     for (std::size_t p = 0; p < seconds.size(); ++p) seconds[p] += last.seconds[p];
-    benchmark::DoNotOptimize(z.data());
+    benchmark::DoNotOptimize(result.z.data());
     benchmark::ClobberMemory();
   }
   double total = 0;
   for (double t : seconds) total += t;
-  const std::array<const char*, headwise::detail::fused_phase_count> names = {"query%", "scores%", "softmax%", "values%", "normalise%"};
+  const std::array<const char*, headwise::fused_phase_count> names = {"query%", "scores%", "softmax%", "values%", "normalise%"};
   for (std::size_t p = 0; p < seconds.size(); ++p) state.counters[names[p]] = 100.0 * seconds[p] / total;
   set_counters(state, core_flops(n), n);
 }

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "headwise/attention_core.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/attend.hpp"
 #include "headwise/rotary_embedding.hpp"
 #include "headwise/variants/alibi.hpp"
 #include "support/catch.hpp"

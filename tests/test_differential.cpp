@@ -11,7 +11,7 @@
 #include <random>
 
 #include "headwise/attention_core.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/attend.hpp"
 #include "support/catch.hpp"
 #include "support/matchers.hpp"
 #include "support/random.hpp"

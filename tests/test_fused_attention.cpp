@@ -3,7 +3,7 @@
 #include <random>
 
 #include "headwise/attention_core.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/attend.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 #include "support/matchers.hpp"

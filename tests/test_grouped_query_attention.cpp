@@ -2,7 +2,7 @@
 #include <random>
 
 #include "headwise/attention_core.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/attend.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"

@@ -15,7 +15,7 @@
 
 #include "headwise/detail/parallel.hpp"
 #include "headwise/io/gpt2.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/attend.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"

@@ -2,7 +2,7 @@
 // the full forward; the decode case of PyTorch; capacity, truncate and reset.
 #include <random>
 
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/attend.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "support/catch.hpp"

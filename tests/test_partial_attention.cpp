@@ -74,7 +74,8 @@ TEST_CASE("a shard no query can see contributes nothing, exactly", "[partial][me
   const auto merged = merge(seen, future);
   CHECK_THAT(merged.z, headwise_test::IsExactly(seen.z));
   CHECK_THAT(merged.logsumexp, headwise_test::IsExactly(seen.logsumexp));
-  PartialAttention<double> wrong{Matrix<double>::Zero(3, 8), Matrix<double>::Zero(1, 3)};
+  PartialAttention<double> wrong;
+  wrong.z = Matrix<double>::Zero(3, 8), wrong.logsumexp = Matrix<double>::Zero(1, 3);
   CHECK_THROWS_WITH(merge(seen, wrong), Catch::Contains("do not merge"));
   CHECK_THROWS_WITH(partial_attention<double>(q, k, v, 1, 1, 0, -1), Catch::Contains("first_key_position must be >= 0"));
   CHECK_THROWS_WITH(partial_attention<double>(q, k, v, 1, 1, -3, 0), Catch::Contains("first_query_position must be >= 0"));

@@ -17,7 +17,7 @@
 #include "headwise/attention_core.hpp"
 #include "headwise/io/gpt2.hpp"
 #include "headwise/io/llama.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/attend.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/partial_attention.hpp"
 #include "support/catch.hpp"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "headwise/attention_core.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/attend.hpp"
 #include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/variants/alibi.hpp"

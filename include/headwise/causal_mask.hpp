@@ -64,7 +64,10 @@ class CausalMask {
       for (Index j = r.keys(i).begin; j < r.keys(i).end; ++j) {
         if (r.hides_keys() && r.hidden(i, j)) continue;
         Scalar g = d_masked(i, j);
-        if (options_.softcap) g *= Scalar(1) - std::pow(std::tanh(scaled_(i, j) / static_cast<Scalar>(*options_.softcap)), 2);
+        if (options_.softcap) {
+          const Scalar t = std::tanh(scaled_(i, j) / static_cast<Scalar>(*options_.softcap));
+          g *= Scalar(1) - t * t;
+        }
         d(i, j) = g;
       }
     return d;

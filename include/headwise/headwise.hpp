@@ -11,7 +11,7 @@
 #include "headwise/softmax.hpp"
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/attend.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/kv_cache.hpp"

@@ -7,11 +7,11 @@
 #include <utility>
 #include <vector>
 
+#include "headwise/attend.hpp"
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/head_interventions.hpp"
-#include "headwise/kernels/fused_attention.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/layer_config.hpp"
 #include "headwise/linear.hpp"
@@ -160,10 +160,10 @@ class MultiHeadAttention {
     resolve_divisor<Scalar>(all, d_head_, "MultiHeadAttention::forward");
     if (extras.keys_values) {
       *extras.keys_values = PackedKeysValues<Scalar>(x.rows(), n_kv_heads_, d_head_, d_head_);
-      return attend(x, *extras.keys_values, all, extras, "MultiHeadAttention::forward");
+      return attend_rows(x, *extras.keys_values, all, extras, "MultiHeadAttention::forward");
     }
     PackedKeysValues<Scalar> kv(x.rows(), n_kv_heads_, d_head_, d_head_);
-    return attend(x, kv, all, extras, "MultiHeadAttention::forward");
+    return attend_rows(x, kv, all, extras, "MultiHeadAttention::forward");
   }
 
   /// A KV cache for this layer with room for `capacity` tokens.
@@ -184,7 +184,7 @@ class MultiHeadAttention {
     const Index held = cache.size();
     Matrix<Scalar> out;
     try {
-      out = output_of(attend(x, cache.store(), all, {}, where), detail::thread_count(options.threads, where), held, where);
+      out = output_of(attend_rows(x, cache.store(), all, {}, where), detail::thread_count(options.threads, where), held, where);
     } catch (...) {
       cache.store().truncate(held);  // a refused call changes nothing
       throw;
@@ -308,7 +308,7 @@ class MultiHeadAttention {
   /// Rows of x projected in chunks by X [W_Q | W_K | W_V] + b: K and V appended to kv, then the
   /// fused kernel against everything kv holds. x: (m, d_model) -> Z (m, n_heads d_head).
   /// If anything throws, kv is rolled back to the tokens it held: a refused call changes nothing.
-  Matrix<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
+  Matrix<Scalar> attend_rows(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
                         const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
                         const char* where) const {
     const Index held = kv.size();
@@ -324,7 +324,7 @@ class MultiHeadAttention {
                                   const char* where) const {
     const int threads = detail::thread_count(options.threads, where);
     const Index width = n_heads_ * d_head_, kv_width = n_kv_heads_ * d_head_;
-    Matrix<Scalar> z(x.rows(), width);  // every head's Z side by side
+    Matrix<Scalar> z;  // every head's Z side by side, (m, n_heads d_head)
     {
       Matrix<Scalar> q(x.rows(), width), part;
       constexpr Index chunk = 256;  // rows per product: a (256, 3 d_model) buffer, not (n, 3 d_model)
@@ -340,7 +340,13 @@ class MultiHeadAttention {
         for (Index r = 0; r < rows; ++r) q.row(i0 + r) = part.row(r).head(width);
         kv.append(part.middleCols(width, kv_width), part.rightCols(kv_width), threads);
       }
-      fused_attention_packed<Scalar>(q, n_heads_, kv, z, extras.logsumexp, options, FusedTiles{}, extras.statistics);
+      AttentionCall call;  // the one attention call, on everything kv now holds
+      call.heads = {n_heads_, n_kv_heads_};
+      call.options = &options, call.logsumexp = extras.logsumexp != nullptr, call.statistics = extras.statistics != nullptr;
+      AttentionResult<Scalar> r = detail::attend_packed<Scalar>(q, kv, call, where);
+      z = std::move(r.z);
+      if (extras.logsumexp) *extras.logsumexp = std::move(r.logsumexp);
+      if (extras.statistics) *extras.statistics = std::move(r.statistics);
       if (extras.q) *extras.q = std::move(q);
     }
     return z;

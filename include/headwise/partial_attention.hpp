@@ -14,36 +14,32 @@
 #include <limits>
 
 #include "headwise/detail/errors.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/attend.hpp"
 #include "headwise/options.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
 
-/// One shard's attention: Z (n_q, n_heads d_v) and logsumexp (n_heads, n_q).
+/// One shard's attention: Z (n_q, n_heads d_v) and logsumexp (n_heads, n_q), attend()'s result.
 template <class Scalar>
-struct PartialAttention {
-  Matrix<Scalar> z;
-  Matrix<Scalar> logsumexp;
-};
+using PartialAttention = AttentionResult<Scalar>;
 
 /// The attention of queries q (n_q, n_heads d) at positions first_query_position + i over the keys
 /// k, v (m, n_kv_heads d / d_v) at positions first_key_position + j, with options' masks and
-/// modifiers at those positions (a mask or bias is (n_q, m): this shard's columns).
+/// modifiers at those positions (a mask or bias is (n_q, m): this shard's columns). attend() with
+/// the positions set and the logsumexp recorded.
 template <class Scalar>
 PartialAttention<Scalar> partial_attention(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
                                            const Eigen::Ref<const Matrix<Scalar>>& v, Index n_heads, Index n_kv_heads,
                                            Index first_query_position, Index first_key_position,
                                            const AttentionOptions& options = {}) {
-  AttentionOptions at = options;
+  AttentionOptions at = options;  // (a copy: the positions are this shard's)
   at.first_query_position = first_query_position;
   at.first_key_position = first_key_position;
-  PartialAttention<Scalar> out;
-  if (n_kv_heads <= 0 || v.cols() % n_kv_heads != 0)
-    detail::invalid("partial_attention", "v has ", v.cols(), " columns, not divisible by n_kv_heads = ", n_kv_heads);
-  out.z.resize(q.rows(), n_heads * (v.cols() / n_kv_heads));
-  fused_multi_head_attention<Scalar>(q, k, v, n_heads, n_kv_heads, out.z, &out.logsumexp, at);
-  return out;
+  AttentionCall call;
+  call.heads = {n_heads, n_kv_heads};
+  call.options = &at, call.logsumexp = true;
+  return detail::attend_matrices<Scalar>(q, k, v, call, "partial_attention");
 }
 
 /// Merges b into a: a becomes the attention over both shards. Shapes must agree.

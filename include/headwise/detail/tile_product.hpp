@@ -63,8 +63,8 @@ inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth
   constexpr Index R = Shape::rows, P = Shape::packet, W = Shape::lanes, Rows = sizeof...(r);
   constexpr Index prefetch_rows = 16;  // rows of B ahead (1 KiB of floats with AVX2, 2 KiB with AVX-512)
   const Packet zero = pset1<Packet>(Scalar(0));
-  Packet acc0[Rows] = {(Accumulate ? ploadu<Packet>(c + r * ldc) : zero)...};
-  Packet acc1[Rows] = {(Accumulate ? ploadu<Packet>(c + r * ldc + P) : zero)...};
+  Packet acc0[sizeof...(r)] = {(Accumulate ? ploadu<Packet>(c + r * ldc) : zero)...};
+  Packet acc1[sizeof...(r)] = {(Accumulate ? ploadu<Packet>(c + r * ldc + P) : zero)...};
   for (Index k = 0; k < depth; ++k) {
     // B streams from memory when few rows share it (a decoding step): ask for it early.
     if (Rows <= 2) prefetch(b + (k + prefetch_rows) * W);

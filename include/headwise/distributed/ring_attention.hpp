@@ -266,8 +266,9 @@ PartialAttention<Scalar> ring_attention(MPI_Comm comm, const Eigen::Ref<const Ma
   const detail::RowType key_row(k.cols(), detail::mpi_scalar<Scalar>()), value_row(v.cols(), detail::mpi_scalar<Scalar>());
   const int right = (c.rank() + 1) % c.size(), left = (c.rank() + c.size() - 1) % c.size();
 
-  PartialAttention<Scalar> result{Matrix<Scalar>::Zero(q.rows(), n_heads * (v.cols() / n_kv_heads)),
-                                  Matrix<Scalar>::Constant(n_heads, q.rows(), -std::numeric_limits<Scalar>::infinity())};
+  PartialAttention<Scalar> result;  // nothing seen yet: Z = 0, logsumexp = -inf
+  result.z = Matrix<Scalar>::Zero(q.rows(), n_heads * (v.cols() / n_kv_heads));
+  result.logsumexp = Matrix<Scalar>::Constant(n_heads, q.rows(), -std::numeric_limits<Scalar>::infinity());
   detail::KeyValueBlock<Scalar> current{k, v, c.rank()}, next;
   for (int step = 0; step < c.size(); ++step) {
     MPI_Request requests[4];

@@ -3,9 +3,10 @@
 // sees (above the diagonal, outside a window or a packed sequence, wholly masked) are never
 // touched. Multi-threaded with OpenMP over (head, query tile) pairs, or, for a call of one query
 // tile (decoding), over (key shard, key/value head) pairs. Which keys each query sees and
-// what happens to a score come from the call's ScoreRule (score_rule.hpp); whether scores are
-// modified at all is a compile-time policy (ScoresAsComputed / ScoresByRule below), so the plain
-// causal loop carries none of the modifiers' work.
+// what happens to a score come from the call's ScoreRule (score_rule.hpp). Whether scores are
+// modified at all, and whether per-row statistics are recorded, are a compile-time policy
+// (KernelPolicy below, chosen once per call by run_fused), so the plain causal loop carries none
+// of the modifiers' or the statistics' work. The public way in is attend() (attend.hpp).
 //
 // For each head h and tile of queries [i0, i0 + tq):
 //   pass 1  scale the query tile once: Qs = Q[i0:, h] / divisor
@@ -39,8 +40,6 @@
 #include <limits>
 #include <vector>
 
-#include "headwise/attention_core.hpp"
-#include "headwise/causal_mask.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
@@ -76,6 +75,19 @@ struct FusedTiles {
   bool split_keys = true;  ///< false: a one-tile call runs its shards in turn (bench_decode's baseline)
 };
 
+/// The phases of a fused job, in the order of the passes at the top of this file.
+enum class FusedPhase { query, scores, softmax, values, normalise };
+constexpr int fused_phase_count = 5;
+
+/// An observer of the fused kernel: each thread's observer is told every phase its jobs enter,
+/// to measure where the time goes (BM_CorePhases in bench/bench_attention.cpp; attend.hpp takes
+/// one per thread). Any type with enter(FusedPhase) will do; the library's own calls use this
+/// one, which does nothing and which the compiler removes, as Eigen's tensor contractions take
+/// NoOpOutputKernel.
+struct NoPhaseObserver {
+  void enter(FusedPhase) {}
+};
+
 namespace detail {
 
 /// Query tiles of n_q rows, later tiles first: under a causal mask they see the most keys, and
@@ -87,14 +99,22 @@ inline std::vector<Index> query_tiles_by_cost(Index n_q, Index tile) {
   return starts;
 }
 
-/// One call of the kernel: what every (head, query tile) job reads and writes.
+/// One call of the kernel: what every (head, query tile) job reads and writes. Made in one place,
+/// attend() (attend.hpp), from checked arguments and the tiles tiles_for gives.
 template <class Scalar>
 struct FusedCall {
+  FusedCall(const Eigen::Ref<const Matrix<Scalar>>& queries, const PackedKeysValues<Scalar>& keys_values,
+            Eigen::Ref<Matrix<Scalar>>& output, const ScoreRule<Scalar>& score_rule, const FusedTiles& tiles,
+            Scalar inverse_divisor)
+      : q(queries), kv(keys_values), z(output), n_heads(queries.cols() / keys_values.d_head()),
+        group(n_heads / keys_values.n_kv_heads()), tq(tiles.queries), tk(tiles.keys), shard(tiles.key_shard),
+        rule(score_rule), inv_divisor(inverse_divisor) {}
+
   const Eigen::Ref<const Matrix<Scalar>>& q;  // (n_q, n_heads d_head)
   const PackedKeysValues<Scalar>& kv;         // n_k keys and values of n_kv_heads heads
   Eigen::Ref<Matrix<Scalar>>& z;              // (n_q, n_heads d_v)
-  Matrix<Scalar>* logsumexp;                  // (n_heads, n_q), or null
-  RowStatistics<Scalar>* statistics;          // (n_heads, n_q) each, or null
+  Matrix<Scalar>* logsumexp = nullptr;        // (n_heads, n_q), or null
+  RowStatistics<Scalar>* statistics = nullptr;  // (n_heads, n_q) each, or null (then the policy records none)
   Index n_heads, group;                       // query heads; query heads per key/value head
   Index tq, tk;                               // query and key tile sizes (tk a multiple of W)
   Index shard;                                // keys per shard (a multiple of tk)
@@ -124,6 +144,13 @@ struct ScoresByRule {
                     Index end) {
     rule.apply(h, i, first_key, row, begin, end);
   }
+};
+
+/// A call's compile-time policy: what happens to scores (ScoresAsComputed or ScoresByRule) and
+/// whether per-row statistics are recorded on the fly (record_scores, record_dot).
+template <class Scores, bool Statistics>
+struct KernelPolicy : Scores {
+  static constexpr bool statistics = Statistics;
 };
 
 /// Per-thread scratch of the kernel, allocated once per call (before the parallel loop, sized by
@@ -200,7 +227,7 @@ inline Scalar exp_and_sum(Scalar* row, Index visible, Index end, Index capacity,
   }
   Index written = visible;  // row[visible, written) is already 0
   if (whole < visible) {    // the packet the visible entries end in: exp, then the mask
-    alignas(64) Scalar buffer[P] = {};
+    alignas(64) Scalar buffer[static_cast<std::size_t>(P)] = {};
     const bool in_place = whole + P <= capacity;
     Scalar* last = in_place ? row + whole : buffer;
     if (!in_place) std::copy(row + whole, row + visible, buffer);
@@ -294,7 +321,7 @@ void record_dot(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, co
 /// head h: the rule's policy modifies each row's scores, then each row of w.s becomes
 /// P = exp(s - m') on the keys it sees and exact zeros elsewhere, as far as its sliver's product
 /// with V reads; the running maximum, sum, accumulator (and statistics) are rescaled.
-template <class Scores, class Scalar>
+template <class Policy, class Scalar>
 void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
                          Index rows, Index j0, Index cols, Index h) {
   constexpr Index R = TileShape<Scalar>::rows;
@@ -305,18 +332,18 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
     if (r % R == 0) span = w.spans[static_cast<std::size_t>(r / R)];  // what P V reads
     const KeyRange keys = keys_in_tile(call, i0 + r, j0, cols);
     Scalar* row = w.s.data() + r * call.tk;
-    Scores::apply(call.rule, h, i0 + r, j0, row, keys.begin, keys.end);
+    Policy::apply(call.rule, h, i0 + r, j0, row, keys.begin, keys.end);
     const Scalar new_max = keys.empty() ? minus_inf : row_max(row + keys.begin, keys.size(), st.max[r]);
-    if (keys.empty() || (Scores::may_hide && new_max == minus_inf)) {  // sees nothing here (yet)
+    if (keys.empty() || (Policy::may_hide && new_max == minus_inf)) {  // sees nothing here (yet)
       std::fill(row + span.begin, row + span.end, Scalar(0));
       continue;
     }
     const Scalar correction = std::exp(st.max[r] - new_max);  // exp(-inf) = 0 on the first tile
-    if (call.statistics) record_scores(call, w, st, i0, r, j0, keys);  // before exp overwrites them
+    if constexpr (Policy::statistics) record_scores(call, w, st, i0, r, j0, keys);  // before exp overwrites them
     std::fill(row + span.begin, row + keys.begin, Scalar(0));
     const Scalar tile_sum =
-        exp_and_sum<Scores::may_hide>(row + keys.begin, keys.size(), span.end - keys.begin, call.tk - keys.begin, new_max);
-    if (call.statistics) record_dot(call, w, st, r, keys, correction, new_max);
+        exp_and_sum<Policy::may_hide>(row + keys.begin, keys.size(), span.end - keys.begin, call.tk - keys.begin, new_max);
+    if constexpr (Policy::statistics) record_dot(call, w, st, r, keys, correction, new_max);
     st.sum[r] = st.sum[r] * correction + tile_sum;
     if (correction != Scalar(1)) scale_row(st.acc + r * dv_padded, dv_padded, correction);
     st.max[r] = new_max;
@@ -386,15 +413,6 @@ void normalise_rows(const FusedCall<Scalar>& call, const RowState<Scalar>& state
   }
 }
 
-/// The phases of a job, for measuring where the kernel's time goes (BM_CorePhases in
-/// bench/bench_attention.cpp): attend_query_tile tells its clock each time it enters one.
-enum class FusedPhase { query, scores, softmax, values, normalise };
-constexpr int fused_phase_count = 5;
-
-/// The clock of the library's own calls: it does nothing, and the compiler removes it.
-struct NoPhaseClock {
-  void enter(FusedPhase) {}
-};
 
 /// True if some row i0 .. i0 + rows - 1 sees a key of [j0, j0 + cols) that no mask hides.
 template <class Scalar>
@@ -418,7 +436,7 @@ void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Ind
 /// Pass 2 over the keys `keys` of one shard (what the tile sees of it), from a fresh state st:
 /// the key tiles from the first key a query of the tile sees to the last; tiles before and after
 /// are never touched, nor tiles inside that no row sees (a mask's holes). The query tile is loaded.
-template <class Scores, class Scalar, class Clock>
+template <class Policy, class Scalar, class Clock>
 void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
                       Index rows, Index h, KeyRange keys, Clock& clock) {
   constexpr Index R = TileShape<Scalar>::rows;
@@ -432,7 +450,7 @@ void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, co
       w.spans[static_cast<std::size_t>(r0 / R)] = sliver_keys(call, i0 + r0, std::min(R, rows - r0), j0, cols);
     score_tile(call, w, rows, j0, cols, g);
     clock.enter(FusedPhase::softmax);
-    online_softmax_tile<Scores>(call, w, st, i0, rows, j0, cols, h);
+    online_softmax_tile<Policy>(call, w, st, i0, rows, j0, cols, h);
     clock.enter(FusedPhase::values);
     value_tile(call, w, st, rows, j0, g);
   }
@@ -454,7 +472,7 @@ KeyRange shard_keys(const FusedCall<Scalar>& call, KeyRange seen, Index s) {
 
 /// One job: head h on the query tile starting at i0 (passes 1 to 3 at the top of this file), its
 /// keys shard by shard, each shard's state merged into the first's.
-template <class Scores, class Scalar, class Clock>
+template <class Policy, class Scalar, class Clock>
 void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock) {
   const Index rows = std::min(call.tq, call.n_q() - i0);
   load_query_tile(call, w, i0, rows, h, clock);
@@ -463,7 +481,7 @@ void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, I
   const RowState<Scalar> merged = w.states[0], shard = w.states[1];
   if (shards.count == 0) reset(merged, rows, call.dv_padded());
   for (Index s = shards.first; s < shards.first + shards.count; ++s) {
-    attend_key_shard<Scores>(call, w, s == shards.first ? merged : shard, i0, rows, h, shard_keys(call, seen, s), clock);
+    attend_key_shard<Policy>(call, w, s == shards.first ? merged : shard, i0, rows, h, shard_keys(call, seen, s), clock);
     clock.enter(FusedPhase::normalise);
     if (s != shards.first) merge_states(merged, shard, rows, call.dv_padded());
   }
@@ -475,7 +493,7 @@ void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, I
 /// key/value head g) attends every query head of g to shard s (the shard's keys and values read
 /// from memory once, then from cache) into its own state; then each head merges its shards' states
 /// in key order and normalises. The same states and merges as attend_query_tile.
-template <class Scores, class Scalar, class Clock>
+template <class Policy, class Scalar, class Clock>
 std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan shards, int threads) {
   constexpr Index R = TileShape<Scalar>::rows;
   const Index rows = call.n_q(), n_kv_heads = call.kv.n_kv_heads();
@@ -500,7 +518,7 @@ std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan s
         const Index s = job % shards.count, g = job / shards.count;
         for (Index h = g * call.group; h < (g + 1) * call.group; ++h) {
           load_query_tile(call, scratch[t], 0, rows, h, clocks[t]);
-          attend_key_shard<Scores>(call, scratch[t], partial[h * shards.count + s], 0, rows, h,
+          attend_key_shard<Policy>(call, scratch[t], partial[h * shards.count + s], 0, rows, h,
                                    shard_keys(call, seen, shards.first + s), clocks[t]);
         }
       });
@@ -527,7 +545,7 @@ constexpr double split_key_budget_bytes = 64.0 * (1 << 20);
 /// the shards' states would exceed split_key_budget_bytes); others run (head, query tile) jobs,
 /// head by head, each head's longest first. Scratch is allocated before the loop; an
 /// exception in a job reaches the caller.
-template <class Scores, class Scalar, class Clock = NoPhaseClock>
+template <class Policy, class Scalar, class Clock>
 std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bool split_keys = true) {
   constexpr Index R = TileShape<Scalar>::rows;
   if (call.logsumexp) call.logsumexp->resize(call.n_heads, call.n_q());
@@ -537,7 +555,7 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
     const double partial_bytes = double(call.n_heads) * double(shards.count) * double(call.n_q()) *
                                  double(call.dv_padded() + (call.statistics ? 7 : 2)) * sizeof(Scalar);
     if (shards.count > 1 && partial_bytes <= split_key_budget_bytes)
-      return run_split_key_jobs<Scores, Scalar, Clock>(call, shards, threads);
+      return run_split_key_jobs<Policy, Scalar, Clock>(call, shards, threads);
   }
   const std::vector<Index> tile_starts = query_tiles_by_cost(call.n_q(), call.tq);
   const Index n_jobs = static_cast<Index>(tile_starts.size()) * call.n_heads;
@@ -559,7 +577,7 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   runs.run(this_thread(), [&](Index job) {
     carrier.run([&] {
       const auto t = static_cast<std::size_t>(this_thread());
-      attend_query_tile<Scores>(call, scratch[t], tile_starts[static_cast<std::size_t>(job % n_tiles)],
+      attend_query_tile<Policy>(call, scratch[t], tile_starts[static_cast<std::size_t>(job % n_tiles)],
                                 job / n_tiles, clocks[t]);
     });
   });
@@ -581,11 +599,22 @@ FusedTiles tiles_for(const FusedTiles& asked, Index n_q, Index n_k) {
   return {std::min(asked.queries, std::max<Index>(n_q, 1)), tk, shard, asked.split_keys};
 }
 
-/// Throws unless the arguments of fused_attention_packed fit together.
+/// Runs `call` with its compile-time policy, chosen here once: scores as computed or by the rule,
+/// statistics recorded or not. Returns each thread's observer.
+template <class Scalar, class Observer = NoPhaseObserver>
+std::vector<Observer> run_fused(const FusedCall<Scalar>& call, int threads, bool split_keys) {
+  const bool statistics = call.statistics != nullptr;
+  if (call.rule.modifies_scores())
+    return statistics ? run_fused_jobs<KernelPolicy<ScoresByRule, true>, Scalar, Observer>(call, threads, split_keys)
+                      : run_fused_jobs<KernelPolicy<ScoresByRule, false>, Scalar, Observer>(call, threads, split_keys);
+  return statistics ? run_fused_jobs<KernelPolicy<ScoresAsComputed, true>, Scalar, Observer>(call, threads, split_keys)
+                    : run_fused_jobs<KernelPolicy<ScoresAsComputed, false>, Scalar, Observer>(call, threads, split_keys);
+}
+
+/// Throws unless the arguments of a fused call on packed keys and values fit together.
 template <class Scalar>
-void check_packed_call(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads, const PackedKeysValues<Scalar>& kv,
-                       const Eigen::Ref<Matrix<Scalar>>& z, const FusedTiles& tiles) {
-  constexpr const char* where = "fused_multi_head_attention";
+void check_packed_call(const char* where, const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads,
+                       const PackedKeysValues<Scalar>& kv, const Eigen::Ref<Matrix<Scalar>>& z, const FusedTiles& tiles) {
   if (n_heads <= 0) invalid(where, "n_heads and n_kv_heads must be > 0, got ", n_heads, " and ", kv.n_kv_heads());
   if (n_heads % kv.n_kv_heads() != 0)
     invalid(where, "n_heads = ", n_heads, " is not divisible by n_kv_heads = ", kv.n_kv_heads());
@@ -599,79 +628,5 @@ void check_packed_call(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads,
 }
 
 }  // namespace detail
-
-/// Fused causal multi-head attention against keys and values already packed (a KV cache, or
-/// the packing done by fused_multi_head_attention). q: (n_q, n_heads d_head); kv holds n_k =
-/// kv.size() keys of n_kv_heads heads; head h reads key/value head h / (n_heads / n_kv_heads).
-/// Writes z: (n_q, n_heads d_v) and, if given, logsumexp: (n_heads, n_q) (resized) and the
-/// per-row statistics of every head's pattern (row_statistics.hpp), computed on the fly.
-/// Queries are aligned to the end of the keys: query i sits at position n_k - n_q + i.
-/// q must be finite (kv holds finite keys and values only); scores that overflow make their own
-/// row NaN, and no other.
-template <class Scalar>
-void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads,
-                            const PackedKeysValues<Scalar>& kv, Eigen::Ref<Matrix<Scalar>> z,
-                            Matrix<Scalar>* logsumexp = nullptr, const AttentionOptions& options = {},
-                            const FusedTiles& tiles = {}, RowStatistics<Scalar>* statistics = nullptr) {
-  constexpr const char* where = "fused_multi_head_attention";
-  detail::check_packed_call<Scalar>(q, n_heads, kv, z, tiles);
-  const double divisor = resolve_divisor<Scalar>(options, kv.d_head(), where);
-  if (!detail::all_finite(q, detail::thread_count(options.threads, where))) detail::require_finite(where, "q", q);
-  const ScoreRule<Scalar> rule(options, q.rows(), kv.size(), n_heads, where);
-  const FusedTiles t = detail::tiles_for<Scalar>(tiles, q.rows(), kv.size());
-  const detail::FusedCall<Scalar> call{q,         kv,     z,       logsumexp, statistics, n_heads, n_heads / kv.n_kv_heads(),
-                                       t.queries, t.keys, t.key_shard, rule, static_cast<Scalar>(1.0 / divisor)};
-  const int threads = detail::thread_count(options.threads, where);
-  if (rule.modifies_scores()) detail::run_fused_jobs<detail::ScoresByRule>(call, threads, t.split_keys);
-  else detail::run_fused_jobs<detail::ScoresAsComputed>(call, threads, t.split_keys);
-}
-
-/// Fused causal multi-head attention on heads laid side by side.
-/// q: (n_q, n_heads d_head); k: (n_k, n_kv_heads d_head); v: (n_k, n_kv_heads d_v);
-/// head h reads columns [h d_head, (h+1) d_head) of q and key/value head h / (n_heads / n_kv_heads).
-/// Writes z: (n_q, n_heads d_v) and, if given, logsumexp: (n_heads, n_q) (resized).
-/// Queries are aligned to the end of the keys (see causal_mask.hpp).
-template <class Scalar>
-void fused_multi_head_attention(const Eigen::Ref<const Matrix<Scalar>>& q,
-                                const Eigen::Ref<const Matrix<Scalar>>& k,
-                                const Eigen::Ref<const Matrix<Scalar>>& v, Index n_heads, Index n_kv_heads,
-                                Eigen::Ref<Matrix<Scalar>> z, Matrix<Scalar>* logsumexp = nullptr,
-                                const AttentionOptions& options = {}, const FusedTiles& tiles = {}) {
-  constexpr const char* where = "fused_multi_head_attention";
-  if (n_heads <= 0 || n_kv_heads <= 0)
-    detail::invalid(where, "n_heads and n_kv_heads must be > 0, got ", n_heads, " and ", n_kv_heads);
-  if (n_heads % n_kv_heads != 0)
-    detail::invalid(where, "n_heads = ", n_heads, " is not divisible by n_kv_heads = ", n_kv_heads);
-  if (q.cols() % n_heads != 0 || q.cols() == 0)
-    detail::invalid(where, "q has ", q.cols(), " columns, not divisible by n_heads = ", n_heads);
-  const Index d_head = q.cols() / n_heads;
-  if (k.cols() != n_kv_heads * d_head)
-    detail::invalid(where, "k has ", k.cols(), " columns, expected n_kv_heads d_head = ", n_kv_heads * d_head);
-  if (v.rows() != k.rows())
-    detail::invalid(where, "v has ", v.rows(), " rows but k has ", k.rows(), " (one per key)");
-  if (v.cols() % n_kv_heads != 0 || v.cols() == 0)
-    detail::invalid(where, "v has ", v.cols(), " columns, not divisible by n_kv_heads = ", n_kv_heads);
-  PackedKeysValues<Scalar> kv(k.rows(), n_kv_heads, d_head, v.cols() / n_kv_heads);
-  kv.append(k, v, detail::thread_count(options.threads, where));
-  fused_attention_packed<Scalar>(q, n_heads, kv, z, logsumexp, options, tiles);
-}
-
-/// The fused kernel on one head, with the interface of attention() in attention_core.hpp.
-/// q: (n_q, d_head), k: (n_k, d_head), v: (n_k, d_v) -> z (n_q, d_v), logsumexp (n_q).
-template <class DerivedQ, class DerivedK, class DerivedV>
-CoreOutput<typename DerivedQ::Scalar> fused_attention(const Eigen::MatrixBase<DerivedQ>& q,
-                                                      const Eigen::MatrixBase<DerivedK>& k,
-                                                      const Eigen::MatrixBase<DerivedV>& v,
-                                                      const AttentionOptions& options = {},
-                                                      const FusedTiles& tiles = {}) {
-  using Scalar = typename DerivedQ::Scalar;
-  detail::check_core_shapes("fused_attention", q, k, v);
-  CoreOutput<Scalar> out;
-  out.z.resize(q.rows(), v.cols());
-  Matrix<Scalar> logsumexp;
-  fused_multi_head_attention<Scalar>(q, k, v, /*n_heads=*/1, /*n_kv_heads=*/1, out.z, &logsumexp, options, tiles);
-  out.logsumexp = logsumexp.row(0).transpose();
-  return out;
-}
 
 }  // namespace headwise

@@ -73,6 +73,7 @@ class PackedKeysValues {
     // packs the heads of part t (schedule(static) gives part t to thread t), the split the fused
     // kernel's detail::JobRuns uses, so that each thread then attends first to what it packed.
     threads = static_cast<int>(std::min<Index>(n_kv_heads_, detail::thread_count(threads, where)));
+    if (k.rows() == 0) return;  // nothing to pack (and a 0-row block's columns may lie at a null pointer)
     bool finite = true;
     HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) reduction(&& : finite) if (threads > 1 && k.rows() >= 64))
     for (int part = 0; part < threads; ++part)  // heads [G part / threads, G (part + 1) / threads)

@@ -1,0 +1,287 @@
+// One attention call: queries over keys and values given as plain matrices or as a packed store
+// (a KV cache), with named arguments (the heads, the options, what to record, which path), and one
+// result (Z, and the logsumexp and per-row statistics when asked). Every other way in is a thin
+// wrapper over attend(): fused_multi_head_attention, fused_attention_packed and fused_attention
+// below, partial_attention (partial_attention.hpp), the layer's forward and its cache.
+//
+//   AttentionCall call;
+//   call.heads = {32, 8};                  // 32 query heads over 8 key/value heads
+//   call.options = &options;               // masks and modifiers (options.hpp); null: the defaults
+//   call.logsumexp = true;                 // and/or call.statistics = true
+//   AttentionResult<float> r = attend<float>(q, k, v, call);   // r.z, r.logsumexp, r.statistics
+//
+// The fused path (the default) runs the kernel of kernels/fused_attention.hpp: no (n_q, n_k)
+// matrix, bitwise the same on any thread count. The step-by-step path computes each head's whole
+// pattern A = softmax(rule(Q Kᵀ / divisor)) and Z = A V (attention_core.hpp): for teaching and for
+// checking the kernel, with the same checks, the same options and the same result.
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "headwise/attention_core.hpp"
+#include "headwise/detail/errors.hpp"
+#include "headwise/detail/parallel.hpp"
+#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/kernels/packed_keys_values.hpp"
+#include "headwise/kernels/row_statistics.hpp"
+#include "headwise/options.hpp"
+#include "headwise/score_rule.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise {
+
+/// A call's query heads and the key/value heads they share: query head h reads key/value head
+/// h / (query / key_value). key_value = query: multi-head; fewer: grouped-query; 1: multi-query.
+struct Heads {
+  Index query = 1;      ///< n_heads
+  Index key_value = 1;  ///< n_kv_heads, dividing n_heads
+};
+
+/// Which path computes a call.
+enum class AttentionPath {
+  fused,         ///< the fused kernel: O(n d) memory, near the machine's GEMM speed
+  step_by_step,  ///< each head's whole (n_q, n_k) pattern, then A V: the teaching view
+};
+
+/// One attention call, by named fields.
+struct AttentionCall {
+  Heads heads;
+  /// Masks, modifiers, divisor, positions, threads (options.hpp). Read where it is, not copied: it
+  /// must outlive the call. Null: the defaults (causal, divisor sqrt(d_head)).
+  const AttentionOptions* options = nullptr;
+  bool logsumexp = false;   ///< record each row's logsumexp (result.logsumexp)
+  bool statistics = false;  ///< record each row's statistics (result.statistics; row_statistics.hpp)
+  AttentionPath path = AttentionPath::fused;
+  FusedTiles tiles;  ///< the fused path's tiles and key shards
+};
+
+/// What attend() returns. Heads side by side in Z's columns, as in q.
+template <class Scalar>
+struct AttentionResult {
+  Matrix<Scalar> z;                  ///< (n_q, n_heads d_v)
+  Matrix<Scalar> logsumexp;          ///< (n_heads, n_q) when asked (-inf for a row that saw nothing), else empty
+  RowStatistics<Scalar> statistics;  ///< (n_heads, n_q) each when asked, else empty
+};
+
+namespace detail {
+
+/// Throws unless q, k, v hold whole heads of `heads` (k of the same width as q's heads, v of any).
+template <class Scalar>
+void check_heads(const char* where, const Heads& heads, const Eigen::Ref<const Matrix<Scalar>>& q,
+                 const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v) {
+  if (heads.query <= 0 || heads.key_value <= 0)
+    invalid(where, "n_heads and n_kv_heads must be > 0, got ", heads.query, " and ", heads.key_value);
+  if (heads.query % heads.key_value != 0)
+    invalid(where, "n_heads = ", heads.query, " is not divisible by n_kv_heads = ", heads.key_value);
+  if (q.cols() % heads.query != 0 || q.cols() == 0)
+    invalid(where, "q has ", q.cols(), " columns, not divisible by n_heads = ", heads.query);
+  const Index d_head = q.cols() / heads.query;
+  if (k.cols() != heads.key_value * d_head)
+    invalid(where, "k has ", k.cols(), " columns, expected n_kv_heads d_head = ", heads.key_value * d_head);
+  if (v.rows() != k.rows()) invalid(where, "v has ", v.rows(), " rows but k has ", k.rows(), " (one per key)");
+  if (v.cols() % heads.key_value != 0 || v.cols() == 0)
+    invalid(where, "v has ", v.cols(), " columns, not divisible by n_kv_heads = ", heads.key_value);
+}
+
+/// The statistics of row i of one head's weights a (n_q, n_k), as the fused kernel records them:
+/// entropy over the keys, the mass on the key at position 0 and on the key just before the
+/// query, and the largest weight with its key (-1 if the row sees nothing).
+template <class Scalar>
+void record_statistics_of_weights(const Matrix<Scalar>& a, const ScoreRule<Scalar>& rule, Index h,
+                                  RowStatistics<Scalar>& out) {
+  for (Index i = 0; i < a.rows(); ++i) {
+    Scalar entropy = 0, best = 0;
+    Index best_at = -1;
+    for (Index j = 0; j < a.cols(); ++j) {
+      const Scalar p = a(i, j);
+      if (p > Scalar(0)) entropy -= p * std::log(p);
+      if (p > best) best = p, best_at = j;
+    }
+    const Index first = -rule.first_key(), previous = rule.position(i) - 1 - rule.first_key();
+    out.entropy(h, i) = entropy;
+    out.first_token_mass(h, i) = first >= 0 && first < a.cols() ? a(i, first) : Scalar(0);
+    out.previous_token_mass(h, i) = previous >= 0 && previous < a.cols() ? a(i, previous) : Scalar(0);
+    out.max_weight(h, i) = best;
+    out.argmax(h, i) = best_at;
+  }
+}
+
+/// The step-by-step path: each head's pattern from the rule, then A V.
+template <class Scalar>
+AttentionResult<Scalar> attend_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& q,
+                                            const Eigen::Ref<const Matrix<Scalar>>& k,
+                                            const Eigen::Ref<const Matrix<Scalar>>& v, const AttentionCall& call,
+                                            const AttentionOptions& options, const char* where) {
+  const Index H = call.heads.query, G = call.heads.key_value, d = q.cols() / H, d_v = v.cols() / G;
+  const double divisor = resolve_divisor<Scalar>(options, d, where);
+  const ScoreRule<Scalar> rule(options, q.rows(), k.rows(), H, where);
+  AttentionResult<Scalar> out;
+  out.z.resize(q.rows(), H * d_v);
+  if (call.logsumexp) out.logsumexp.resize(H, q.rows());
+  if (call.statistics) out.statistics.resize(H, q.rows());
+  Vector<Scalar> lse;
+  for (Index h = 0; h < H; ++h) {
+    const Index g = h / (H / G);
+    const Matrix<Scalar> a = weights_of_head(q.middleCols(h * d, d), k.middleCols(g * d, d), divisor, rule, h, &lse);
+    out.z.middleCols(h * d_v, d_v).noalias() = a * v.middleCols(g * d_v, d_v);
+    if (call.logsumexp) out.logsumexp.row(h) = lse.transpose();
+    if (call.statistics) record_statistics_of_weights(a, rule, h, out.statistics);
+  }
+  return out;
+}
+
+/// Keys and values out of a packed store, as matrices (for the step-by-step path on a cache).
+template <class Scalar>
+void unpack(const PackedKeysValues<Scalar>& kv, Matrix<Scalar>& k, Matrix<Scalar>& v) {
+  k.resize(kv.size(), kv.n_kv_heads() * kv.d_head());
+  v.resize(kv.size(), kv.n_kv_heads() * kv.d_v());
+  for (Index g = 0; g < kv.n_kv_heads(); ++g)
+    for (Index j = 0; j < kv.size(); ++j) {
+      for (Index c = 0; c < kv.d_head(); ++c) k(j, g * kv.d_head() + c) = kv.key(g, j, c);
+      for (Index c = 0; c < kv.d_v(); ++c) v(j, g * kv.d_v() + c) = kv.value(g, j, c);
+    }
+}
+
+/// attend() on a packed store, its errors named by `where` (the function the caller called).
+template <class Scalar, class Observer = NoPhaseObserver>
+AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
+                                      const AttentionCall& call, const char* where,
+                                      std::vector<Observer>* observers = nullptr) {
+  const AttentionOptions defaults;
+  const AttentionOptions& options = call.options ? *call.options : defaults;
+  if (call.heads.key_value != kv.n_kv_heads())
+    invalid(where, "n_kv_heads = ", call.heads.key_value, " but the store holds ", kv.n_kv_heads(), " key/value heads");
+  const int threads = thread_count(options.threads, where);
+  if (call.path == AttentionPath::step_by_step) {
+    Matrix<Scalar> k, v;
+    unpack(kv, k, v);
+    check_heads<Scalar>(where, call.heads, q, k, v);
+    if (!all_finite(q, threads)) require_finite(where, "q", q);
+    return attend_step_by_step<Scalar>(q, k, v, call, options, where);
+  }
+  AttentionResult<Scalar> out;
+  out.z.resize(q.rows(), call.heads.query * kv.d_v());
+  Eigen::Ref<Matrix<Scalar>> z(out.z);
+  check_packed_call<Scalar>(where, q, call.heads.query, kv, z, call.tiles);
+  const double divisor = resolve_divisor<Scalar>(options, kv.d_head(), where);
+  if (!all_finite(q, threads)) require_finite(where, "q", q);
+  const ScoreRule<Scalar> rule(options, q.rows(), kv.size(), call.heads.query, where);
+  const FusedTiles tiles = tiles_for<Scalar>(call.tiles, q.rows(), kv.size());
+  FusedCall<Scalar> fused(q, kv, z, rule, tiles, static_cast<Scalar>(1.0 / divisor));
+  if (call.logsumexp) fused.logsumexp = &out.logsumexp;
+  if (call.statistics) fused.statistics = &out.statistics;
+  std::vector<Observer> seen = run_fused<Scalar, Observer>(fused, threads, tiles.split_keys);
+  if (observers) *observers = std::move(seen);
+  return out;
+}
+
+/// attend() on plain matrices, its errors named by `where`.
+template <class Scalar>
+AttentionResult<Scalar> attend_matrices(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
+                                        const Eigen::Ref<const Matrix<Scalar>>& v, const AttentionCall& call,
+                                        const char* where) {
+  check_heads<Scalar>(where, call.heads, q, k, v);
+  const AttentionOptions defaults;
+  const AttentionOptions& options = call.options ? *call.options : defaults;
+  if (call.path == AttentionPath::step_by_step) {
+    const int threads = thread_count(options.threads, where);
+    const auto require_finite_input = [&](const char* name, const Eigen::Ref<const Matrix<Scalar>>& m) {
+      if (!all_finite(m, threads)) require_finite(where, name, m);
+    };
+    require_finite_input("q", q), require_finite_input("k", k), require_finite_input("v", v);
+    return attend_step_by_step<Scalar>(q, k, v, call, options, where);
+  }
+  PackedKeysValues<Scalar> kv(k.rows(), call.heads.key_value, q.cols() / call.heads.query, v.cols() / call.heads.key_value);
+  kv.append(k, v, thread_count(options.threads, where));
+  return attend_packed<Scalar>(q, kv, call, where);
+}
+
+}  // namespace detail
+
+/// Attention of q (n_q, n_heads d_head) over k (n_k, n_kv_heads d_head) and v (n_k, n_kv_heads
+/// d_v), heads side by side in columns; queries aligned to the end of the keys unless the options
+/// place them (causal_mask.hpp). Inputs must be finite. Throws std::invalid_argument naming what
+/// does not fit.
+template <class Scalar>
+AttentionResult<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
+                               const Eigen::Ref<const Matrix<Scalar>>& v, const AttentionCall& call = {}) {
+  return detail::attend_matrices<Scalar>(q, k, v, call, "attend");
+}
+
+/// Attention of q over the kv.size() keys and values of a packed store (a KvCache's packed()).
+/// call.heads.key_value must be the store's n_kv_heads.
+template <class Scalar>
+AttentionResult<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
+                               const AttentionCall& call = {}) {
+  return detail::attend_packed<Scalar>(q, kv, call, "attend");
+}
+
+/// attend() on a packed store by the fused path, with one observer per thread told each phase
+/// its jobs enter (FusedPhase); `observers` is replaced by the observers of the threads that ran.
+template <class Scalar, class Observer>
+AttentionResult<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
+                               const AttentionCall& call, std::vector<Observer>& observers) {
+  if (call.path != AttentionPath::fused) detail::invalid("attend", "observers watch the fused path only");
+  return detail::attend_packed<Scalar, Observer>(q, kv, call, "attend", &observers);
+}
+
+// The entry points before attend(), kept as thin wrappers for version 0.x (CHANGELOG.md).
+
+/// Fused attention against keys and values already packed: attend() with the store's heads,
+/// Z written into z (n_q, n_heads d_v) and, if given, the logsumexp (n_heads, n_q) and statistics.
+template <class Scalar>
+void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads, const PackedKeysValues<Scalar>& kv,
+                            Eigen::Ref<Matrix<Scalar>> z, Matrix<Scalar>* logsumexp = nullptr,
+                            const AttentionOptions& options = {}, const FusedTiles& tiles = {},
+                            RowStatistics<Scalar>* statistics = nullptr) {
+  constexpr const char* where = "fused_multi_head_attention";
+  AttentionCall call;
+  call.heads = {n_heads, kv.n_kv_heads()};
+  call.options = &options, call.logsumexp = logsumexp != nullptr, call.statistics = statistics != nullptr;
+  call.tiles = tiles;
+  detail::check_packed_call<Scalar>(where, q, n_heads, kv, z, tiles);
+  AttentionResult<Scalar> r = detail::attend_packed<Scalar>(q, kv, call, where);
+  z = r.z;
+  if (logsumexp) *logsumexp = std::move(r.logsumexp);
+  if (statistics) *statistics = std::move(r.statistics);
+}
+
+/// Fused multi-head attention on heads side by side: attend() on the fused path, Z written into z
+/// (n_q, n_heads d_v) and, if given, the logsumexp (n_heads, n_q).
+template <class Scalar>
+void fused_multi_head_attention(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
+                                const Eigen::Ref<const Matrix<Scalar>>& v, Index n_heads, Index n_kv_heads,
+                                Eigen::Ref<Matrix<Scalar>> z, Matrix<Scalar>* logsumexp = nullptr,
+                                const AttentionOptions& options = {}, const FusedTiles& tiles = {}) {
+  constexpr const char* where = "fused_multi_head_attention";
+  AttentionCall call;
+  call.heads = {n_heads, n_kv_heads};
+  call.options = &options, call.logsumexp = logsumexp != nullptr, call.tiles = tiles;
+  detail::check_heads<Scalar>(where, call.heads, q, k, v);
+  if (z.rows() != q.rows() || z.cols() != n_heads * (v.cols() / n_kv_heads))
+    detail::invalid(where, "z is ", z.rows(), "x", z.cols(), ", expected ", q.rows(), "x", n_heads * (v.cols() / n_kv_heads));
+  AttentionResult<Scalar> r = detail::attend_matrices<Scalar>(q, k, v, call, where);
+  z = r.z;
+  if (logsumexp) *logsumexp = std::move(r.logsumexp);
+}
+
+/// The fused kernel on one head, with the interface of attention() in attention_core.hpp.
+/// q: (n_q, d_head), k: (n_k, d_head), v: (n_k, d_v) -> z (n_q, d_v), logsumexp (n_q).
+template <class DerivedQ, class DerivedK, class DerivedV>
+CoreOutput<typename DerivedQ::Scalar> fused_attention(const Eigen::MatrixBase<DerivedQ>& q,
+                                                      const Eigen::MatrixBase<DerivedK>& k,
+                                                      const Eigen::MatrixBase<DerivedV>& v,
+                                                      const AttentionOptions& options = {},
+                                                      const FusedTiles& tiles = {}) {
+  using Scalar = typename DerivedQ::Scalar;
+  detail::check_core_shapes("fused_attention", q, k, v);
+  AttentionCall call;
+  call.options = &options, call.logsumexp = true, call.tiles = tiles;
+  AttentionResult<Scalar> r = detail::attend_matrices<Scalar>(q, k, v, call, "fused_multi_head_attention");
+  return {std::move(r.z), r.logsumexp.row(0).transpose()};
+}
+
+}  // namespace headwise

@@ -1,0 +1,53 @@
+// Every public header, its templates instantiated for float and double; run on a small random
+// layer (and, given a folder, a checkpoint loaded from it). Built with -Werror by strict/CMakeLists.txt.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <headwise/headwise.hpp>
+#include <headwise/interpret.hpp>
+#include <headwise/io/gpt2.hpp>
+#include <headwise/io/llama.hpp>
+
+namespace {
+
+template <class Scalar>
+double exercise() {
+  using headwise::Matrix;
+  headwise::MultiHeadWeights<Scalar> w;
+  w.w_q = w.w_k = w.w_v = w.w_o = Matrix<Scalar>::Random(8, 8) * Scalar(0.5);
+  headwise::LayerConfig config;
+  config.rope = headwise::RopeConfig{};
+  const headwise::MultiHeadAttention<Scalar> layer(2, w, config);
+  const Matrix<Scalar> x = Matrix<Scalar>::Random(5, 8);
+  const Matrix<Scalar> y = layer.forward(x);
+  auto cache = layer.make_cache(8);
+  const Matrix<Scalar> decoded = layer.forward_incremental(x, cache);
+  const auto trace = layer.trace(x);
+  const auto fused = headwise::layer_backward(layer, x, y);
+  const auto stepwise = headwise::backward_step_by_step(layer, x, y);
+  const auto run = headwise::interpret::inspect(layer, x);
+  const Matrix<Scalar> pattern = run.pattern(1);
+  const std::vector<std::string> labels{"a", "b", "c", "a", "b"};
+  const std::string svg = headwise::interpret::svg_heatmap(pattern, labels, labels, "head 0.1");
+  auto shard = headwise::partial_attention<Scalar>(x, x, x, 2, 2, 0, 0);
+  headwise::merge_into(shard, shard);
+  return double((y - decoded).cwiseAbs().maxCoeff() + trace.output(0, 0) + fused.dx(0, 0) + stepwise.dx(0, 0) +
+                shard.z(0, 0)) +
+         headwise::interpret::induction_score(pattern, {1, 2, 3, 1, 2}) + double(svg.size()) +
+         double(headwise::interpret::contribution_norms(layer, run.z)(0, 0));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    const std::string folder = argv[1];
+    const auto llama = headwise::io::load_llama_attention_layers<float>(folder);
+    const auto gpt2 = headwise::io::load_gpt2_attention_layers<double>(folder);
+    return static_cast<int>(llama.size() + gpt2.size());
+  }
+  const double sum = exercise<float>() + exercise<double>();
+  std::printf("strict consumer: %s\n", sum == sum ? "ran" : "NaN");
+  return sum == sum ? 0 : 1;
+}
