@@ -14,6 +14,20 @@ set(HEADWISE_CMAKE_DIR ${CMAKE_INSTALL_DATADIR}/cmake/headwise)
 install(TARGETS headwise EXPORT headwiseTargets)
 install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT headwiseTargets NAMESPACE headwise:: DESTINATION ${HEADWISE_CMAKE_DIR})
+# The optional parts, each in its own export file: the package config includes one only where its
+# dependency is found on the user's machine (nlohmann_json, MPI).
+set(HEADWISE_EXPORTS_IO OFF)
+set(HEADWISE_EXPORTS_DISTRIBUTED OFF)
+if(TARGET headwise_io)
+  set(HEADWISE_EXPORTS_IO ON)
+  install(TARGETS headwise_io EXPORT headwiseIoTargets)
+  install(EXPORT headwiseIoTargets NAMESPACE headwise:: DESTINATION ${HEADWISE_CMAKE_DIR})
+endif()
+if(TARGET headwise_distributed)
+  set(HEADWISE_EXPORTS_DISTRIBUTED ON)
+  install(TARGETS headwise_distributed EXPORT headwiseDistributedTargets)
+  install(EXPORT headwiseDistributedTargets NAMESPACE headwise:: DESTINATION ${HEADWISE_CMAKE_DIR})
+endif()
 
 configure_package_config_file(cmake/headwiseConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/headwiseConfig.cmake

@@ -15,6 +15,7 @@
 #include "headwise/kernels/fused_attention_backward.hpp"
 #include "headwise/linear.hpp"
 #include "headwise/multi_head_attention.hpp"
+#include "headwise/qkv_layout.hpp"
 #include "headwise/score_rule.hpp"
 #include "headwise/scores.hpp"
 #include "headwise/softmax.hpp"
@@ -48,18 +49,19 @@ template <class Scalar>
 MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
                                                  const Matrix<Scalar>& dy, const AttentionOptions& options = {}) {
   constexpr const char* where = "backward_step_by_step";
-  const Index H = layer.n_heads(), G = layer.n_kv_heads(), d = layer.d_head(), n = x.rows();
+  const Index H = layer.n_heads(), d = layer.d_head(), n = x.rows();
   if (dy.rows() != n || dy.cols() != layer.d_model())
     detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", n, "x", layer.d_model(), " (like the output)");
   detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask
   const AttentionOptions all = layer.options_for(options);
   const double divisor = resolve_divisor<Scalar>(all, d, where);
-  const auto column = [&](Index part, Index h) { return part == 0 ? h * d : (H + (part - 1) * G + h) * d; };
+  const QkvLayout l = layer.layout();
+  constexpr QkvPart Q = QkvPart::query, K = QkvPart::key, V = QkvPart::value;
 
   // Forward: project (and rotate), then each head's steps, each keeping what its backward needs.
   const Linear<Scalar> projection(layer.w_qkv(), layer.b_qkv());
   Matrix<Scalar> qkv = layer.project_qkv(x);
-  if (layer.rope()) layer.rope()->template rotate<Scalar>(qkv.leftCols((H + G) * d), 0);
+  if (layer.rope()) layer.rope()->template rotate<Scalar>(l.queries_and_keys(qkv), 0);
   std::vector<ScaledScores<Scalar>> scores(static_cast<std::size_t>(H), ScaledScores<Scalar>(divisor));
   std::vector<CausalMask<Scalar>> masks;
   std::vector<RowSoftmax<Scalar>> softmaxes;
@@ -70,8 +72,8 @@ MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar
     const Index g = layer.kv_head_of(h);
     masks.emplace_back(options_of_head(all, h, H, where));
     softmaxes.emplace_back(options_of_head(all, h, H, where));
-    weights[i] = softmaxes[i].forward(masks[i].forward(scores[i].forward(qkv.middleCols(column(0, h), d), qkv.middleCols(column(1, g), d))));
-    z.middleCols(h * d, d).noalias() = weights[i] * qkv.middleCols(column(2, g), d);
+    weights[i] = softmaxes[i].forward(masks[i].forward(scores[i].forward(l.head(qkv, Q, h), l.head(qkv, K, g))));
+    z.middleCols(h * d, d).noalias() = weights[i] * l.head(qkv, V, g);
   }
   HeadSum<Scalar> sum(layer.w_o(), layer.b_o(), H);
   sum.forward(z);
@@ -86,23 +88,23 @@ MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar
     const Index g = layer.kv_head_of(h);
     HeadGradients<Scalar> hg;
     hg.dz = from_sum.dz.middleCols(h * d, d);
-    hg.dweights = hg.dz * qkv.middleCols(column(2, g), d).transpose();
+    hg.dweights = hg.dz * l.head(qkv, V, g).transpose();
     hg.dv = weights[i].transpose() * hg.dz;
     hg.dmasked_scores = softmaxes[i].backward(hg.dweights);
     hg.dscaled_scores = masks[i].backward(hg.dmasked_scores);
     ScoreGradients<Scalar> sg = scores[i].backward(hg.dscaled_scores);
     hg.dq = std::move(sg.dq), hg.dk = std::move(sg.dk);
-    d_qkv.middleCols(column(0, h), d) += hg.dq;
-    d_qkv.middleCols(column(1, g), d) += hg.dk;
-    d_qkv.middleCols(column(2, g), d) += hg.dv;
+    l.head(d_qkv, Q, h) += hg.dq;
+    l.head(d_qkv, K, g) += hg.dk;
+    l.head(d_qkv, V, g) += hg.dv;
     grads.heads.push_back(std::move(hg));
   }
-  if (layer.rope()) layer.rope()->template rotate_gradient<Scalar>(d_qkv.leftCols((H + G) * d), 0);
+  if (layer.rope()) layer.rope()->template rotate_gradient<Scalar>(l.queries_and_keys(d_qkv), 0);
   LinearGradients<Scalar> from_projection = projection.backward(x, d_qkv);
   grads.dx = std::move(from_projection.dx);
-  grads.dw_q = from_projection.dw.leftCols(H * d), grads.db_q = from_projection.db.head(H * d);
-  grads.dw_k = from_projection.dw.middleCols(H * d, G * d), grads.db_k = from_projection.db.segment(H * d, G * d);
-  grads.dw_v = from_projection.dw.rightCols(G * d), grads.db_v = from_projection.db.tail(G * d);
+  grads.dw_q = l.part(from_projection.dw, Q), grads.db_q = l.part(from_projection.db, Q);
+  grads.dw_k = l.part(from_projection.dw, K), grads.db_k = l.part(from_projection.db, K);
+  grads.dw_v = l.part(from_projection.dw, V), grads.db_v = l.part(from_projection.db, V);
   return grads;
 }
 
@@ -119,13 +121,16 @@ template <class Scalar>
 Matrix<Scalar> forward_for_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
                                     SavedForward<Scalar>& saved, const AttentionOptions& options = {}) {
   constexpr const char* where = "forward_for_backward";
-  const Index H = layer.n_heads(), G = layer.n_kv_heads(), d = layer.d_head();
+  const QkvLayout l = layer.layout();
   const AttentionOptions all = layer.options_for(options);
   saved.qkv = layer.project_qkv(x);
-  if (layer.rope()) layer.rope()->template rotate<Scalar>(saved.qkv.leftCols((H + G) * d), 0, detail::thread_count(options.threads, where));
-  saved.z.resize(x.rows(), H * d);
-  fused_multi_head_attention<Scalar>(saved.qkv.leftCols(H * d), saved.qkv.middleCols(H * d, G * d), saved.qkv.rightCols(G * d),
-                                     H, G, saved.z, &saved.logsumexp, all);
+  if (layer.rope()) layer.rope()->template rotate<Scalar>(l.queries_and_keys(saved.qkv), 0, detail::thread_count(options.threads, where));
+  AttentionCall call;
+  call.heads = {l.n_heads, l.n_kv_heads};
+  call.options = &all, call.logsumexp = true;
+  AttentionResult<Scalar> r = detail::attend_matrices<Scalar>(l.part(saved.qkv, QkvPart::query), l.part(saved.qkv, QkvPart::key),
+                                                              l.part(saved.qkv, QkvPart::value), call, where);
+  saved.z = std::move(r.z), saved.logsumexp = std::move(r.logsumexp);
   return layer.project_heads(saved.z);
 }
 
@@ -138,7 +143,6 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
                                           const Matrix<Scalar>& dy, const AttentionOptions& options = {},
                                           const SavedForward<Scalar>* saved = nullptr) {
   constexpr const char* where = "layer_backward";
-  const Index H = layer.n_heads(), G = layer.n_kv_heads(), d = layer.d_head();
   if (dy.rows() != x.rows() || dy.cols() != layer.d_model())
     detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", x.rows(), "x", layer.d_model(), " (like the output)");
   detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask
@@ -156,9 +160,10 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   grads.db_o = dy.colwise().sum();
   // Attention, then RoPE's backward on dQ and dK.
   const auto& qkv = saved->qkv;
+  const QkvLayout l = layer.layout();
   AttentionGradients<Scalar> g = fused_attention_backward<Scalar>(
-      qkv.leftCols(H * d), qkv.middleCols(H * d, G * d), qkv.rightCols(G * d), saved->z, saved->logsumexp, dz, H, G,
-      layer.options_for(options));
+      l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key), l.part(qkv, QkvPart::value), saved->z, saved->logsumexp, dz,
+      l.n_heads, l.n_kv_heads, layer.options_for(options));
   dz = Matrix<Scalar>();
   if (layer.rope()) {
     layer.rope()->template rotate_gradient<Scalar>(g.dq, 0, threads);
@@ -166,13 +171,13 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   }
   // The projection, part by part (no (n, 3 d) matrix of gradients): dX = Σ dP W_Pᵀ, dW_P = Xᵀ dP.
   const Matrix<Scalar> xt = x.transpose();
-  const Index first[3] = {0, H * d, (H + G) * d}, width[3] = {H * d, G * d, G * d};
+  const QkvPart parts[3] = {QkvPart::query, QkvPart::key, QkvPart::value};
   const Matrix<Scalar>* part[3] = {&g.dq, &g.dk, &g.dv};
   Matrix<Scalar>* dw[3] = {&grads.dw_q, &grads.dw_k, &grads.dw_v};
   RowVector<Scalar>* db[3] = {&grads.db_q, &grads.db_k, &grads.db_v};
   Matrix<Scalar> term;
   for (int p = 0; p < 3; ++p) {
-    detail::product<Scalar>(*part[p], Matrix<Scalar>(layer.w_qkv().middleCols(first[p], width[p]).transpose()), term, threads);
+    detail::product<Scalar>(*part[p], Matrix<Scalar>(l.part(layer.w_qkv(), parts[p]).transpose()), term, threads);
     if (p == 0) grads.dx = std::move(term);
     else grads.dx += term;
     detail::product<Scalar>(xt, *part[p], *dw[p], threads);

@@ -16,6 +16,7 @@
 #include "headwise/layer_config.hpp"
 #include "headwise/linear.hpp"
 #include "headwise/options.hpp"
+#include "headwise/qkv_layout.hpp"
 #include "headwise/rotary_embedding.hpp"
 #include "headwise/score_rule.hpp"
 #include "headwise/types.hpp"
@@ -111,6 +112,7 @@ class MultiHeadAttention {
     check_config(where);
   }
 
+  // ---- Shape, settings and weights ----
   Index n_heads() const { return n_heads_; }
   Index n_kv_heads() const { return n_kv_heads_; }
   Index d_head() const { return d_head_; }
@@ -123,6 +125,9 @@ class MultiHeadAttention {
   /// The options a call with `options` runs with: the call's, completed by the layer's config.
   AttentionOptions options_for(const AttentionOptions& options) const { return options_with_layer(options, config_); }
 
+  /// Where each head of Q, K and V lies in the columns of w_qkv(), of project_qkv() and of their
+  /// gradients.
+  QkvLayout layout() const { return {n_heads_, n_kv_heads_, d_head_}; }
   /// W_Q | W_K | W_V side by side: (d_model, (n_heads + 2 n_kv_heads) d_head); and its bias.
   const Matrix<Scalar>& w_qkv() const { return w_qkv_; }
   const RowVector<Scalar>& b_qkv() const { return b_qkv_; }
@@ -132,13 +137,14 @@ class MultiHeadAttention {
   /// Head h's rows of W_O: (d_head, d_model).
   auto w_o_block(Index h) const { return w_o_.middleRows(checked_head(h, "w_o_block") * d_head_, d_head_); }
 
-  /// Head h on its own, with its slices of W_Q, W_K, W_V and their biases.
+  /// Head h on its own, with its slices of W_Q, W_K, W_V and their biases (for trace()).
   AttentionHead<Scalar> head(Index h) const {
     checked_head(h, "head");
     const Index g = kv_head_of(h);
-    return AttentionHead<Scalar>(slice(0, h), slice(1, g), slice(2, g), rope_);
+    return AttentionHead<Scalar>(slice(QkvPart::query, h), slice(QkvPart::key, g), slice(QkvPart::value, g), rope_);
   }
 
+  // ---- The fast path: the fused kernel, the cache ----
   /// The layer's output, by the fused kernel. x: (n, d_model) -> (n, d_model). n = 0 gives an
   /// empty result. Q, K and V come from one product X [W_Q | W_K | W_V], taken over chunks of
   /// rows so that K and V go straight into the kernel's packed layout; no (n, n) matrix is held,
@@ -193,6 +199,7 @@ class MultiHeadAttention {
     return out;
   }
 
+  // ---- The teaching path: every head's whole pattern ----
   /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
   /// For reference and comparison; forward() is the fast path.
   Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
@@ -202,11 +209,13 @@ class MultiHeadAttention {
     const AttentionOptions all = options_for(options);
     resolve_divisor<Scalar>(all, d_head_, where);
     Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options.threads, where), where);
-    if (rope_) rope_->rotate<Scalar>(qkv.leftCols((n_heads_ + n_kv_heads_) * d_head_), /*first_position=*/0);
-    Matrix<Scalar> z(x.rows(), n_heads_ * d_head_);
-    for (Index h = 0; h < n_heads_; ++h)
-      z.middleCols(h * d_head_, d_head_) = attention(block(qkv, 0, h), block(qkv, 1, kv_head_of(h)), block(qkv, 2, kv_head_of(h)),
-                                                     options_of_head(all, h, n_heads_, where)).z;
+    const QkvLayout l = layout();
+    if (rope_) rope_->rotate<Scalar>(l.queries_and_keys(qkv), /*first_position=*/0);
+    AttentionCall call;  // the one attention call, on its step-by-step path
+    call.heads = {n_heads_, n_kv_heads_};
+    call.options = &all, call.path = AttentionPath::step_by_step;
+    Matrix<Scalar> z = detail::attend_matrices<Scalar>(l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key),
+                                                       l.part(qkv, QkvPart::value), call, where).z;
     if (interventions) check_interventions(*interventions).apply(z);
     return output_of(z, detail::thread_count(options.threads, where), 0, where);
   }
@@ -226,6 +235,7 @@ class MultiHeadAttention {
     return t;
   }
 
+  // ---- The W_O sum and the projections, by parts ----
   /// Head h's contribution to the output, Z_h W_O[h]. z_h: (n, d_head) -> (n, d_model).
   Matrix<Scalar> head_contribution(const Eigen::Ref<const Matrix<Scalar>>& z_h, Index h) const {
     checked_head(h, "head_contribution");
@@ -245,7 +255,8 @@ class MultiHeadAttention {
     return output_of(z, detail::thread_count(0, "project_heads"), 0, "project_heads");
   }
 
-  /// X [W_Q | W_K | W_V] + [b_Q | b_K | b_V]: x (n, d_model) -> (n, 3 n_heads d_head).
+  /// X [W_Q | W_K | W_V] + [b_Q | b_K | b_V]: x (n, d_model) -> (n, (n_heads + 2 n_kv_heads) d_head),
+  /// laid out as layout() says.
   Matrix<Scalar> project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const {
     check_input(x, "project_qkv");
     return qkv_of(x, detail::thread_count(0, "project_qkv"), "project_qkv");
@@ -323,7 +334,8 @@ class MultiHeadAttention {
                                   const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
                                   const char* where) const {
     const int threads = detail::thread_count(options.threads, where);
-    const Index width = n_heads_ * d_head_, kv_width = n_kv_heads_ * d_head_;
+    const QkvLayout l = layout();
+    const Index width = l.query_width();
     Matrix<Scalar> z;  // every head's Z side by side, (m, n_heads d_head)
     {
       Matrix<Scalar> q(x.rows(), width), part;
@@ -333,12 +345,12 @@ class MultiHeadAttention {
         detail::product<Scalar>(x.middleRows(i0, rows), w_qkv_, part, threads);
         part.rowwise() += b_qkv_;
         check_projection(part, kv.size(), where, threads);
-        if (rope_) rope_->rotate<Scalar>(part.leftCols(width + kv_width), kv.size(), threads);  // Q and K in one pass
+        if (rope_) rope_->rotate<Scalar>(l.queries_and_keys(part), kv.size(), threads);  // Q and K in one pass
         // Copied on every thread: at large n, q's fresh pages fault as they are first written, and
         // faults taken on one thread leave the others waiting (bench/RESULTS.md, "Fresh memory").
         HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1))
         for (Index r = 0; r < rows; ++r) q.row(i0 + r) = part.row(r).head(width);
-        kv.append(part.middleCols(width, kv_width), part.rightCols(kv_width), threads);
+        kv.append(l.part(part, QkvPart::key), l.part(part, QkvPart::value), threads);
       }
       AttentionCall call;  // the one attention call, on everything kv now holds
       call.heads = {n_heads_, n_kv_heads_};
@@ -360,11 +372,10 @@ class MultiHeadAttention {
     for (Index t = 0; t < qkv.rows(); ++t)
       for (Index c = 0; c < qkv.cols(); ++c) {
         if (std::isfinite(qkv(t, c))) continue;
-        const Index head = c / d_head_, part = head < n_heads_ ? 0 : 1 + (head - n_heads_) / n_kv_heads_;
-        const char* name = part == 0 ? "query" : part == 1 ? "key" : "value";
+        const QkvPart part = layout().part_of(c);
+        const char* name = part == QkvPart::query ? "query" : part == QkvPart::key ? "key" : "value";
         detail::invalid(where, "the ", name, " of the token at position ", first_position + t, " (head ",
-                        part == 0 ? head : (head - n_heads_) % n_kv_heads_, ") is not finite (", qkv(t, c),
-                        "): x W + b overflowed; scale x or the weights down");
+                        layout().head_of(c), ") is not finite (", qkv(t, c), "): x W + b overflowed; scale x or the weights down");
       }
   }
 
@@ -413,16 +424,9 @@ class MultiHeadAttention {
     if (h < 0 || h >= n_heads_) detail::invalid(where, "head ", h, " out of range [0, ", n_heads_, ")");
     return h;
   }
-  /// The first column of head h of part p (0 = Q, 1 = K, 2 = V) in [Q | K | V].
-  Index first_column(Index part, Index h) const {
-    return part == 0 ? h * d_head_ : (n_heads_ + (part - 1) * n_kv_heads_ + h) * d_head_;
-  }
-  /// Head h's columns of part p of a (n, (n_heads + 2 n_kv_heads) d_head) matrix.
-  auto block(const Matrix<Scalar>& qkv, Index part, Index h) const {
-    return qkv.middleCols(first_column(part, h), d_head_);
-  }
-  Linear<Scalar> slice(Index part, Index h) const {
-    const Index first = first_column(part, h);
+  /// Head h's projection of part p, its columns of W_QKV and b_QKV.
+  Linear<Scalar> slice(QkvPart part, Index h) const {
+    const Index first = layout().first_column(part, h);
     return Linear<Scalar>(w_qkv_.middleCols(first, d_head_), b_qkv_.segment(first, d_head_));
   }
 

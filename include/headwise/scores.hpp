@@ -54,7 +54,7 @@ struct ScoreGradients {
 };
 
 /// The scaled-score step with its backward: S = Q Kᵀ / divisor. forward keeps Q and K.
-///   ScaledScores<double> step(/*divisor=*/std::sqrt(16.0));
+///   ScaledScores<double> step(4.0);                 // the divisor, sqrt(16) for d_head 16
 ///   Matrix<double> s = step.forward(q, k);
 ///   ScoreGradients<double> g = step.backward(ds);
 template <class Scalar>

@@ -305,14 +305,15 @@ template <class Scalar>
 Matrix<Scalar> ring_forward(MPI_Comm comm, const MultiHeadAttention<Scalar>& layer, const Eigen::Ref<const Matrix<Scalar>>& x,
                             const AttentionOptions& options = {}) {
   const AttentionOptions at = layer.options_for(options);
-  const Index d = layer.d_head(), H = layer.n_heads(), G = layer.n_kv_heads();
+  const Index H = layer.n_heads(), G = layer.n_kv_heads();
   Matrix<Scalar> q, k, v;
   {
     const detail::Communicator c(comm);
     const RingLayout layout = detail::gather_layout(c, x.rows());
     detail::agree(c, [&] {
       const Matrix<Scalar> qkv = layer.project_qkv(x);
-      q = qkv.leftCols(H * d), k = qkv.middleCols(H * d, G * d), v = qkv.rightCols(G * d);
+      const QkvLayout l = layer.layout();
+      q = l.part(qkv, QkvPart::query), k = l.part(qkv, QkvPart::key), v = l.part(qkv, QkvPart::value);
       if (layer.rope()) {
         layer.rope()->template rotate<Scalar>(q, layout.first(), headwise::detail::thread_count(at.threads, "ring_forward"));
         layer.rope()->template rotate<Scalar>(k, layout.first(), headwise::detail::thread_count(at.threads, "ring_forward"));

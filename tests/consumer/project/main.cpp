@@ -1,8 +1,10 @@
 // A consumer of headwise: one causal layer on the worked example's input, checked by hand.
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include <headwise/headwise.hpp>
+#include <headwise/io/safetensors.hpp>  // through headwise::io, which brings nlohmann_json
 
 int main() {
   using headwise::Matrix;
@@ -22,5 +24,11 @@ int main() {
   // The worked example: row 1 is exactly v1 = (1, 2); row 3 is (1.28400, 0.56405).
   const bool ok = out(0, 0) == 1 && out(0, 1) == 2 && std::abs(out(2, 0) - 1.28400) < 5e-6 &&
                   std::abs(out(2, 1) - 0.56405) < 5e-6;
-  return ok ? 0 : 1;
+  bool refused = false;  // the reader is there: an empty file is refused by name
+  try {
+    headwise::io::SafetensorsFile(std::vector<unsigned char>{}, "empty");
+  } catch (const headwise::io::SafetensorsError&) {
+    refused = true;
+  }
+  return ok && refused ? 0 : 1;
 }
