@@ -3,7 +3,11 @@
 // Glossary, used in every comment of the library:
 //   n        tokens (rows of the residual stream X); n_q queries and n_k keys where they differ
 //   d_model  width of the residual stream
-//   n_heads  attention heads;  d_head  width of one head (d_model = n_heads * d_head for GPT-2)
+//   n_heads  attention (query) heads;  d_head  width of one head's queries and keys
+//            (d_model = n_heads * d_head for GPT-2; a Llama config may set head_dim otherwise)
+//   n_kv_heads  key/value heads, dividing n_heads: query head h reads key/value head
+//            h / (n_heads / n_kv_heads) (grouped-query attention; 1: multi-query)
+//   d_v      width of one head's values (d_head in every layer headwise loads; the kernels take any)
 // Tokens are rows: a (n, d_model) matrix holds one token per row, row-major, as PyTorch, NumPy,
 // llm.c and ggml lay them out. Weights map row vectors, `Q = X W_Q`, stored [in, out].
 #pragma once

@@ -137,21 +137,6 @@ inline void pack_b(Index depth, Index cols, MatrixView<Scalar> b, Scalar* out) {
   }
 }
 
-/// C[0 : rows, 0 : cols] += A B on packed operands; cols a multiple of W (C padded to whole panels).
-/// a_packed: R-row slivers of `depth` (pack_a); b_packed: W-column panels, panel p at
-/// b_packed + p * b_panel_stride and its row k at k * W (pack_b, or a slice of a packed panel).
-template <class Scalar>
-inline void multiply_packed(Index rows, Index cols, Index depth, const Scalar* a_packed, const Scalar* b_packed,
-                            Index b_panel_stride, Scalar* c, Index ldc) {
-  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  for (Index j0 = 0; j0 < cols; j0 += W) {
-    const Scalar* bp = b_packed + (j0 / W) * b_panel_stride;
-    const Scalar* ap = a_packed;
-    for (Index r0 = 0; r0 < rows; r0 += R, ap += depth * R)
-      micro_kernel_rows<Scalar>(std::min(R, rows - r0), depth, ap, 0, bp, c + r0 * ldc + j0, ldc);
-  }
-}
-
 /// Scratch for tile products, reused across calls to avoid allocating per tile.
 template <class Scalar>
 struct ProductScratch {
