@@ -128,6 +128,8 @@ TEMPLATE_TEST_CASE("attend: bad calls are refused by name", "[attend][errors]", 
   PackedKeysValues<TestType> kv(5, 1, 8, 8);
   kv.append(kv_rows, kv_rows);
   CHECK_THROWS_WITH(attend<TestType>(q, kv, call), "headwise: attend: n_kv_heads = 2 but the store holds 1 key/value heads");
+  call.heads = {-4, 1};  // refused before anything is sized by it
+  CHECK_THROWS_WITH(attend<TestType>(q, kv, call), "headwise: attend: q has 16 columns, expected n_heads d_head = -4 x 8");
   call.heads = {2, 1};
   AttentionOptions bad;
   bad.threads = -2;

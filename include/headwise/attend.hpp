@@ -24,6 +24,7 @@
 #include "headwise/attention_core.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
+#include "headwise/detail/sizes.hpp"
 #include "headwise/kernels/fused_attention.hpp"
 #include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/kernels/row_statistics.hpp"
@@ -162,8 +163,10 @@ AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q,
     if (!all_finite(q, threads)) require_finite(where, "q", q);
     return attend_step_by_step<Scalar>(q, k, v, call, options, where);
   }
+  if (call.heads.query <= 0 || q.cols() != call.heads.query * kv.d_head())  // before Z is sized by it
+    invalid(where, "q has ", q.cols(), " columns, expected n_heads d_head = ", call.heads.query, " x ", kv.d_head());
   AttentionResult<Scalar> out;
-  out.z.resize(q.rows(), call.heads.query * kv.d_v());
+  out.z.resize(q.rows(), checked_size<Scalar>(where, "Z", call.heads.query, kv.d_v()));
   Eigen::Ref<Matrix<Scalar>> z(out.z);
   check_packed_call<Scalar>(where, q, call.heads.query, kv, z, call.tiles);
   const double divisor = resolve_divisor<Scalar>(options, kv.d_head(), where);

@@ -195,7 +195,7 @@ class MultiHeadAttention {
       cache.store().truncate(held);  // a refused call changes nothing
       throw;
     }
-    cache.origin_ = origin;
+    if (cache.size() > 0) cache.origin_ = origin;  // an empty cache stays without one
     return out;
   }
 

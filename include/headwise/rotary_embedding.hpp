@@ -83,6 +83,8 @@ class RotaryEmbedding {
     if (rotary_dims_of(config) < 2)
       detail::invalid(where, "d_head ", config.d_head, " x rotary_fraction ", config.rotary_fraction, " leaves no pair to rotate");
     const RopeScaling& s = config.scaling;
+    for (const double value : {s.factor, s.low_freq_factor, s.high_freq_factor, s.beta_fast, s.beta_slow})
+      if (!std::isfinite(value)) detail::invalid(where, "rope scaling settings must be finite, got ", value);
     if (s.type == RopeScaling::Type::none) return;
     if (!(s.factor >= 1.0) || !std::isfinite(s.factor)) detail::invalid(where, "rope scaling factor must be finite and >= 1, got ", s.factor);
     if (s.type == RopeScaling::Type::llama3 &&

@@ -206,6 +206,8 @@ inline void open_regular(const std::string& path, const char* what, RegularFile&
     throw SafetensorsError(where + "cannot read " + path + ": it is " + kind);
   }
   file.size = static_cast<std::size_t>(status.st_size);
+  const int flags = ::fcntl(file.fd, F_GETFL);  // a regular file: reads block as usual again
+  if (flags >= 0) ::fcntl(file.fd, F_SETFL, flags & ~O_NONBLOCK);
 }
 
 /// Maps the regular file at `path` read-only. A directory, a pipe, a device or a file that cannot
