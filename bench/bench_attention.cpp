@@ -167,12 +167,12 @@ void BM_CoreBackward(benchmark::State& state) {
   headwise::AttentionOptions options;
   options.threads = use_threads(state, 1);
   const Mat qkv = random_matrix(n, 3 * d_model, 7), d_o = random_matrix(n, d_model, 8);
-  Mat z(n, d_model), lse;
-  headwise::fused_multi_head_attention<float>(qkv.leftCols(d_model), qkv.middleCols(d_model, d_model), qkv.rightCols(d_model),
-                                              n_heads, n_heads, z, &lse, options);
+  headwise::AttentionCall call;
+  call.heads = {n_heads, n_heads}, call.options = &options, call.logsumexp = true;
+  const auto q = qkv.leftCols(d_model), k = qkv.middleCols(d_model, d_model), v = qkv.rightCols(d_model);
+  const headwise::AttentionResult<float> forward = headwise::attend<float>(q, k, v, call);
   for (auto _ : state) {
-    const auto g = headwise::fused_attention_backward<float>(qkv.leftCols(d_model), qkv.middleCols(d_model, d_model),
-                                                             qkv.rightCols(d_model), z, lse, d_o, n_heads, n_heads, options);
+    const auto g = headwise::attend_backward<float>(q, k, v, forward, d_o, call);
     benchmark::DoNotOptimize(g.dq.data());
     benchmark::ClobberMemory();
   }

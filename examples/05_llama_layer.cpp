@@ -59,8 +59,8 @@ int main(int argc, char** argv) {
     const auto run = headwise::interpret::inspect(mha, x);
     for (Index h = 0; h < mha.n_heads(); ++h)
       std::printf("head %ld.%-3ld %8ld %14.4f %18.4f %20.4f\n", long(layer), long(h), long(mha.kv_head_of(h)),
-                  run.statistics.entropy.row(h).mean(), run.statistics.first_token_mass.row(h).mean(),
-                  run.statistics.previous_token_mass.row(h).mean());
+                  run.attention.statistics.entropy.row(h).mean(), run.attention.statistics.first_token_mass.row(h).mean(),
+                  run.attention.statistics.previous_token_mass.row(h).mean());
     return same ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

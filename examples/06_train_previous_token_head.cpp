@@ -65,7 +65,7 @@ double previous_token_score(const headwise::MultiHeadAttention<double>& layer, c
   const auto run = headwise::interpret::inspect(layer, b.x, o);
   double sum = 0;
   for (Index row = 0; row < b.x.rows(); ++row)
-    if (row % length != 0) sum += run.statistics.previous_token_mass(0, row);
+    if (row % length != 0) sum += run.attention.statistics.previous_token_mass(0, row);
   return sum / double(batch * (length - 1));
 }
 

@@ -158,8 +158,9 @@ TEMPLATE_TEST_CASE("fused backward == step-by-step backward, every variant, odd 
   if (name == "bias") o.causal = false, o.bias = Matrix<double>::Random(n, n);
   if (name == "varlen") o.cu_seqlens = n > 2 ? std::vector<Index>{0, n / 2, n} : std::vector<Index>{0, n};
   if (name == "padding") o.causal = false, o.key_valid = Eigen::Array<bool, Eigen::Dynamic, 1>::Constant(n, true), o.key_valid.tail(n / 3).setConstant(false);
-  Matrix<TestType> z(n, H * d), lse;
-  fused_multi_head_attention<TestType>(q, k, v, H, G, z, &lse, o);
+  AttentionCall call;
+  call.heads = {H, G}, call.options = &o, call.logsumexp = true;
+  const AttentionResult<TestType> forward = attend<TestType>(q, k, v, call);
   // Step by step, head by head, through the step classes.
   Matrix<double> dq = Matrix<double>::Zero(n, H * d), dk = Matrix<double>::Zero(n, G * d), dv = Matrix<double>::Zero(n, G * d);
   for (Index h = 0; h < H; ++h) {
@@ -179,12 +180,14 @@ TEMPLATE_TEST_CASE("fused backward == step-by-step backward, every variant, odd 
   for (const FusedTiles tiles : {FusedTiles{}, FusedTiles{7, 5}}) {
     AttentionOptions threads = o;
     threads.threads = 1;
-    const AttentionGradients<TestType> one = fused_attention_backward<TestType>(q, k, v, z, lse, d_o, H, G, threads, tiles);
+    AttentionCall backward = call;
+    backward.options = &threads, backward.tiles = tiles;
+    const AttentionGradients<TestType> one = attend_backward<TestType>(q, k, v, forward, d_o, backward);
     CHECK_THAT(headwise_test::as_double(one.dq), IsNear(dq, tol));
     CHECK_THAT(headwise_test::as_double(one.dk), IsNear(dk, tol));
     CHECK_THAT(headwise_test::as_double(one.dv), IsNear(dv, tol));
     threads.threads = 3;
-    const AttentionGradients<TestType> three = fused_attention_backward<TestType>(q, k, v, z, lse, d_o, H, G, threads, tiles);
+    const AttentionGradients<TestType> three = attend_backward<TestType>(q, k, v, forward, d_o, backward);
     CHECK_THAT(headwise_test::as_double(three.dq), headwise_test::IsExactly(one.dq));
     CHECK_THAT(headwise_test::as_double(three.dk), headwise_test::IsExactly(one.dk));
     CHECK_THAT(headwise_test::as_double(three.dv), headwise_test::IsExactly(one.dv));

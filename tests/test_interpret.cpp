@@ -44,13 +44,13 @@ TEMPLATE_TEST_CASE("statistics from the fused kernel equal those of the full pat
       first(0, i) = a(i, 0);
       previous(0, i) = i > 0 ? a(i, i - 1) : 0.0;
       largest(0, i) = a(i, best);
-      if (a(i, best) - a(i, run.statistics.argmax(h, i)) > tol) CHECK(run.statistics.argmax(h, i) == best);
+      if (a(i, best) - a(i, run.attention.statistics.argmax(h, i)) > tol) CHECK(run.attention.statistics.argmax(h, i) == best);
     }
     // Entropy in nats: near 0 it is checked to tol nats, not tol of itself.
-    CHECK_THAT(headwise_test::as_double(run.statistics.entropy.row(h)), IsNear(entropy, tol, /*floor=*/1.0));
-    CHECK_THAT(headwise_test::as_double(run.statistics.first_token_mass.row(h)), IsNear(first, tol));
-    CHECK_THAT(headwise_test::as_double(run.statistics.previous_token_mass.row(h)), IsNear(previous, tol));
-    CHECK_THAT(headwise_test::as_double(run.statistics.max_weight.row(h)), IsNear(largest, tol));
+    CHECK_THAT(headwise_test::as_double(run.attention.statistics.entropy.row(h)), IsNear(entropy, tol, /*floor=*/1.0));
+    CHECK_THAT(headwise_test::as_double(run.attention.statistics.first_token_mass.row(h)), IsNear(first, tol));
+    CHECK_THAT(headwise_test::as_double(run.attention.statistics.previous_token_mass.row(h)), IsNear(previous, tol));
+    CHECK_THAT(headwise_test::as_double(run.attention.statistics.max_weight.row(h)), IsNear(largest, tol));
     // Patterns rebuilt from the saved logsumexp, without rerunning the layer.
     CHECK_THAT(headwise_test::as_double(run.pattern(h)), IsNear(a, tol));
     if (n > 2) CHECK_THAT(headwise_test::as_double(run.pattern(h, {n - 1, 1})),
@@ -84,7 +84,7 @@ TEMPLATE_TEST_CASE("contribution norms equal the norms of Z_h W_O[h]", "[interpr
   const auto layer = headwise_test::random_layer<TestType>(48, 6, 6, rng, 2.0);
   const Matrix<TestType> x = headwise_test::random_matrix<TestType>(25, 48, rng);
   const auto run = interpret::inspect(layer, x);
-  const Matrix<TestType> norms = interpret::contribution_norms(layer, run.z);
+  const Matrix<TestType> norms = interpret::contribution_norms(layer, run.attention.z);
   REQUIRE(norms.rows() == 6);
   REQUIRE(norms.cols() == 25);
   Eigen::MatrixXd expected(6, 25);
@@ -126,7 +126,7 @@ TEMPLATE_TEST_CASE("interventions inside the W_O sum, in both paths", "[interpre
   }
   SECTION("mean ablation replaces a head's Z by its mean over positions from a reference run") {
     const auto reference = interpret::inspect(layer, x_b);
-    const RowVector<TestType> mean = mean_over_positions(reference.z, 4, 3);
+    const RowVector<TestType> mean = mean_over_positions(reference.attention.z, 4, 3);
     HeadInterventions<TestType> iv(4);
     iv.ablate_with_mean(3, mean);
     const Matrix<TestType> expected =

@@ -78,9 +78,9 @@ TEMPLATE_TEST_CASE("each layer variant: fused == step by step, decoding bitwise,
         if (a(i, j) > 0) e -= a(i, j) * std::log(a(i, j));
       entropy(0, i) = e, first(0, i) = a(i, 0), largest(0, i) = a.row(i).maxCoeff();
     }
-    CHECK_THAT(headwise_test::as_double(run.statistics.entropy.row(h)), IsNear(entropy, tol, /*floor=*/1.0));
-    CHECK_THAT(headwise_test::as_double(run.statistics.first_token_mass.row(h)), IsNear(first, tol));
-    CHECK_THAT(headwise_test::as_double(run.statistics.max_weight.row(h)), IsNear(largest, tol));
+    CHECK_THAT(headwise_test::as_double(run.attention.statistics.entropy.row(h)), IsNear(entropy, tol, /*floor=*/1.0));
+    CHECK_THAT(headwise_test::as_double(run.attention.statistics.first_token_mass.row(h)), IsNear(first, tol));
+    CHECK_THAT(headwise_test::as_double(run.attention.statistics.max_weight.row(h)), IsNear(largest, tol));
   }
   if (name == "sinks")  // head 3's sink (30) takes nearly all the mass: its rows sum to far less than 1
     CHECK(trace.heads[3].weights.row(n - 1).sum() < TestType(1e-3));

@@ -246,20 +246,33 @@ TEMPLATE_TEST_CASE("non-finite gradients and saved values are refused by both ba
   CHECK_THROWS_WITH(layer_backward(layer, x, dy), Contains("layer_backward: dy has a non-finite value (nan) at row 0, column 3"));
   CHECK_THROWS_WITH(backward_step_by_step(layer, x, dy), Contains("backward_step_by_step: dy has a non-finite value"));
   const Matrix<TestType> q = headwise_test::random_matrix<TestType>(6, 8, rng);
-  Matrix<TestType> o(6, 8), lse;
-  fused_multi_head_attention<TestType>(q, q, q, 1, 1, o, &lse);
+  AttentionCall call;
+  call.logsumexp = true;
+  const AttentionResult<TestType> forward = attend<TestType>(q, q, q, call);
   Matrix<TestType> d_o = headwise_test::random_matrix<TestType>(6, 8, rng);
-  CHECK_NOTHROW(fused_attention_backward<TestType>(q, q, q, o, lse, d_o, 1, 1));
+  CHECK_NOTHROW(attend_backward<TestType>(q, q, q, forward, d_o, call));
   Matrix<TestType> bad = d_o;
   bad(4, 1) = std::numeric_limits<TestType>::quiet_NaN();
-  CHECK_THROWS_WITH(fused_attention_backward<TestType>(q, q, q, o, lse, bad, 1, 1),
-                    Contains("fused_attention_backward: d_o has a non-finite value (nan) at row 4, column 1"));
-  bad = o, bad(2, 2) = std::numeric_limits<TestType>::infinity();
-  CHECK_THROWS_WITH(fused_attention_backward<TestType>(q, q, q, bad, lse, d_o, 1, 1), Contains("o has a non-finite value"));
-  Matrix<TestType> bad_lse = lse;
-  bad_lse(0, 5) = std::numeric_limits<TestType>::infinity();
-  CHECK_THROWS_WITH(fused_attention_backward<TestType>(q, q, q, o, bad_lse, d_o, 1, 1),
+  CHECK_THROWS_WITH(attend_backward<TestType>(q, q, q, forward, bad, call),
+                    Contains("attend_backward: d_z has a non-finite value (nan) at row 4, column 1"));
+  AttentionResult<TestType> bad_forward = forward;
+  bad_forward.z(2, 2) = std::numeric_limits<TestType>::infinity();
+  CHECK_THROWS_WITH(attend_backward<TestType>(q, q, q, bad_forward, d_o, call), Contains("z has a non-finite value"));
+  bad_forward = forward;
+  bad_forward.logsumexp(0, 5) = std::numeric_limits<TestType>::infinity();
+  CHECK_THROWS_WITH(attend_backward<TestType>(q, q, q, bad_forward, d_o, call),
                     Contains("logsumexp has inf for head 0, row 5 (finite, or -inf for a row that saw no key)"));
+  // What the forward did not record, and a path the backward does not have, are refused by name.
+  AttentionResult<TestType> no_lse = forward;
+  no_lse.logsumexp = Matrix<TestType>();
+  CHECK_THROWS_WITH(attend_backward<TestType>(q, q, q, no_lse, d_o, call),
+                    Contains("the forward's logsumexp is 0x0, expected 1x6 (run the forward with call.logsumexp = true)"));
+  AttentionCall step = call;
+  step.path = AttentionPath::step_by_step;
+  CHECK_THROWS_WITH(attend_backward<TestType>(q, q, q, forward, d_o, step), Contains("the fused path only"));
+  AttentionCall heads = call;
+  heads.heads = {3, 1};
+  CHECK_THROWS_WITH(attend_backward<TestType>(q, q, q, forward, d_o, heads), Contains("not divisible by n_heads = 3"));
 }
 
 // Finding 11: a window of INT64_MAX with more queries than keys overflowed position - window + 1.

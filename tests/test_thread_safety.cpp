@@ -35,8 +35,8 @@ Results<Scalar> compute(const MultiHeadAttention<Scalar>& layer, const Matrix<Sc
   r.step_by_step = layer.forward_step_by_step(x, one_thread);
   const auto run = interpret::inspect(layer, x, one_thread);
   r.inspected_output = run.output;
-  r.logsumexp = run.logsumexp;
-  r.entropy = run.statistics.entropy;
+  r.logsumexp = run.attention.logsumexp;
+  r.entropy = run.attention.statistics.entropy;
   auto cache = layer.make_cache(x.rows());
   r.decoded.resize(x.rows(), layer.d_model());
   for (Index t = 0; t < x.rows();) {  // chunks of 1, 2, 3, ... tokens

@@ -8,6 +8,7 @@
 //                          forward_for_backward or recomputed.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "headwise/causal_mask.hpp"
@@ -63,6 +64,7 @@ MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar
   Matrix<Scalar> qkv = layer.project_qkv(x);
   if (layer.rope()) layer.rope()->template rotate<Scalar>(l.queries_and_keys(qkv), 0);
   std::vector<ScaledScores<Scalar>> scores(static_cast<std::size_t>(H), ScaledScores<Scalar>(divisor));
+  const auto shared = std::make_shared<const AttentionOptions>(all);  // one copy, read by every head's steps
   std::vector<CausalMask<Scalar>> masks;
   std::vector<RowSoftmax<Scalar>> softmaxes;
   Matrix<Scalar> z(n, H * d);
@@ -70,8 +72,8 @@ MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar
   for (Index h = 0; h < H; ++h) {
     const auto i = static_cast<std::size_t>(h);
     const Index g = layer.kv_head_of(h);
-    masks.emplace_back(options_of_head(all, h, H, where));
-    softmaxes.emplace_back(options_of_head(all, h, H, where));
+    masks.emplace_back(shared, OneHead{h, H});
+    softmaxes.emplace_back(shared, OneHead{h, H});
     weights[i] = softmaxes[i].forward(masks[i].forward(scores[i].forward(l.head(qkv, Q, h), l.head(qkv, K, g))));
     z.middleCols(h * d, d).noalias() = weights[i] * l.head(qkv, V, g);
   }
@@ -111,10 +113,21 @@ MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar
 /// What the fused forward keeps for layer_backward: O(n d) in all.
 template <class Scalar>
 struct SavedForward {
-  Matrix<Scalar> qkv;        ///< (n, (n_heads + 2 n_kv_heads) d_head): Q, K (rotated) and V
-  Matrix<Scalar> z;          ///< (n, n_heads d_head): every head's Z
-  Matrix<Scalar> logsumexp;  ///< (n_heads, n)
+  Matrix<Scalar> qkv;                 ///< (n, (n_heads + 2 n_kv_heads) d_head): Q, K (rotated) and V
+  AttentionResult<Scalar> attention;  ///< every head's Z (n, n_heads d_head) and logsumexp (n_heads, n)
 };
+
+namespace detail {
+/// The attention call of a layer's fused forward and backward: its heads, the options given (the
+/// layer's own already added) and the logsumexp the backward reads.
+template <class Scalar>
+AttentionCall layer_attention_call(const MultiHeadAttention<Scalar>& layer, const AttentionOptions& all) {
+  AttentionCall call;
+  call.heads = {layer.n_heads(), layer.n_kv_heads()};
+  call.options = &all, call.logsumexp = true;
+  return call;
+}
+}  // namespace detail
 
 /// The layer's output on x (n, d_model) by the fused kernel, keeping what layer_backward needs.
 template <class Scalar>
@@ -125,13 +138,10 @@ Matrix<Scalar> forward_for_backward(const MultiHeadAttention<Scalar>& layer, con
   const AttentionOptions all = layer.options_for(options);
   saved.qkv = layer.project_qkv(x);
   if (layer.rope()) layer.rope()->template rotate<Scalar>(l.queries_and_keys(saved.qkv), 0, detail::thread_count(options.threads, where));
-  AttentionCall call;
-  call.heads = {l.n_heads, l.n_kv_heads};
-  call.options = &all, call.logsumexp = true;
-  AttentionResult<Scalar> r = detail::attend_matrices<Scalar>(l.part(saved.qkv, QkvPart::query), l.part(saved.qkv, QkvPart::key),
-                                                              l.part(saved.qkv, QkvPart::value), call, where);
-  saved.z = std::move(r.z), saved.logsumexp = std::move(r.logsumexp);
-  return layer.project_heads(saved.z);
+  saved.attention = detail::attend_matrices<Scalar>(l.part(saved.qkv, QkvPart::query), l.part(saved.qkv, QkvPart::key),
+                                                    l.part(saved.qkv, QkvPart::value),
+                                                    detail::layer_attention_call(layer, all), where);
+  return layer.project_heads(saved.attention.z);
 }
 
 /// The layer's gradients at x (n, d_model) from dy = ∂L/∂Y (n, d_model), by the fused kernels:
@@ -148,7 +158,7 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask
   SavedForward<Scalar> recomputed;
   if (!saved) forward_for_backward(layer, x, recomputed, options), saved = &recomputed;
-  if (saved->qkv.rows() != x.rows() || saved->z.rows() != x.rows())
+  if (saved->qkv.rows() != x.rows() || saved->attention.z.rows() != x.rows())
     detail::invalid(where, "the saved forward has ", saved->qkv.rows(), " rows, x has ", x.rows());
   const int threads = detail::thread_count(options.threads, where);
   MultiHeadGradients<Scalar> grads;
@@ -156,14 +166,15 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   // row-major operands: a transposed one is copied, and the copy of Z freed at once.)
   Matrix<Scalar> dz;
   detail::product<Scalar>(dy, Matrix<Scalar>(layer.w_o().transpose()), dz, threads);
-  detail::product<Scalar>(Matrix<Scalar>(saved->z.transpose()), dy, grads.dw_o, threads);
+  detail::product<Scalar>(Matrix<Scalar>(saved->attention.z.transpose()), dy, grads.dw_o, threads);
   grads.db_o = dy.colwise().sum();
   // Attention, then RoPE's backward on dQ and dK.
   const auto& qkv = saved->qkv;
   const QkvLayout l = layer.layout();
-  AttentionGradients<Scalar> g = fused_attention_backward<Scalar>(
-      l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key), l.part(qkv, QkvPart::value), saved->z, saved->logsumexp, dz,
-      l.n_heads, l.n_kv_heads, layer.options_for(options));
+  const AttentionOptions all = layer.options_for(options);
+  AttentionGradients<Scalar> g =
+      attend_backward<Scalar>(l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key), l.part(qkv, QkvPart::value),
+                              saved->attention, dz, detail::layer_attention_call(layer, all));
   dz = Matrix<Scalar>();
   if (layer.rope()) {
     layer.rope()->template rotate_gradient<Scalar>(g.dq, 0, threads);

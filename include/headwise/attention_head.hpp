@@ -62,9 +62,10 @@ class AttentionHead {
   const Linear<Scalar>& value() const { return value_; }
   const std::optional<RotaryEmbedding>& rope() const { return rope_; }
 
-  /// Every intermediate. x: (n, d_model).
-  HeadTrace<Scalar> trace(const Eigen::Ref<const Matrix<Scalar>>& x,
-                          const AttentionOptions& options = {}) const {
+  /// Every intermediate. x: (n, d_model). With a OneHead, `options` are a multi-head call's and
+  /// this head reads head.index's slope and sink (the layer's trace passes its options so, once).
+  HeadTrace<Scalar> trace(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
+                          OneHead head = {}) const {
     check_input(x, "AttentionHead::trace");
     HeadTrace<Scalar> t;
     t.divisor = resolve_divisor<Scalar>(options, d_head(), "AttentionHead::trace");
@@ -78,10 +79,12 @@ class AttentionHead {
     if (rope_) rope_->rotate<Scalar>(t.q_rotated, 0), rope_->rotate<Scalar>(t.k_rotated, 0);
     t.scores = scores(t.q_rotated, t.k_rotated);                  // step 3: score every pair
     t.scaled_scores = t.scores / static_cast<Scalar>(t.divisor);  // step 4: shrink
-    const ScoreRule<Scalar> rule(options, x.rows(), x.rows(), /*n_heads=*/1, "AttentionHead::trace");
-    t.masked_scores = masked_scores(t.scaled_scores, rule);       // step 5: modify and mask
-    t.weights = t.masked_scores;                                  // step 6: normalise
-    t.logsumexp = softmax_rows(t.weights, rule);
+    if (head.index < 0 || head.index >= head.n_heads)
+      detail::invalid("AttentionHead::trace", "head ", head.index, " of ", head.n_heads, " is not a head");
+    const ScoreRule<Scalar> rule(options, x.rows(), x.rows(), head.n_heads, "AttentionHead::trace");
+    t.masked_scores = masked_scores(t.scaled_scores, rule, head.index);  // step 5: modify and mask
+    t.weights = t.masked_scores;                                         // step 6: normalise
+    t.logsumexp = softmax_rows(t.weights, rule, head.index);
     t.z.resize(x.rows(), value_.out_features());                  // step 7: mix the values
     t.z.noalias() = t.weights * t.v;
     return t;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <utility>
 
 #include "headwise/options.hpp"
 #include "headwise/score_rule.hpp"
@@ -16,26 +18,26 @@ namespace headwise {
 
 /// How many keys (a prefix 0..count-1) query i of n_q may see among n_k keys.
 /// Without the causal mask every query sees all n_k keys. The count can be 0 (n_q > n_k).
+/// The causal rule of key_range.hpp (causal_range) at query i's position n_k - n_q + i.
 inline Index visible_keys(Index i, Index n_q, Index n_k, bool causal) {
-  if (!causal) return n_k;
-  return std::clamp<Index>(n_k - n_q + i + 1, 0, n_k);
+  return causal_range(n_k - n_q + i, n_k, causal).end;
 }
 
 /// A copy of the scores with -inf where the causal mask hides a key: for printing and teaching.
-/// scores: (n_q, n_k). The computation never relies on exp(-inf): see softmax.hpp.
+/// scores: (n_q, n_k). masked_scores (score_rule.hpp) with the causal mask alone. The computation
+/// never relies on exp(-inf): see softmax.hpp.
 template <class Scalar>
 Matrix<Scalar> masked_scores_for_display(const Matrix<Scalar>& scores, bool causal = true) {
-  Matrix<Scalar> shown = scores;
-  for (Index i = 0; i < shown.rows(); ++i) {
-    const Index visible = visible_keys(i, shown.rows(), shown.cols(), causal);
-    shown.row(i).tail(shown.cols() - visible).setConstant(-std::numeric_limits<Scalar>::infinity());
-  }
-  return shown;
+  AttentionOptions options;
+  options.causal = causal;
+  return masked_scores(scores, ScoreRule<Scalar>(options, scores.rows(), scores.cols(), 1, "masked_scores_for_display"));
 }
 
 /// The mask step with its backward: from the scaled scores to what the softmax sees, by the call's
 /// rule (causal mask, window, masks; soft-cap, ALiBi, bias): masked_scores in score_rule.hpp. One
-/// head: per-head options (alibi_slopes, sinks) have one entry (options_of_head). Gradients stop
+/// head: by default per-head options (alibi_slopes, sinks) have one entry; given a OneHead, they
+/// are a multi-head call's, shared with its other heads' steps, and this step reads head
+/// head.index's. Gradients stop
 /// at masked entries; through a soft-cap they are scaled by 1 - tanh²(s / cap). forward keeps the
 /// scaled scores.
 ///   CausalMask<double> mask;                       // the causal mask alone
@@ -44,13 +46,17 @@ Matrix<Scalar> masked_scores_for_display(const Matrix<Scalar>& scores, bool caus
 template <class Scalar>
 class CausalMask {
  public:
-  explicit CausalMask(AttentionOptions options = {}) : options_(std::move(options)) {}
-  const AttentionOptions& options() const { return options_; }
+  explicit CausalMask(AttentionOptions options = {})
+      : options_(std::make_shared<const AttentionOptions>(std::move(options))) {}
+  /// Head head.index of a multi-head call's options, shared (not copied).
+  CausalMask(std::shared_ptr<const AttentionOptions> options, OneHead head)
+      : options_(detail::shared_options(std::move(options), head, "CausalMask")), head_(head) {}
+  const AttentionOptions& options() const { return *options_; }
 
   /// scaled: (n_q, n_k) -> (n_q, n_k), -inf where a query may not see a key.
   Matrix<Scalar> forward(const Matrix<Scalar>& scaled) {
     scaled_ = scaled;
-    return masked_scores(scaled_, rule());
+    return masked_scores(scaled_, rule(), head_.index);
   }
 
   /// From ∂L/∂(masked scores), ∂L/∂(scaled scores) for the last forward.
@@ -64,8 +70,8 @@ class CausalMask {
       for (Index j = r.keys(i).begin; j < r.keys(i).end; ++j) {
         if (r.hides_keys() && r.hidden(i, j)) continue;
         Scalar g = d_masked(i, j);
-        if (options_.softcap) {
-          const Scalar t = std::tanh(scaled_(i, j) / static_cast<Scalar>(*options_.softcap));
+        if (options_->softcap) {
+          const Scalar t = std::tanh(scaled_(i, j) / static_cast<Scalar>(*options_->softcap));
           g *= Scalar(1) - t * t;
         }
         d(i, j) = g;
@@ -74,9 +80,12 @@ class CausalMask {
   }
 
  private:
-  ScoreRule<Scalar> rule() const { return ScoreRule<Scalar>(options_, scaled_.rows(), scaled_.cols(), 1, "CausalMask"); }
+  ScoreRule<Scalar> rule() const {
+    return ScoreRule<Scalar>(*options_, scaled_.rows(), scaled_.cols(), head_.n_heads, "CausalMask");
+  }
 
-  AttentionOptions options_;
+  std::shared_ptr<const AttentionOptions> options_;
+  OneHead head_;
   Matrix<Scalar> scaled_;  // the last forward's input
 };
 

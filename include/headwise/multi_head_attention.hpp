@@ -37,13 +37,15 @@ struct MultiHeadWeights {
   RowVector<Scalar> b_o;            ///< (1, d_model), or empty for no bias
 };
 
-/// What the fused path can return besides Z, on request (each pointer may be null).
+/// What the layer's fused path records besides Z, on request: in its AttentionResult, the
+/// logsumexp and statistics (as attend() records them); through the pointers (each may be null),
+/// the queries and the keys and values.
 template <class Scalar>
 struct HeadOutputExtras {
+  bool logsumexp = false;                           ///< result.logsumexp, (n_heads, n)
+  bool statistics = false;                          ///< result.statistics, (n_heads, n) each
   Matrix<Scalar>* q = nullptr;                      ///< (n, n_heads d_head): the queries
   PackedKeysValues<Scalar>* keys_values = nullptr;  ///< the keys and values (replaced: n tokens)
-  Matrix<Scalar>* logsumexp = nullptr;              ///< (n_heads, n)
-  RowStatistics<Scalar>* statistics = nullptr;      ///< (n_heads, n) each
 };
 
 /// Every intermediate of a multi-head layer on one input.
@@ -157,10 +159,16 @@ class MultiHeadAttention {
     return output_of(z, detail::thread_count(options.threads, "MultiHeadAttention::forward"), 0, "MultiHeadAttention::forward");
   }
 
-  /// Every head's Z side by side, (n, n_heads d_head), by the fused kernel, before W_O; and on
-  /// request the queries, keys and values, logsumexp and per-row statistics, all O(n d_model).
-  Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                              const HeadOutputExtras<Scalar>& extras = {}) const {
+  /// Every head's Z side by side, (n, n_heads d_head), by the fused kernel, before W_O.
+  Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
+    return attend_heads(x, options).z;
+  }
+
+  /// The layer's attention before W_O as attend() returns it: every head's Z side by side
+  /// (n, n_heads d_head) and on request (extras) the logsumexp and per-row statistics; the
+  /// queries and the keys and values through extras' pointers. All O(n d_model).
+  AttentionResult<Scalar> attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
+                                       const HeadOutputExtras<Scalar>& extras = {}) const {
     check_input(x, "MultiHeadAttention::forward");
     const AttentionOptions all = options_for(options);
     resolve_divisor<Scalar>(all, d_head_, "MultiHeadAttention::forward");
@@ -190,7 +198,7 @@ class MultiHeadAttention {
     const Index held = cache.size();
     Matrix<Scalar> out;
     try {
-      out = output_of(attend_rows(x, cache.store(), all, {}, where), detail::thread_count(options.threads, where), held, where);
+      out = output_of(attend_rows(x, cache.store(), all, {}, where).z, detail::thread_count(options.threads, where), held, where);
     } catch (...) {
       cache.store().truncate(held);  // a refused call changes nothing
       throw;
@@ -227,8 +235,9 @@ class MultiHeadAttention {
     check_input(x, "MultiHeadAttention::trace");
     MultiHeadTrace<Scalar> t;
     t.output = b_o_.replicate(x.rows(), 1);
+    const AttentionOptions all = options_for(options);  // once: each head reads its slope and sink
     for (Index h = 0; h < n_heads_; ++h) {
-      t.heads.push_back(head(h).trace(x, options_of_head(options_for(options), h, n_heads_, "MultiHeadAttention::trace")));
+      t.heads.push_back(head(h).trace(x, all, OneHead{h, n_heads_}));
       t.contributions.push_back(head_contribution(t.heads.back().z, h));
       t.output += t.contributions.back();
     }
@@ -319,9 +328,9 @@ class MultiHeadAttention {
   /// Rows of x projected in chunks by X [W_Q | W_K | W_V] + b: K and V appended to kv, then the
   /// fused kernel against everything kv holds. x: (m, d_model) -> Z (m, n_heads d_head).
   /// If anything throws, kv is rolled back to the tokens it held: a refused call changes nothing.
-  Matrix<Scalar> attend_rows(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
-                        const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
-                        const char* where) const {
+  AttentionResult<Scalar> attend_rows(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
+                                      const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
+                                      const char* where) const {
     const Index held = kv.size();
     try {
       return attend_unchecked(x, kv, options, extras, where);
@@ -330,13 +339,13 @@ class MultiHeadAttention {
       throw;
     }
   }
-  Matrix<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
-                                  const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
-                                  const char* where) const {
+  AttentionResult<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
+                                           const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
+                                           const char* where) const {
     const int threads = detail::thread_count(options.threads, where);
     const QkvLayout l = layout();
     const Index width = l.query_width();
-    Matrix<Scalar> z;  // every head's Z side by side, (m, n_heads d_head)
+    AttentionResult<Scalar> result;  // every head's Z side by side, (m, n_heads d_head), and what extras ask
     {
       Matrix<Scalar> q(x.rows(), width), part;
       constexpr Index chunk = 256;  // rows per product: a (256, 3 d_model) buffer, not (n, 3 d_model)
@@ -354,14 +363,11 @@ class MultiHeadAttention {
       }
       AttentionCall call;  // the one attention call, on everything kv now holds
       call.heads = {n_heads_, n_kv_heads_};
-      call.options = &options, call.logsumexp = extras.logsumexp != nullptr, call.statistics = extras.statistics != nullptr;
-      AttentionResult<Scalar> r = detail::attend_packed<Scalar>(q, kv, call, where);
-      z = std::move(r.z);
-      if (extras.logsumexp) *extras.logsumexp = std::move(r.logsumexp);
-      if (extras.statistics) *extras.statistics = std::move(r.statistics);
+      call.options = &options, call.logsumexp = extras.logsumexp, call.statistics = extras.statistics;
+      result = detail::attend_packed<Scalar>(q, kv, call, where);
       if (extras.q) *extras.q = std::move(q);
     }
-    return z;
+    return result;
   }
 
   /// Throws unless every Q, K and V of the projected rows qkv ((m, (n_heads + 2 n_kv_heads) d_head),

@@ -54,6 +54,14 @@ struct AttentionOptions {
   Vector<double> sinks;
 };
 
+/// Which head of a multi-head call's options a one-head step reads (its ALiBi slope and its sink):
+/// head `index` of `n_heads`, so that the steps of every head share one AttentionOptions instead
+/// of each holding a copy. The default is a one-head call's.
+struct OneHead {
+  Index index = 0;
+  Index n_heads = 1;
+};
+
 /// The divisor that `options` asks for at width d_head, for a call computing in Scalar; throws
 /// unless it is finite and > 0 with a finite inverse in Scalar (checked_divisor, scores.hpp).
 template <class Scalar = double>

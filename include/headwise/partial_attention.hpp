@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/merge_weights.hpp"
 #include "headwise/attend.hpp"
 #include "headwise/options.hpp"
 #include "headwise/types.hpp"
@@ -63,10 +64,10 @@ void merge_into(PartialAttention<Scalar>& a, const PartialAttention<Scalar>& b) 
         za = zb, a.logsumexp(h, i) = lb;
         continue;
       }
-      const Scalar top = std::max(la, lb);
-      const Scalar wa = std::exp(la - top), wb = std::exp(lb - top), total = wa + wb;
-      za = za * (wa / total) + zb * (wb / total);
-      a.logsumexp(h, i) = top + std::log(total);
+      const detail::MergeWeights<Scalar> w = detail::merge_weights(la, lb);
+      const Scalar total = w.a + w.b;
+      za = za * (w.a / total) + zb * (w.b / total);
+      a.logsumexp(h, i) = w.top + std::log(total);
     }
 }
 

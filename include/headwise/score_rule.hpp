@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -75,6 +76,11 @@ class ScoreRule {
       keys = keys.within(first_key_, first_key_ + n_k);
       keys = keys.empty() ? KeyRange{0, 0} : KeyRange{keys.begin - first_key_, keys.end - first_key_};
       ranges_[static_cast<std::size_t>(i)] = hides_ ? narrow_to_visible(i, keys) : keys;
+      if (i > 0) {
+        const KeyRange& before = ranges_[static_cast<std::size_t>(i) - 1];
+        const KeyRange& now = ranges_[static_cast<std::size_t>(i)];
+        monotone_ = monotone_ && before.begin <= now.begin && before.end <= now.end;
+      }
     }
     if (options.alibi_slopes.size()) check_alibi_distances(where);
   }
@@ -88,6 +94,15 @@ class ScoreRule {
   /// The keys query row i may see, as indices 0 .. n_k - 1 of the call's keys (some inside may
   /// still be hidden: see hidden()).
   const KeyRange& keys(Index i) const { return ranges_[static_cast<std::size_t>(i)]; }
+  /// True if every row i0 .. i0 + rows - 1 may see all of the keys [begin, end) (an interior tile:
+  /// its rows need no range of their own). O(1) when the rows' ranges only move forward (causal,
+  /// windows, packed sequences), else a loop over the rows.
+  bool sees_whole(Index i0, Index rows, Index begin, Index end) const {
+    if (monotone_) return keys(i0 + rows - 1).begin <= begin && keys(i0).end >= end;
+    for (Index r = 0; r < rows; ++r)
+      if (keys(i0 + r).begin > begin || keys(i0 + r).end < end) return false;
+    return true;
+  }
   /// True if apply() changes scores (a cap, ALiBi, a bias or a mask); false: scores are used as computed.
   bool modifies_scores() const { return modifies_; }
   /// True if keys inside keys(i) can be hidden (a mask, padding or a -inf bias).
@@ -219,9 +234,24 @@ class ScoreRule {
   Index n_q_, n_k_, first_key_, first_query_;
   bool per_row_ = false, hides_ = false, modifies_ = false;
   std::vector<KeyRange> ranges_;
+  bool monotone_ = true;  // ranges_[i].begin and .end never decrease with i
   std::vector<std::uint8_t> visible_blocks_;  // mask or bias: (n_q, blocks()), visible keys per block of 8
   std::vector<Index> next_valid_, end_of_valid_;  // key padding alone: see index_valid_keys
 };
+
+namespace detail {
+/// The shared options of a one-head step (CausalMask, RowSoftmax) reading head head.index of them;
+/// throws if there are none or the head is not one of theirs.
+inline std::shared_ptr<const AttentionOptions> shared_options(std::shared_ptr<const AttentionOptions> options, OneHead head,
+                                                              const char* where) {
+  if (!options) invalid(where, "no options given (a null pointer)");
+  if (head.n_heads <= 0 || head.index < 0 || head.index >= head.n_heads)
+    invalid(where, "head ", head.index, " of ", head.n_heads, " is not a head (0 <= index < n_heads)");
+  check_per_head(where, "alibi_slopes", options->alibi_slopes, head.n_heads);
+  check_per_head(where, "sinks", options->sinks, head.n_heads);
+  return options;
+}
+}  // namespace detail
 
 /// The options of a call on n_heads heads as seen by head h alone: its ALiBi slope and sink only.
 /// Throws if a per-head option does not have n_heads entries.

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <utility>
 
 #include "headwise/options.hpp"
 #include "headwise/score_rule.hpp"
@@ -57,12 +59,17 @@ Vector<Scalar> softmax_rows(Matrix<Scalar>& scores, const ScoreRule<Scalar>& rul
 template <class Scalar>
 class RowSoftmax {
  public:
-  explicit RowSoftmax(AttentionOptions options = {}) : options_(std::move(options)) {}
+  explicit RowSoftmax(AttentionOptions options = {})
+      : options_(std::make_shared<const AttentionOptions>(std::move(options))) {}
+  /// Head head.index of a multi-head call's options (its sink), shared (not copied).
+  RowSoftmax(std::shared_ptr<const AttentionOptions> options, OneHead head)
+      : options_(detail::shared_options(std::move(options), head, "RowSoftmax")), head_(head) {}
 
   /// masked: (n_q, n_k) -> the weights A (n_q, n_k); logsumexp() gives each row's.
   Matrix<Scalar> forward(const Matrix<Scalar>& masked) {
     weights_ = masked;
-    logsumexp_ = softmax_rows(weights_, ScoreRule<Scalar>(options_, masked.rows(), masked.cols(), 1, "RowSoftmax"));
+    logsumexp_ = softmax_rows(weights_, ScoreRule<Scalar>(*options_, masked.rows(), masked.cols(), head_.n_heads, "RowSoftmax"),
+                              head_.index);
     return weights_;
   }
   const Vector<Scalar>& logsumexp() const { return logsumexp_; }
@@ -78,7 +85,8 @@ class RowSoftmax {
   }
 
  private:
-  AttentionOptions options_;
+  std::shared_ptr<const AttentionOptions> options_;
+  OneHead head_;
   Matrix<Scalar> weights_;
   Vector<Scalar> logsumexp_;
 };

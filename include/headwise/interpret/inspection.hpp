@@ -30,17 +30,18 @@ namespace headwise::interpret {
 /// One fused forward, kept for inspection.
 template <class Scalar>
 struct Inspection {
-  Matrix<Scalar> output;                ///< (n, d_model): the layer's output (with interventions, if any)
-  Matrix<Scalar> z;                     ///< (n, n_heads d_head): every head's Z, before interventions
-  Matrix<Scalar> q;                     ///< (n, n_heads d_head): the queries
+  Matrix<Scalar> output;  ///< (n, d_model): the layer's output (with interventions, if any)
+  /// The attention before W_O, as attend() returns it: every head's Z (n, n_heads d_head), before
+  /// interventions; the logsumexp (n_heads, n); the statistics (n_heads, n) each: entropy, masses,
+  /// largest weight.
+  AttentionResult<Scalar> attention;
+  Matrix<Scalar> q;                                  ///< (n, n_heads d_head): the queries
   PackedKeysValues<Scalar> keys_values{0, 1, 1, 1};  ///< the keys and values, packed
-  Matrix<Scalar> logsumexp;             ///< (n_heads, n)
-  RowStatistics<Scalar> statistics;     ///< (n_heads, n) each: entropy, masses, largest weight
-  AttentionOptions options;             ///< the options of the run
+  AttentionOptions options;                          ///< the options of the run
   Index n_heads = 0, n_kv_heads = 0, d_head = 0;
 
   /// Head h's Z: (n, d_head).
-  Matrix<Scalar> z_head(Index h) const { return z.middleCols(checked(h, "z_head") * d_head, d_head); }
+  Matrix<Scalar> z_head(Index h) const { return attention.z.middleCols(checked(h, "z_head") * d_head, d_head); }
 
   /// Rows `rows` of head h's attention pattern, exactly, from the saved logsumexp:
   /// p_ij = exp(s_ij - lse_i), s_ij = q_i . k_j / divisor modified by the run's rule (cap, ALiBi,
@@ -62,7 +63,7 @@ struct Inspection {
       const RowVector<Scalar> q_i = q.block(i, h * d_head, 1, d_head) * inv_divisor;
       for (Index j = keys.begin; j < keys.end; ++j) s(j) = q_i.dot(k.row(j));
       rule.apply(h, i, /*first_key=*/0, s.data(), keys.begin, keys.end);
-      for (Index j = keys.begin; j < keys.end; ++j) p(static_cast<Index>(r), j) = std::exp(s(j) - logsumexp(h, i));
+      for (Index j = keys.begin; j < keys.end; ++j) p(static_cast<Index>(r), j) = std::exp(s(j) - attention.logsumexp(h, i));
     }
     return p;
   }
@@ -94,12 +95,11 @@ Inspection<Scalar> inspect(const MultiHeadAttention<Scalar>& layer,
   run.n_kv_heads = layer.n_kv_heads();
   run.d_head = layer.d_head();
   HeadOutputExtras<Scalar> extras;
+  extras.logsumexp = true, extras.statistics = true;
   extras.q = &run.q;
   extras.keys_values = &run.keys_values;
-  extras.logsumexp = &run.logsumexp;
-  extras.statistics = &run.statistics;
-  run.z = layer.head_outputs(x, options, extras);
-  Matrix<Scalar> z = run.z;
+  run.attention = layer.attend_heads(x, options, extras);
+  Matrix<Scalar> z = run.attention.z;
   if (interventions) {
     if (interventions->n_heads() != layer.n_heads())
       detail::invalid("inspect", "interventions for ", interventions->n_heads(), " heads, the layer has ",

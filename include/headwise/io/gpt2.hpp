@@ -12,17 +12,12 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "headwise/io/config_reader.hpp"
 #include "headwise/io/safetensors.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::io {
-
-/// The largest width, head or layer count a config may give (2^32): sizes derived from it, such
-/// as the 3 n_embd columns of c_attn, then fit in 64 bits with room to spare.
-inline constexpr Index max_config_value = Index(1) << 32;
 
 /// What config.json says of the attention: width, heads and layers.
 struct Gpt2Config {
@@ -35,31 +30,13 @@ struct Gpt2Config {
 /// a positive integer no larger than `max_config_value`, and n_embd divisible by n_head; `name`
 /// is used in error messages (SafetensorsError).
 inline Gpt2Config parse_gpt2_config(const std::string& text, const std::string& name) {
-  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object())
-    throw SafetensorsError("headwise: gpt2 config: " + name + " is not a JSON object");
-  auto field = [&](const char* key, bool required) -> Index {
-    const auto it = json.find(key);
-    if (it == json.end() || !it->is_number_integer()) {
-      if (!required) return 0;
-      throw SafetensorsError("headwise: gpt2 config: " + name + " has no integer field \"" + key + "\"");
-    }
-    // An unsigned above INT64_MAX must not wrap to a negative number: read the text as it is.
-    const bool positive = it->is_number_unsigned() ? it->get<std::uint64_t>() > 0 : it->get<std::int64_t>() > 0;
-    if (!positive)
-      throw SafetensorsError("headwise: gpt2 config: " + name + ": \"" + key + "\" must be > 0, got " + it->dump());
-    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > static_cast<std::uint64_t>(max_config_value))
-      throw SafetensorsError("headwise: gpt2 config: " + name + ": \"" + key + "\" = " + it->dump() +
-                             " is larger than headwise accepts (" + std::to_string(max_config_value) + ")");
-    return static_cast<Index>(it->get<std::uint64_t>());
-  };
+  const detail::ConfigReader r(text, "gpt2 config", name);
   Gpt2Config config;
-  config.n_embd = field("n_embd", true);
-  config.n_head = field("n_head", true);
-  config.n_layer = field("n_layer", false);
+  config.n_embd = r.integer("n_embd");
+  config.n_head = r.integer("n_head");
+  config.n_layer = r.integer("n_layer", 0);
   if (config.n_embd % config.n_head != 0)
-    throw SafetensorsError("headwise: gpt2 config: " + name + ": n_embd = " + std::to_string(config.n_embd) +
-                           " is not divisible by n_head = " + std::to_string(config.n_head));
+    r.fail("n_embd = " + std::to_string(config.n_embd) + " is not divisible by n_head = " + std::to_string(config.n_head));
   return config;
 }
 

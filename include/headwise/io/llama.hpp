@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "headwise/io/checkpoint.hpp"
+#include "headwise/io/config_reader.hpp"
 #include "headwise/io/gpt2.hpp"
 #include "headwise/io/safetensors.hpp"
 #include "headwise/layer_config.hpp"
@@ -45,34 +46,6 @@ struct LlamaConfig {
 };
 
 namespace detail {
-
-/// Reads config fields by name for parse_llama_config, with errors that name the file and field.
-class ConfigReader {
- public:
-  ConfigReader(const nlohmann::json& json, std::string name) : json_(json), name_(std::move(name)) {}
-  [[noreturn]] void fail(const std::string& what) const { throw SafetensorsError("headwise: llama config: " + name_ + ": " + what); }
-  bool has(const char* key) const { return json_.contains(key) && !json_.at(key).is_null(); }
-  Index integer(const char* key, std::optional<Index> fallback = std::nullopt) const {
-    if (!has(key)) {
-      if (fallback) return *fallback;
-      fail(std::string("no integer field \"") + key + "\"");
-    }
-    const auto& v = json_.at(key);
-    if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 || v.get<std::uint64_t>() > std::uint64_t(max_config_value))
-      fail(std::string("\"") + key + "\" = " + v.dump() + " must be an integer in [1, " + std::to_string(max_config_value) + "]");
-    return static_cast<Index>(v.get<std::uint64_t>());
-  }
-  double number(const nlohmann::json& object, const char* key, double fallback) const {
-    if (!object.contains(key) || object.at(key).is_null()) return fallback;
-    if (!object.at(key).is_number()) fail(std::string("\"") + key + "\" = " + object.at(key).dump() + " is not a number");
-    return object.at(key).get<double>();
-  }
-  const nlohmann::json& json() const { return json_; }
-
- private:
-  const nlohmann::json& json_;
-  std::string name_;
-};
 
 inline RopeScaling parse_rope_scaling(const ConfigReader& r) {
   RopeScaling s;
@@ -103,11 +76,10 @@ inline RopeScaling parse_rope_scaling(const ConfigReader& r) {
 
 /// Parses the text of a Llama, Qwen2 or Mistral config.json; `name` is used in error messages.
 inline LlamaConfig parse_llama_config(const std::string& text, const std::string& name) {
-  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object()) throw SafetensorsError("headwise: llama config: " + name + " is not a JSON object");
-  const detail::ConfigReader r(json, name);
+  const detail::ConfigReader r(text, "llama config", name);
+  const nlohmann::json& json = r.json();
   LlamaConfig c;
-  c.model_type = json.contains("model_type") && json.at("model_type").is_string() ? json.at("model_type").get<std::string>() : "";
+  c.model_type = r.string("model_type");
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral")
     r.fail("model_type \"" + c.model_type + "\" is not one this loader reads (llama, qwen2, mistral)");
   c.hidden_size = r.integer("hidden_size");

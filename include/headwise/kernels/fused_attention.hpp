@@ -253,18 +253,18 @@ inline void scale_row(Scalar* acc, Index width, Scalar factor) {
 
 /// The keys of the key tile [j0, j0 + cols) that query row i may see, counted from j0.
 template <class Scalar>
-inline KeyRange keys_in_tile(const FusedCall<Scalar>& call, Index i, Index j0, Index cols) {
-  const KeyRange keys = call.keys(i).within(j0, j0 + cols);
+inline KeyRange keys_in_tile(const ScoreRule<Scalar>& rule, Index i, Index j0, Index cols) {
+  const KeyRange keys = rule.keys(i).within(j0, j0 + cols);
   return keys.empty() ? KeyRange{0, 0} : KeyRange{keys.begin - j0, keys.end - j0};
 }
 
 /// The keys of the tile that any of the rows i .. i + rows - 1 sees (the span of their ranges),
 /// counted from j0: what a sliver's products cover.
 template <class Scalar>
-inline KeyRange sliver_keys(const FusedCall<Scalar>& call, Index i, Index rows, Index j0, Index cols) {
+inline KeyRange sliver_keys(const ScoreRule<Scalar>& rule, Index i, Index rows, Index j0, Index cols) {
   KeyRange span{cols, 0};
   for (Index r = 0; r < rows; ++r) {
-    const KeyRange keys = keys_in_tile(call, i + r, j0, cols);
+    const KeyRange keys = keys_in_tile(rule, i + r, j0, cols);
     if (!keys.empty()) span = {std::min(span.begin, keys.begin), std::max(span.end, keys.end)};
   }
   return span.empty() ? KeyRange{0, 0} : span;
@@ -320,17 +320,18 @@ void record_dot(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, co
 /// The online softmax of one key tile [j0, j0 + cols) for the query rows i0 .. i0 + rows - 1 of
 /// head h: the rule's policy modifies each row's scores, then each row of w.s becomes
 /// P = exp(s - m') on the keys it sees and exact zeros elsewhere, as far as its sliver's product
-/// with V reads; the running maximum, sum, accumulator (and statistics) are rescaled.
+/// with V reads; the running maximum, sum, accumulator (and statistics) are rescaled. `whole`: every
+/// row sees the whole tile (ScoreRule::sees_whole), so no row's range is looked up.
 template <class Policy, class Scalar>
 void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
-                         Index rows, Index j0, Index cols, Index h) {
+                         Index rows, Index j0, Index cols, Index h, bool whole) {
   constexpr Index R = TileShape<Scalar>::rows;
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   const Index dv_padded = call.dv_padded();
   KeyRange span;
   for (Index r = 0; r < rows; ++r) {
     if (r % R == 0) span = w.spans[static_cast<std::size_t>(r / R)];  // what P V reads
-    const KeyRange keys = keys_in_tile(call, i0 + r, j0, cols);
+    const KeyRange keys = whole ? KeyRange{0, cols} : keys_in_tile(call.rule, i0 + r, j0, cols);
     Scalar* row = w.s.data() + r * call.tk;
     Policy::apply(call.rule, h, i0 + r, j0, row, keys.begin, keys.end);
     const Scalar new_max = keys.empty() ? minus_inf : row_max(row + keys.begin, keys.size(), st.max[r]);
@@ -416,9 +417,9 @@ void normalise_rows(const FusedCall<Scalar>& call, const RowState<Scalar>& state
 
 /// True if some row i0 .. i0 + rows - 1 sees a key of [j0, j0 + cols) that no mask hides.
 template <class Scalar>
-bool tile_seen(const FusedCall<Scalar>& call, Index i0, Index rows, Index j0, Index cols) {
+bool tile_seen(const ScoreRule<Scalar>& rule, Index i0, Index rows, Index j0, Index cols) {
   for (Index r = 0; r < rows; ++r)
-    if (call.rule.sees_any(i0 + r, j0, j0 + cols)) return true;
+    if (rule.sees_any(i0 + r, j0, j0 + cols)) return true;
   return false;
 }
 
@@ -435,7 +436,10 @@ void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Ind
 
 /// Pass 2 over the keys `keys` of one shard (what the tile sees of it), from a fresh state st:
 /// the key tiles from the first key a query of the tile sees to the last; tiles before and after
-/// are never touched, nor tiles inside that no row sees (a mask's holes). The query tile is loaded.
+/// are never touched, nor tiles inside that no row sees (a mask's holes). Interior tiles, which
+/// every row sees whole (the body of the causal triangle), skip the rows' range work: the spans
+/// and ranges they would compute are the whole tile, so the bits are the same. The query tile is
+/// loaded.
 template <class Policy, class Scalar, class Clock>
 void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
                       Index rows, Index h, KeyRange keys, Clock& clock) {
@@ -444,13 +448,15 @@ void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, co
   reset(st, rows, call.dv_padded());
   for (Index j0 = keys.begin / call.tk * call.tk; j0 < keys.end; j0 += call.tk) {
     const Index cols = std::min(call.tk, keys.end - j0);
-    if (call.rule.hides_keys() && !tile_seen(call, i0, rows, j0, cols)) continue;
+    if (call.rule.hides_keys() && !tile_seen(call.rule, i0, rows, j0, cols)) continue;
     clock.enter(FusedPhase::scores);
+    const bool whole = call.rule.sees_whole(i0, rows, j0, j0 + cols);
     for (Index r0 = 0; r0 < rows; r0 += R)  // what each sliver's products cover in this key tile
-      w.spans[static_cast<std::size_t>(r0 / R)] = sliver_keys(call, i0 + r0, std::min(R, rows - r0), j0, cols);
+      w.spans[static_cast<std::size_t>(r0 / R)] =
+          whole ? KeyRange{0, cols} : sliver_keys(call.rule, i0 + r0, std::min(R, rows - r0), j0, cols);
     score_tile(call, w, rows, j0, cols, g);
     clock.enter(FusedPhase::softmax);
-    online_softmax_tile<Policy>(call, w, st, i0, rows, j0, cols, h);
+    online_softmax_tile<Policy>(call, w, st, i0, rows, j0, cols, h, whole);
     clock.enter(FusedPhase::values);
     value_tile(call, w, st, rows, j0, g);
   }
@@ -476,7 +482,7 @@ template <class Policy, class Scalar, class Clock>
 void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock) {
   const Index rows = std::min(call.tq, call.n_q() - i0);
   load_query_tile(call, w, i0, rows, h, clock);
-  const KeyRange seen = sliver_keys(call, i0, rows, 0, call.n_k());
+  const KeyRange seen = sliver_keys(call.rule, i0, rows, 0, call.n_k());
   const ShardSpan shards = shards_of(call, seen);
   const RowState<Scalar> merged = w.states[0], shard = w.states[1];
   if (shards.count == 0) reset(merged, rows, call.dv_padded());
@@ -497,7 +503,7 @@ template <class Policy, class Scalar, class Clock>
 std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan shards, int threads) {
   constexpr Index R = TileShape<Scalar>::rows;
   const Index rows = call.n_q(), n_kv_heads = call.kv.n_kv_heads();
-  const KeyRange seen = sliver_keys(call, 0, rows, 0, call.n_k());
+  const KeyRange seen = sliver_keys(call.rule, 0, rows, 0, call.n_k());
   const Index n_jobs = shards.count * n_kv_heads;
   threads = static_cast<int>(std::clamp<Index>(n_jobs, 1, threads));
   std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
@@ -551,7 +557,7 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   if (call.logsumexp) call.logsumexp->resize(call.n_heads, call.n_q());
   if (call.statistics) call.statistics->resize(call.n_heads, call.n_q());
   if (split_keys && call.n_q() <= call.tq) {
-    const ShardSpan shards = shards_of(call, sliver_keys(call, 0, call.n_q(), 0, call.n_k()));
+    const ShardSpan shards = shards_of(call, sliver_keys(call.rule, 0, call.n_q(), 0, call.n_k()));
     const double partial_bytes = double(call.n_heads) * double(shards.count) * double(call.n_q()) *
                                  double(call.dv_padded() + (call.statistics ? 7 : 2)) * sizeof(Scalar);
     if (shards.count > 1 && partial_bytes <= split_key_budget_bytes)
@@ -599,16 +605,24 @@ FusedTiles tiles_for(const FusedTiles& asked, Index n_q, Index n_k) {
   return {std::min(asked.queries, std::max<Index>(n_q, 1)), tk, shard, asked.split_keys};
 }
 
+/// Calls f(policy) with the score policy `rule` needs, chosen once per call: ScoresByRule if the
+/// rule modifies scores, else ScoresAsComputed. The one dispatcher of the forward (run_fused) and
+/// the backward (fused_attention_backward.hpp).
+template <class Scalar, class F>
+decltype(auto) with_score_policy(const ScoreRule<Scalar>& rule, F&& f) {
+  if (rule.modifies_scores()) return f(ScoresByRule{});
+  return f(ScoresAsComputed{});
+}
+
 /// Runs `call` with its compile-time policy, chosen here once: scores as computed or by the rule,
 /// statistics recorded or not. Returns each thread's observer.
 template <class Scalar, class Observer = NoPhaseObserver>
 std::vector<Observer> run_fused(const FusedCall<Scalar>& call, int threads, bool split_keys) {
-  const bool statistics = call.statistics != nullptr;
-  if (call.rule.modifies_scores())
-    return statistics ? run_fused_jobs<KernelPolicy<ScoresByRule, true>, Scalar, Observer>(call, threads, split_keys)
-                      : run_fused_jobs<KernelPolicy<ScoresByRule, false>, Scalar, Observer>(call, threads, split_keys);
-  return statistics ? run_fused_jobs<KernelPolicy<ScoresAsComputed, true>, Scalar, Observer>(call, threads, split_keys)
-                    : run_fused_jobs<KernelPolicy<ScoresAsComputed, false>, Scalar, Observer>(call, threads, split_keys);
+  return with_score_policy(call.rule, [&](auto scores) {
+    using Scores = decltype(scores);
+    return call.statistics ? run_fused_jobs<KernelPolicy<Scores, true>, Scalar, Observer>(call, threads, split_keys)
+                           : run_fused_jobs<KernelPolicy<Scores, false>, Scalar, Observer>(call, threads, split_keys);
+  });
 }
 
 /// Throws unless the arguments of a fused call on packed keys and values fit together.

@@ -1,21 +1,28 @@
 // The fused backward of attention, in the manner of FlashAttention-2: from Q, K, V, the output O,
 // each row's saved logsumexp and dO = ∂L/∂O, the gradients dQ, dK, dV, recomputing P tile by tile
-// and never holding an (n, n) matrix. Memory O(n d).
+// and never holding an (n, n) matrix. Memory O(n d). The public way in is attend_backward(), the
+// backward of attend() (attend.hpp), taking the forward's call.
 //
 //   D_i  = rowsum(dO_i ∘ O_i)                          (= Σ_j P_ij dP_ij)
 //   for each key tile [j0, j0 + tk) of key/value head g, and each query tile [i0, i0 + tq) of a
 //   query head h of g that sees it (tiles no query sees are skipped, as in the forward):
-//     S   = Q[i0:, h] K[j0:, g]ᵀ / divisor, modified by the call's rule (cap, ALiBi, bias)
+//     Qs  = Q[i0:, h] / divisor                        (scaled once, as the forward scales it)
+//     S   = Qs K[j0:, g]ᵀ, modified by the call's rule (cap, ALiBi, bias)
 //     P   = exp(S - lse) on the keys each row sees, exactly 0 elsewhere
 //     dP  = dO[i0:, h] V[j0:, g]ᵀ
 //     dS  = P ∘ (dP - D)                               (times 1 - tanh²(s / cap) under a soft-cap)
-//     pass A  dV[j0:, g] += Pᵀ dO[i0:, h],  dK[j0:, g] += dSᵀ Q[i0:, h] / divisor
-//     pass B  dQ[i0:, h] += dS K[j0:, g] / divisor
+//     pass A  dV[j0:, g] += Pᵀ dO[i0:, h],  dK[j0:, g] += dSᵀ Qs
+//     pass B  dQ[i0:, h] += dS K[j0:, g]               (divided by the divisor once, at the end)
 // Pass A runs one job per (key/value head, key tile), summing over the query heads of the group
 // and the query tiles in a fixed order; pass B one job per (query head, query tile), over the key
 // tiles in order. Every gradient entry is written by one job, in one order: results are bitwise
 // the same for any thread count (no atomics). P and dS are computed twice (once per pass): seven
 // tile products where the backward needs five, the price of determinism without atomics.
+// The products are the forward's (detail/tile_product.hpp): S and dP by its register-tile
+// micro-kernel, sliver by sliver over the key panels the sliver's rows see (the part of a diagonal
+// tile above the diagonal is not computed), the other three by its packed product; the score
+// policy (ScoresAsComputed or ScoresByRule) is chosen once per call by the forward's dispatcher,
+// with_score_policy; every buffer is per-thread scratch allocated before the parallel loops.
 #pragma once
 
 #include <algorithm>
@@ -23,8 +30,11 @@
 #include <limits>
 #include <vector>
 
+#include "headwise/attend.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
+#include "headwise/detail/sizes.hpp"
+#include "headwise/detail/tile_product.hpp"
 #include "headwise/kernels/fused_attention.hpp"
 #include "headwise/options.hpp"
 #include "headwise/score_rule.hpp"
@@ -32,7 +42,7 @@
 
 namespace headwise {
 
-/// What fused_attention_backward returns: the gradients of q, k and v, shaped as they are.
+/// What attend_backward returns: the gradients of q, k and v, shaped as they are.
 template <class Scalar>
 struct AttentionGradients {
   Matrix<Scalar> dq, dk, dv;
@@ -50,144 +60,276 @@ struct BackwardCall {
   const Eigen::Ref<const Matrix<Scalar>>& d_o;  // (n_q, n_heads d_v)
   const Matrix<Scalar>& delta;                  // (n_heads, n_q): D = rowsum(dO ∘ O)
   const ScoreRule<Scalar>& rule;
-  std::optional<double> softcap;
-  Index n_heads, group, d, d_v, tq, tk;
-  Scalar inv_divisor;
+  Index n_heads, group;  // query heads; query heads per key/value head
+  Index d, d_v;          // widths of a query/key head and of a value head
+  Index tq, tk;          // query and key tile sizes (tk a multiple of W)
+  Scalar inv_divisor, inv_softcap;  // inv_softcap 0: no soft-cap
+
+  Index n_q() const { return q.rows(); }
+  Index n_k() const { return k.rows(); }
 };
 
-/// P and dS of query tile [i0, i0 + rows) of head h against key tile [j0, j0 + cols) of its
-/// key/value head g: p, ds (rows, cols). Returns false if no row sees a key of the tile.
+/// Per-thread scratch of the backward, allocated once per call before the parallel loops and
+/// reused by every job of the thread (no allocation per tile pair, soft-capped or not).
 template <class Scalar>
-bool probabilities_and_ds(const BackwardCall<Scalar>& c, Index h, Index i0, Index rows, Index j0, Index cols,
-                          Matrix<Scalar>& p, Matrix<Scalar>& ds) {
+struct BackwardScratch {
+  Matrix<Scalar> scaled;           // (tq, d): Qs = the query tile / divisor, row-major
+  std::vector<Scalar> q, d_o;      // Qs and the dO tile packed as the left operand (pack_a)
+  std::vector<Scalar> keys, values;  // the key tile's Kᵀ and Vᵀ packed in W-column panels (pack_b)
+  // (tq, tk): P and dS, row r at r tk. Eigen's aligned storage, like every row's start (tk is a
+  // multiple of the packet): Eigen's vectorised exp and tanh below then split each row between
+  // packets and single entries at the same places on every thread, so the bits do not depend on
+  // which thread's scratch a tile pair lands in.
+  Matrix<Scalar> p, ds;
+  RowVector<Scalar> raw;           // soft-cap only: one row of scores before the cap
+  std::vector<KeyRange> spans;     // (tq / R): the keys of the key tile each sliver sees
+  ProductScratch<Scalar> product;  // the tile products with a transposed or row-major operand
+
+  void allocate(const BackwardCall<Scalar>& c) {
+    constexpr const char* where = "attend_backward";
+    constexpr Index R = TileShape<Scalar>::rows;
+    const Index rows = (c.tq + R - 1) / R * R;
+    scaled.resize(rows, c.d);
+    detail::allocate(q, checked_size<Scalar>(where, "a query tile", rows, c.d), Scalar(0), where, "a query tile");
+    detail::allocate(d_o, checked_size<Scalar>(where, "a dO tile", rows, c.d_v), Scalar(0), where, "a dO tile");
+    detail::allocate(keys, checked_size<Scalar>(where, "a key tile", c.tk, c.d), Scalar(0), where, "a key tile");
+    detail::allocate(values, checked_size<Scalar>(where, "a value tile", c.tk, c.d_v), Scalar(0), where, "a value tile");
+    checked_size<Scalar>(where, "a tile of P", rows, c.tk);
+    p.resize(rows, c.tk), ds.resize(rows, c.tk);
+    if (c.inv_softcap != Scalar(0)) raw.resize(c.tk);
+    spans.resize(static_cast<std::size_t>(rows / R + 1));
+  }
+};
+
+/// Loads the query tile of head h (rows i0 .. i0 + rows - 1): Qs scaled once, as the forward
+/// scales it, and packed with the dO tile for the S and dP products.
+template <class Scalar>
+void load_query_and_do(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index h, Index i0, Index rows) {
+  auto scaled = w.scaled.topRows(rows);
+  scaled.noalias() = c.q.block(i0, h * c.d, rows, c.d) * c.inv_divisor;
+  pack_a<Scalar>(rows, c.d, {w.scaled.data(), c.d}, w.q.data());
+  pack_a<Scalar>(rows, c.d_v, {c.d_o.data() + i0 * c.d_o.outerStride() + h * c.d_v, c.d_o.outerStride()}, w.d_o.data());
+}
+
+/// Packs key tile [j0, j0 + cols) of key/value head g: Kᵀ and Vᵀ in W-column panels.
+template <class Scalar>
+void load_key_tile(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index g, Index j0, Index cols) {
+  pack_b<Scalar>(c.d, cols, {c.k.data() + j0 * c.k.outerStride() + g * c.d, c.k.outerStride(), true}, w.keys.data());
+  pack_b<Scalar>(c.d_v, cols, {c.v.data() + j0 * c.v.outerStride() + g * c.d_v, c.v.outerStride(), true}, w.values.data());
+}
+
+/// What each sliver of query rows i0 .. i0 + rows - 1 sees of key tile [j0, j0 + cols) (w.spans);
+/// false if no row sees any key of it (the tile pair is skipped, as in the forward). Interior
+/// tiles (every row sees them whole) need no row's range.
+template <class Scalar>
+bool tile_spans(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index i0, Index rows, Index j0, Index cols) {
+  constexpr Index R = TileShape<Scalar>::rows;
+  if (c.rule.hides_keys() && !tile_seen(c.rule, i0, rows, j0, cols)) return false;
+  const bool whole = c.rule.sees_whole(i0, rows, j0, j0 + cols);
   bool seen = false;
-  for (Index r = 0; r < rows && !seen; ++r) seen = c.rule.sees_any(i0 + r, j0, j0 + cols);
-  if (!seen) return false;
-  const Index g = h / c.group;
-  p.resize(rows, cols), ds.resize(rows, cols);
-  p.noalias() = (c.q.block(i0, h * c.d, rows, c.d) * c.inv_divisor) * c.k.block(j0, g * c.d, cols, c.d).transpose();
-  Matrix<Scalar> raw;
-  if (c.softcap) raw = p;  // the scores before the cap, for its derivative
-  ds.noalias() = c.d_o.block(i0, h * c.d_v, rows, c.d_v) * c.v.block(j0, g * c.d_v, cols, c.d_v).transpose();  // dP
+  for (Index r0 = 0; r0 < rows; r0 += R) {
+    const KeyRange span = whole ? KeyRange{0, cols} : sliver_keys(c.rule, i0 + r0, std::min(R, rows - r0), j0, cols);
+    w.spans[static_cast<std::size_t>(r0 / R)] = span;
+    seen = seen || !span.empty();
+  }
+  return seen;
+}
+
+/// S = Qs Kᵀ and dP = dO Vᵀ for the tile pair, sliver by sliver, each over the key panels its rows
+/// see, with the forward's register-tile micro-kernel (the tiles are loaded, the spans set).
+template <class Scalar>
+void score_and_dp_products(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index rows, Index cols) {
+  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+  for (Index c0 = 0; c0 < cols; c0 += W)
+    for (Index r0 = 0; r0 < rows; r0 += R) {
+      const Index nr = std::min(R, rows - r0);
+      const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
+      if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
+      micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, c.d, w.q.data() + r0 * c.d, 0,
+                                                                      w.keys.data() + c0 / W * c.d * W,
+                                                                      w.p.data() + r0 * c.tk + c0, c.tk);
+      micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, c.d_v, w.d_o.data() + r0 * c.d_v, 0,
+                                                                      w.values.data() + c0 / W * c.d_v * W,
+                                                                      w.ds.data() + r0 * c.tk + c0, c.tk);
+    }
+}
+
+/// P and dS of the tile pair (query rows i0 .. of head h, key tile [j0, j0 + cols)) from the
+/// products: the policy modifies the scores, P = exp(S - lse) on the keys each row sees (exact 0
+/// elsewhere, as far as the tile's columns), dS = P ∘ (dP - D), times 1 - tanh²(s / cap) under a
+/// soft-cap (s the score before the cap, kept in w.raw).
+template <class Policy, class Scalar>
+void probabilities_and_ds(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index h, Index i0, Index rows,
+                          Index j0, Index cols) {
+  using Row = Eigen::Map<Eigen::Array<Scalar, 1, Eigen::Dynamic>>;
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   for (Index r = 0; r < rows; ++r) {  // row by row, vectorised over the keys the row sees
     const Index i = i0 + r;
-    const KeyRange keys = c.rule.keys(i).within(j0, j0 + cols);
+    const KeyRange keys = keys_in_tile(c.rule, i, j0, cols);
     const Scalar lse = c.lse(h, i);
-    auto p_row = p.row(r);
+    Scalar *p = w.p.data() + r * c.tk, *ds = w.ds.data() + r * c.tk;
     if (keys.empty() || lse == minus_inf) {
-      p_row.setZero(), ds.row(r).setZero();
+      std::fill(p, p + cols, Scalar(0)), std::fill(ds, ds + cols, Scalar(0));
       continue;
     }
-    const Index begin = keys.begin - j0, count = keys.size();
-    c.rule.apply(h, i, j0, p_row.data(), begin, begin + count);
-    p_row.head(begin).setZero();
-    p_row.tail(cols - begin - count).setZero();
-    auto visible = p_row.segment(begin, count).array();
-    if (c.rule.hides_keys()) visible = (visible == minus_inf).select(Scalar(0), (visible - lse).exp());  // exact 0 if hidden
+    const Index n = keys.size();
+    if (c.inv_softcap != Scalar(0)) std::copy(p + keys.begin, p + keys.end, w.raw.data());
+    Policy::apply(c.rule, h, i, j0, p, keys.begin, keys.end);
+    std::fill(p, p + keys.begin, Scalar(0)), std::fill(p + keys.end, p + cols, Scalar(0));
+    std::fill(ds, ds + keys.begin, Scalar(0)), std::fill(ds + keys.end, ds + cols, Scalar(0));
+    Row visible(p + keys.begin, n), d_s(ds + keys.begin, n);
+    if constexpr (Policy::may_hide) visible = (visible == minus_inf).select(Scalar(0), (visible - lse).exp());
     else visible = (visible - lse).exp();
-    ds.row(r) = p_row.cwiseProduct((ds.row(r).array() - c.delta(h, i)).matrix());  // dS = P ∘ (dP - D)
-    if (c.softcap) {
-      const Scalar inv_cap = static_cast<Scalar>(1.0 / *c.softcap);
-      ds.row(r).segment(begin, count).array() *= Scalar(1) - (raw.row(r).segment(begin, count).array() * inv_cap).tanh().square();
-    }
+    d_s = visible * (d_s - c.delta(h, i));  // dS = P ∘ (dP - D)
+    if (c.inv_softcap != Scalar(0))
+      d_s *= Scalar(1) - (Row(w.raw.data(), n) * c.inv_softcap).tanh().square();
   }
-  return true;
 }
 
 /// Pass A, one job: dK and dV of key tile [j0, j0 + cols) of key/value head g, over every query
-/// head of the group and every query tile, in order.
-template <class Scalar>
-void key_tile_gradients(const BackwardCall<Scalar>& c, Index g, Index j0, AttentionGradients<Scalar>& out) {
-  const Index cols = std::min(c.tk, c.k.rows() - j0);
-  Matrix<Scalar> p, ds;
-  auto dk = out.dk.block(j0, g * c.d, cols, c.d);
-  auto dv = out.dv.block(j0, g * c.d_v, cols, c.d_v);
-  dk.setZero(), dv.setZero();
+/// head of the group and every query tile that sees it, in order:
+/// dV += Pᵀ dO, dK += dSᵀ Qs (= dSᵀ Q / divisor).
+template <class Policy, class Scalar>
+void key_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index g, Index j0,
+                        AttentionGradients<Scalar>& out) {
+  const Index cols = std::min(c.tk, c.n_k() - j0);
+  const Index ldk = out.dk.cols(), ldv = out.dv.cols();
+  Scalar* dk = out.dk.data() + j0 * ldk + g * c.d;
+  Scalar* dv = out.dv.data() + j0 * ldv + g * c.d_v;
+  out.dk.block(j0, g * c.d, cols, c.d).setZero(), out.dv.block(j0, g * c.d_v, cols, c.d_v).setZero();
+  load_key_tile(c, w, g, j0, cols);
   for (Index h = g * c.group; h < (g + 1) * c.group; ++h)
-    for (Index i0 = 0; i0 < c.q.rows(); i0 += c.tq) {
-      const Index rows = std::min(c.tq, c.q.rows() - i0);
-      if (!probabilities_and_ds(c, h, i0, rows, j0, cols, p, ds)) continue;
-      dv.noalias() += p.transpose() * c.d_o.block(i0, h * c.d_v, rows, c.d_v);
-      dk.noalias() += (ds.transpose() * c.q.block(i0, h * c.d, rows, c.d)) * c.inv_divisor;
+    for (Index i0 = 0; i0 < c.n_q(); i0 += c.tq) {
+      const Index rows = std::min(c.tq, c.n_q() - i0);
+      if (!tile_spans(c, w, i0, rows, j0, cols)) continue;
+      load_query_and_do(c, w, h, i0, rows);
+      score_and_dp_products(c, w, rows, cols);
+      probabilities_and_ds<Policy>(c, w, h, i0, rows, j0, cols);
+      const MatrixView<Scalar> d_o{c.d_o.data() + i0 * c.d_o.outerStride() + h * c.d_v, c.d_o.outerStride()};
+      accumulate_product<Scalar>(cols, c.d_v, rows, {w.p.data(), c.tk, true}, d_o, dv, ldv, w.product);
+      accumulate_product<Scalar>(cols, c.d, rows, {w.ds.data(), c.tk, true}, {w.scaled.data(), c.d}, dk, ldk, w.product);
     }
 }
 
-/// Pass B, one job: dQ of query tile [i0, i0 + rows) of head h, over the key tiles in order.
-template <class Scalar>
-void query_tile_gradients(const BackwardCall<Scalar>& c, Index h, Index i0, AttentionGradients<Scalar>& out) {
-  const Index rows = std::min(c.tq, c.q.rows() - i0), g = h / c.group;
-  Matrix<Scalar> p, ds;
-  auto dq = out.dq.block(i0, h * c.d, rows, c.d);
-  dq.setZero();
-  for (Index j0 = 0; j0 < c.k.rows(); j0 += c.tk) {
-    const Index cols = std::min(c.tk, c.k.rows() - j0);
-    if (!probabilities_and_ds(c, h, i0, rows, j0, cols, p, ds)) continue;
-    dq.noalias() += (ds * c.k.block(j0, g * c.d, cols, c.d)) * c.inv_divisor;
+/// Pass B, one job: dQ of query tile [i0, i0 + rows) of head h, over the key tiles that it sees,
+/// in order: dQ += dS K, divided by the divisor at the end.
+template <class Policy, class Scalar>
+void query_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index h, Index i0,
+                          AttentionGradients<Scalar>& out) {
+  const Index rows = std::min(c.tq, c.n_q() - i0), g = h / c.group, ldq = out.dq.cols();
+  auto dq_block = out.dq.block(i0, h * c.d, rows, c.d);
+  dq_block.setZero();
+  load_query_and_do(c, w, h, i0, rows);
+  for (Index j0 = 0; j0 < c.n_k(); j0 += c.tk) {
+    const Index cols = std::min(c.tk, c.n_k() - j0);
+    if (!tile_spans(c, w, i0, rows, j0, cols)) continue;
+    load_key_tile(c, w, g, j0, cols);
+    score_and_dp_products(c, w, rows, cols);
+    probabilities_and_ds<Policy>(c, w, h, i0, rows, j0, cols);
+    const MatrixView<Scalar> k{c.k.data() + j0 * c.k.outerStride() + g * c.d, c.k.outerStride()};
+    accumulate_product<Scalar>(rows, c.d, cols, {w.ds.data(), c.tk}, k, out.dq.data() + i0 * ldq + h * c.d, ldq, w.product);
   }
+  dq_block *= c.inv_divisor;
+}
+
+/// Both passes on `threads` threads, each thread with its own scratch. Pass A: one job per
+/// (key/value head, key tile); pass B: one per (query head, query tile), later tiles (more keys
+/// under a causal mask) first.
+template <class Policy, class Scalar>
+void run_backward_jobs(const BackwardCall<Scalar>& c, int threads, AttentionGradients<Scalar>& out) {
+  const Index n_kv_heads = c.n_heads / c.group;
+  const Index key_tiles = (c.n_k() + c.tk - 1) / c.tk, query_tiles = (c.n_q() + c.tq - 1) / c.tq;
+  threads = static_cast<int>(std::clamp<Index>(std::max(n_kv_heads * key_tiles, c.n_heads * query_tiles), 1, threads));
+  std::vector<BackwardScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
+  for (auto& w : scratch) w.allocate(c);
+  ExceptionCarrier carrier;
+  HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1)) {
+    HEADWISE_OMP(omp for schedule(dynamic, 1) nowait)  // the passes write different gradients
+    for (Index job = 0; job < n_kv_heads * key_tiles; ++job)  // pass A: dK, dV
+      carrier.run([&] {
+        key_tile_gradients<Policy>(c, scratch[static_cast<std::size_t>(this_thread())], job % n_kv_heads,
+                                   job / n_kv_heads * c.tk, out);
+      });
+    HEADWISE_OMP(omp for schedule(dynamic, 1))
+    for (Index job = 0; job < c.n_heads * query_tiles; ++job)  // pass B: dQ
+      carrier.run([&] {
+        query_tile_gradients<Policy>(c, scratch[static_cast<std::size_t>(this_thread())], job % c.n_heads,
+                                     (query_tiles - 1 - job / c.n_heads) * c.tq, out);
+      });
+  }
+  carrier.rethrow();
+}
+
+/// Throws unless a backward call's arguments fit together and hold no NaN (a NaN anywhere would
+/// reach every gradient through the sums over rows, 0 x NaN being NaN, across the causal mask).
+/// Returns the thread count.
+template <class Scalar>
+int check_backward_call(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
+                        const Eigen::Ref<const Matrix<Scalar>>& v, const AttentionResult<Scalar>& forward,
+                        const Eigen::Ref<const Matrix<Scalar>>& d_z, const AttentionCall& call,
+                        const AttentionOptions& options) {
+  constexpr const char* where = "attend_backward";
+  if (call.path != AttentionPath::fused)
+    invalid(where, "the backward runs the fused path only (the step-by-step one is the layer's backward_step_by_step)");
+  check_heads<Scalar>(where, call.heads, q, k, v);
+  const Index n_heads = call.heads.query, width = n_heads * (v.cols() / call.heads.key_value);
+  const Matrix<Scalar>& z = forward.z;
+  const Matrix<Scalar>& lse = forward.logsumexp;
+  if (z.rows() != q.rows() || z.cols() != width || d_z.rows() != z.rows() || d_z.cols() != z.cols())
+    invalid(where, "z and d_z must be ", q.rows(), "x", width, ", got ", z.rows(), "x", z.cols(), " and ", d_z.rows(), "x",
+            d_z.cols());
+  if (lse.rows() != n_heads || lse.cols() != q.rows())
+    invalid(where, "the forward's logsumexp is ", lse.rows(), "x", lse.cols(), ", expected ", n_heads, "x", q.rows(),
+            " (run the forward with call.logsumexp = true)");
+  if (call.tiles.queries <= 0 || call.tiles.keys <= 0) invalid(where, "tile sizes must be > 0");
+  const int threads = thread_count(options.threads, where);
+  const auto require_finite_in = [&](const char* name, const Eigen::Ref<const Matrix<Scalar>>& m) {
+    if (!all_finite(m, threads)) require_finite(where, name, m);
+  };
+  require_finite_in("q", q), require_finite_in("k", k), require_finite_in("v", v), require_finite_in("z", z);
+  require_finite_in("d_z", d_z);
+  for (Index h = 0; h < n_heads; ++h)  // finite, or -inf for a row that saw nothing
+    for (Index i = 0; i < q.rows(); ++i)
+      if (std::isnan(lse(h, i)) || lse(h, i) == std::numeric_limits<Scalar>::infinity())
+        invalid(where, "logsumexp has ", lse(h, i), " for head ", h, ", row ", i, " (finite, or -inf for a row that saw no key)");
+  return threads;
 }
 
 }  // namespace detail
 
-/// The backward of fused_multi_head_attention (same shapes, heads side by side, queries aligned
-/// to the end of the keys, the same options): from o (n_q, n_heads d_v) and logsumexp (n_heads,
-/// n_q) of the forward and d_o = ∂L/∂o, the gradients of q, k, v. Grouped-query heads: dK and dV of
-/// a key/value head sum its query heads'. Bitwise the same for any thread count.
+/// The backward of attend() on the fused path: from the forward's q, k, v, its result (z and the
+/// logsumexp: the forward's call had logsumexp = true) and d_z = ∂L/∂z, the gradients of q, k and
+/// v, shaped as they are. `call` is the forward's: its heads, options and tiles (what it asked to
+/// record is not read). Grouped-query heads: dK and dV of a key/value head sum its query heads'.
+/// Bitwise the same for any thread count.
+///   AttentionResult<float> r = attend<float>(q, k, v, call);      // call.logsumexp = true
+///   AttentionGradients<float> g = attend_backward<float>(q, k, v, r, d_z, call);
 template <class Scalar>
-AttentionGradients<Scalar> fused_attention_backward(const Eigen::Ref<const Matrix<Scalar>>& q,
-                                                    const Eigen::Ref<const Matrix<Scalar>>& k,
-                                                    const Eigen::Ref<const Matrix<Scalar>>& v,
-                                                    const Eigen::Ref<const Matrix<Scalar>>& o,
-                                                    const Eigen::Ref<const Matrix<Scalar>>& logsumexp,
-                                                    const Eigen::Ref<const Matrix<Scalar>>& d_o, Index n_heads,
-                                                    Index n_kv_heads, const AttentionOptions& options = {},
-                                                    const FusedTiles& tiles = {}) {
-  constexpr const char* where = "fused_attention_backward";
-  if (n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
-    detail::invalid(where, "n_heads = ", n_heads, " must be a positive multiple of n_kv_heads = ", n_kv_heads);
-  if (q.cols() % n_heads != 0 || v.cols() % n_kv_heads != 0)
-    detail::invalid(where, "q has ", q.cols(), " and v ", v.cols(), " columns, not whole heads");
-  const Index d = q.cols() / n_heads, d_v = v.cols() / n_kv_heads;
-  if (k.cols() != n_kv_heads * d || v.rows() != k.rows())
-    detail::invalid(where, "k is ", k.rows(), "x", k.cols(), ", expected ", v.rows(), "x", n_kv_heads * d);
-  if (o.rows() != q.rows() || o.cols() != n_heads * d_v || d_o.rows() != o.rows() || d_o.cols() != o.cols())
-    detail::invalid(where, "o and d_o must be ", q.rows(), "x", n_heads * d_v, ", got ", o.rows(), "x", o.cols(), " and ",
-                    d_o.rows(), "x", d_o.cols());
-  if (logsumexp.rows() != n_heads || logsumexp.cols() != q.rows())
-    detail::invalid(where, "logsumexp is ", logsumexp.rows(), "x", logsumexp.cols(), ", expected ", n_heads, "x", q.rows());
-  if (tiles.queries <= 0 || tiles.keys <= 0) detail::invalid(where, "tile sizes must be > 0");
-  [[maybe_unused]] const int threads = detail::thread_count(options.threads, where);  // unused without OpenMP
-  // A NaN anywhere would reach every gradient through the sums over rows (0 x NaN is NaN), across
-  // the causal mask: refused by name. A logsumexp is finite, or -inf for a row that saw nothing.
-  const auto require_finite = [&](const char* name, const Eigen::Ref<const Matrix<Scalar>>& m) {
-    if (!detail::all_finite(m, threads)) detail::require_finite(where, name, m);
-  };
-  require_finite("q", q), require_finite("k", k), require_finite("v", v), require_finite("o", o), require_finite("d_o", d_o);
+AttentionGradients<Scalar> attend_backward(const Eigen::Ref<const Matrix<Scalar>>& q,
+                                           const Eigen::Ref<const Matrix<Scalar>>& k,
+                                           const Eigen::Ref<const Matrix<Scalar>>& v,
+                                           const AttentionResult<Scalar>& forward,
+                                           const Eigen::Ref<const Matrix<Scalar>>& d_z, const AttentionCall& call) {
+  constexpr const char* where = "attend_backward";
+  static const AttentionOptions defaults;
+  const AttentionOptions& options = call.options ? *call.options : defaults;
+  const int threads = detail::check_backward_call<Scalar>(q, k, v, forward, d_z, call, options);
+  const Index n_heads = call.heads.query, d = q.cols() / n_heads, d_v = v.cols() / call.heads.key_value;
+  Matrix<Scalar> delta(n_heads, q.rows());  // D = rowsum(dZ ∘ Z), head by head
   for (Index h = 0; h < n_heads; ++h)
-    for (Index i = 0; i < q.rows(); ++i)
-      if (std::isnan(logsumexp(h, i)) || logsumexp(h, i) == std::numeric_limits<Scalar>::infinity())
-        detail::invalid(where, "logsumexp has ", logsumexp(h, i), " for head ", h, ", row ", i,
-                        " (finite, or -inf for a row that saw no key)");
-  Matrix<Scalar> delta(n_heads, q.rows());
-  for (Index h = 0; h < n_heads; ++h)
-    delta.row(h) = o.middleCols(h * d_v, d_v).cwiseProduct(d_o.middleCols(h * d_v, d_v)).rowwise().sum().transpose();
+    delta.row(h) = forward.z.middleCols(h * d_v, d_v).cwiseProduct(d_z.middleCols(h * d_v, d_v)).rowwise().sum().transpose();
   const ScoreRule<Scalar> rule(options, q.rows(), k.rows(), n_heads, where);
-  const detail::BackwardCall<Scalar> call{q, k, v, logsumexp, d_o, delta, rule, options.softcap, n_heads, n_heads / n_kv_heads,
-                                          d, d_v, std::max<Index>(std::min(tiles.queries, q.rows()), 1),
-                                          std::max<Index>(std::min(tiles.keys, k.rows()), 1),
-                                          static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, d, where))};
+  const FusedTiles used = detail::tiles_for<Scalar>(call.tiles, q.rows(), k.rows());
+  const Eigen::Ref<const Matrix<Scalar>> lse(forward.logsumexp);
+  const detail::BackwardCall<Scalar> c{q, k, v, lse, d_z, delta, rule, n_heads, n_heads / call.heads.key_value, d, d_v,
+                                       used.queries, used.keys,
+                                       static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, d, where)),
+                                       options.softcap ? static_cast<Scalar>(1.0 / *options.softcap) : Scalar(0)};
   AttentionGradients<Scalar> out{Matrix<Scalar>(q.rows(), q.cols()), Matrix<Scalar>(k.rows(), k.cols()),
                                  Matrix<Scalar>(v.rows(), v.cols())};
-  const Index key_tiles = (k.rows() + call.tk - 1) / call.tk, query_tiles = (q.rows() + call.tq - 1) / call.tq;
-  detail::ExceptionCarrier carrier;
-  HEADWISE_OMP(omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1))
-  for (Index job = 0; job < n_kv_heads * key_tiles; ++job)  // pass A: dK, dV
-    carrier.run([&] { detail::key_tile_gradients(call, job % n_kv_heads, job / n_kv_heads * call.tk, out); });
-  carrier.rethrow();
-  HEADWISE_OMP(omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1))
-  for (Index job = 0; job < n_heads * query_tiles; ++job)  // pass B: dQ
-    carrier.run([&] { detail::query_tile_gradients(call, job % n_heads, (query_tiles - 1 - job / n_heads) * call.tq, out); });
-  carrier.rethrow();
+  detail::with_score_policy(rule, [&](auto scores) {
+    detail::run_backward_jobs<detail::KernelPolicy<decltype(scores), false>>(c, threads, out);
+  });
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "headwise/detail/merge_weights.hpp"
 #include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
@@ -97,8 +98,8 @@ void merge_states(const RowState<Scalar>& into, const RowState<Scalar>& from, In
       if (from.best[r] > into.best[r]) into.best[r] = from.best[r], into.best_at[r] = from.best_at[r];
     }
     if (from.max[r] == minus_inf) continue;  // from saw nothing (or every key it saw was hidden)
-    const Scalar top = into.max[r] == minus_inf ? from.max[r] : std::max(into.max[r], from.max[r]);
-    const Scalar a = std::exp(into.max[r] - top), b = std::exp(from.max[r] - top);  // exp(-inf) = 0
+    const MergeWeights<Scalar> weights = merge_weights(into.max[r], from.max[r]);
+    const Scalar top = weights.top, a = weights.a, b = weights.b;
     if (from.dot) {
       const Scalar dot_a = into.sum[r] > Scalar(0) ? a * (into.dot[r] + (into.max[r] - top) * into.sum[r]) : Scalar(0);
       into.dot[r] = dot_a + b * (from.dot[r] + (from.max[r] - top) * from.sum[r]);

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "headwise/detail/merge_weights.hpp"
+
 namespace headwise {
 
 /// A row's softmax with a sink, from its running maximum m and sum l = Σ exp(s_j - m) over the keys
@@ -19,10 +21,9 @@ struct SinkNormalisation {
 /// With m = -inf (no key seen) the row's only mass is the sink: Z = 0, logsumexp = sink.
 template <class Scalar>
 SinkNormalisation<Scalar> normalise_with_sink(Scalar max, Scalar sum, Scalar sink) {
-  const Scalar top = std::max(max, sink);
-  const Scalar scale = max == -std::numeric_limits<Scalar>::infinity() ? Scalar(0) : std::exp(max - top);
-  const Scalar denominator = sum * scale + std::exp(sink - top);
-  return {scale, denominator, top + std::log(denominator)};
+  const detail::MergeWeights<Scalar> w = detail::merge_weights(max, sink);  // the sink as one more part
+  const Scalar denominator = sum * w.a + w.b;
+  return {w.a, denominator, w.top + std::log(denominator)};
 }
 
 }  // namespace headwise

@@ -35,7 +35,7 @@ double exercise() {
   return double((y - decoded).cwiseAbs().maxCoeff() + trace.output(0, 0) + fused.dx(0, 0) + stepwise.dx(0, 0) +
                 shard.z(0, 0)) +
          headwise::interpret::induction_score(pattern, {1, 2, 3, 1, 2}) + double(svg.size()) +
-         double(headwise::interpret::contribution_norms(layer, run.z)(0, 0));
+         double(headwise::interpret::contribution_norms(layer, run.attention.z)(0, 0));
 }
 
 }  // namespace
