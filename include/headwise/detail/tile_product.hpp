@@ -47,8 +47,9 @@ struct MatrixView {
   bool transposed = false;  // true: the view is of the transpose, element (i, j) at data[j * stride + i]
 };
 
-/// How the micro-kernel reads A.
-enum class ALayout { packed, rows };  // a[k R + r] (pack_a), or a[r lda + k] (a row-major tile)
+/// How the micro-kernel reads A: a[k R + r] (pack_a), a[r lda + k] (a row-major tile, read in
+/// place), or a[k lda + r] (the transpose of a row-major tile, read in place).
+enum class ALayout { packed, rows, columns };
 
 /// The body of micro_kernel (below) for the rows r... of a sliver. The rows are spelled out by a
 /// pack expansion, not a loop, so that every accumulator has a constant index and stays in a
@@ -56,21 +57,22 @@ enum class ALayout { packed, rows };  // a[k R + r] (pack_a), or a[r lda + k] (a
 /// per k).
 template <class Scalar, ALayout Layout, bool Accumulate, Index... r>
 inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth, const Scalar* a, Index lda,
-                                 const Scalar* b, Scalar* c, Index ldc) {
+                                 const Scalar* b, Index ldb, Scalar* c, Index ldc) {
   using namespace Eigen::internal;
   using Shape = TileShape<Scalar>;
   using Packet = typename Shape::Packet;
-  constexpr Index R = Shape::rows, P = Shape::packet, W = Shape::lanes, Rows = sizeof...(r);
+  constexpr Index R = Shape::rows, P = Shape::packet, Rows = sizeof...(r);
   constexpr Index prefetch_rows = 16;  // rows of B ahead (1 KiB of floats with AVX2, 2 KiB with AVX-512)
   const Packet zero = pset1<Packet>(Scalar(0));
   Packet acc0[sizeof...(r)] = {(Accumulate ? ploadu<Packet>(c + r * ldc) : zero)...};
   Packet acc1[sizeof...(r)] = {(Accumulate ? ploadu<Packet>(c + r * ldc + P) : zero)...};
   for (Index k = 0; k < depth; ++k) {
     // B streams from memory when few rows share it (a decoding step): ask for it early.
-    if (Rows <= 2) prefetch(b + (k + prefetch_rows) * W);
-    const Packet b0 = ploadu<Packet>(b + k * W), b1 = ploadu<Packet>(b + k * W + P);
+    if (Rows <= 2) prefetch(b + (k + prefetch_rows) * ldb);
+    const Packet b0 = ploadu<Packet>(b + k * ldb), b1 = ploadu<Packet>(b + k * ldb + P);
     const auto multiply_add = [&](Index row, Packet& first, Packet& second) {
-      const Packet ar = pset1<Packet>(Layout == ALayout::packed ? a[k * R + row] : a[row * lda + k]);
+      const Scalar a_rk = Layout == ALayout::packed ? a[k * R + row] : Layout == ALayout::rows ? a[row * lda + k] : a[k * lda + row];
+      const Packet ar = pset1<Packet>(a_rk);
       first = pmadd(ar, b0, first);
       second = pmadd(ar, b1, second);
     };
@@ -82,25 +84,25 @@ inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth
 
 /// c (Rows x W, leading dimension ldc) continues its chains: c += a b over `depth` (or, with
 /// Accumulate false, c = a b: the chains start from 0 and c is not read).
-/// a: an R-row sliver of which the first Rows rows are used, packed (a[k R + r]) or row-major
-/// (a[r lda + k]); b: depth x W, packed. Each row is the same chain of packet multiply-adds
+/// a: an R-row sliver of which the first Rows rows are used, as ALayout says; b: depth x W, row k
+/// at b + k ldb (ldb = W: packed by pack_b; larger: W columns of a row-major matrix, in place). Each row is the same chain of packet multiply-adds
 /// whatever Rows and the layout of A are, so a short sliver (a decoding step's single query) costs
 /// one row, not R, and gives the bits it would give in a full one. Written with Eigen's packet
 /// primitives so that the 2 Rows accumulators stay in registers (plain loops vectorise the wrong way).
 template <class Scalar, int Rows, ALayout Layout = ALayout::packed, bool Accumulate = true>
-inline void micro_kernel(Index depth, const Scalar* a, Index lda, const Scalar* b, Scalar* c, Index ldc) {
+inline void micro_kernel(Index depth, const Scalar* a, Index lda, const Scalar* b, Index ldb, Scalar* c, Index ldc) {
   static_assert(Rows >= 1 && Rows <= TileShape<Scalar>::rows, "a sliver has at most R rows");
-  micro_kernel_rows_of<Scalar, Layout, Accumulate>(std::make_integer_sequence<Index, Rows>{}, depth, a, lda, b, c, ldc);
+  micro_kernel_rows_of<Scalar, Layout, Accumulate>(std::make_integer_sequence<Index, Rows>{}, depth, a, lda, b, ldb, c, ldc);
 }
 
 /// micro_kernel on the first `rows` (1..R) rows of a sliver: the kernel for exactly that many rows.
 template <class Scalar, ALayout Layout = ALayout::packed, bool Accumulate = true,
           int Rows = static_cast<int>(TileShape<Scalar>::rows)>
-inline void micro_kernel_rows(Index rows, Index depth, const Scalar* a, Index lda, const Scalar* b, Scalar* c,
+inline void micro_kernel_rows(Index rows, Index depth, const Scalar* a, Index lda, const Scalar* b, Index ldb, Scalar* c,
                               Index ldc) {
   if constexpr (Rows > 1)
-    if (rows < Rows) return micro_kernel_rows<Scalar, Layout, Accumulate, Rows - 1>(rows, depth, a, lda, b, c, ldc);
-  micro_kernel<Scalar, Rows, Layout, Accumulate>(depth, a, lda, b, c, ldc);
+    if (rows < Rows) return micro_kernel_rows<Scalar, Layout, Accumulate, Rows - 1>(rows, depth, a, lda, b, ldb, c, ldc);
+  micro_kernel<Scalar, Rows, Layout, Accumulate>(depth, a, lda, b, ldb, c, ldc);
 }
 
 /// Packs rows [0, rows) x depth [0, depth) of A in R-row slivers, k-major, zero rows past the edge:
@@ -120,6 +122,33 @@ inline void pack_a(Index rows, Index depth, MatrixView<Scalar> a, Scalar* out) {
   }
 }
 
+/// A whole panel of W rows of a row-major matrix m (row w at m + w stride), transposed into
+/// out[k W + w] for k in [0, depth) by blocks of P x P entries in registers (Eigen's ptranspose):
+/// the keys' panels of S = Q Kᵀ, packed at a fraction of the cost of one entry at a time. Returns
+/// the depth done (a multiple of P); the caller packs the rest.
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"  // a SIMD type (its alignment attribute) as a template argument, as Eigen does
+#endif
+template <class Scalar>
+inline Index transpose_panel(Index depth, const Scalar* m, Index stride, Scalar* out) {
+  using namespace Eigen::internal;
+  using Packet = typename TileShape<Scalar>::Packet;
+  constexpr Index P = TileShape<Scalar>::packet, W = TileShape<Scalar>::lanes;
+  Index k0 = 0;
+  for (; k0 + P <= depth; k0 += P)
+    for (Index w0 = 0; w0 < W; w0 += P) {
+      PacketBlock<Packet, static_cast<int>(P)> block;
+      for (Index i = 0; i < P; ++i) block.packet[i] = ploadu<Packet>(m + (w0 + i) * stride + k0);
+      ptranspose(block);
+      for (Index i = 0; i < P; ++i) pstoreu(out + (k0 + i) * W + w0, block.packet[i]);
+    }
+  return k0;
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
 /// Packs depth [0, depth) x columns [0, cols) of B in W-column panels, zero columns past the edge:
 /// out[(j0 / W) * depth * W + k * W + w] = B(k, j0 + w). out holds ceil(cols / W) * W * depth.
 template <class Scalar>
@@ -129,8 +158,10 @@ inline void pack_b(Index depth, Index cols, MatrixView<Scalar> b, Scalar* out) {
     const Index nw = std::min(W, cols - j0);
     if (nw < W) std::fill(out, out + depth * W, Scalar(0));
     if (b.transposed) {
+      Index k0 = 0;
+      if (nw == W) k0 = transpose_panel(depth, b.data + j0 * b.stride, b.stride, out);
       for (Index w = 0; w < nw; ++w)
-        for (Index k = 0; k < depth; ++k) out[k * W + w] = b.data[(j0 + w) * b.stride + k];
+        for (Index k = k0; k < depth; ++k) out[k * W + w] = b.data[(j0 + w) * b.stride + k];
     } else {
       for (Index k = 0; k < depth; ++k) std::copy_n(b.data + k * b.stride + j0, nw, out + k * W);
     }
@@ -178,18 +209,56 @@ void accumulate_product(Index rows, Index cols, Index depth, MatrixView<Scalar> 
           Scalar* ct = c + (i0 + r0) * ldc + j0;
           const Index nr = std::min(R, mc - r0);
           if (nw == W) {
-            micro_kernel_rows<Scalar>(nr, kc, as, 0, bp, ct, ldc);
+            micro_kernel_rows<Scalar>(nr, kc, as, 0, bp, W, ct, ldc);
             continue;
           }
           // A tile at the right edge: the same kernel on a padded copy, then the valid part back.
           Scalar* e = scratch.edge.data();
           for (Index r = 0; r < R; ++r)
             for (Index w = 0; w < W; ++w) e[r * W + w] = r < nr && w < nw ? ct[r * ldc + w] : Scalar(0);
-          micro_kernel_rows<Scalar>(nr, kc, as, 0, bp, e, W);
+          micro_kernel_rows<Scalar>(nr, kc, as, 0, bp, W, e, W);
           for (Index r = 0; r < nr; ++r)
             for (Index w = 0; w < nw; ++w) ct[r * ldc + w] = e[r * W + w];
         }
       }
+    }
+  }
+}
+
+/// C (rows x cols, leading dimension ldc) += A (rows x depth) B (depth x cols) with every operand
+/// read in place, nothing packed: A's entry (r, k) at a[r lda + k] (ALayout::rows) or a[k lda + r]
+/// (ALayout::columns: A is the transpose of a row-major tile), B's (k, j) at b[k ldb + j]. For
+/// products of tiles already in cache (the fused backward's), where packing would cost as much as
+/// it saves. Each element of C is one ascending chain over k continued from C, as in
+/// accumulate_product; a column panel at the right edge goes through padded copies.
+template <class Scalar, ALayout Layout>
+void add_product_in_place(Index rows, Index cols, Index depth, const Scalar* a, Index lda, const Scalar* b, Index ldb,
+                          Scalar* c, Index ldc, ProductScratch<Scalar>& scratch) {
+  static_assert(Layout != ALayout::packed, "in place: A is a row-major tile or its transpose");
+  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+  for (Index c0 = 0; c0 < cols; c0 += W) {
+    const Index nw = std::min(W, cols - c0);
+    const Scalar* panel = b + c0;
+    Index ld = ldb;
+    if (nw < W) {  // the edge panel: B's last columns, zero-padded to W
+      scratch.b.assign(static_cast<std::size_t>(depth * W), Scalar(0));
+      for (Index k = 0; k < depth; ++k) std::copy_n(b + k * ldb + c0, nw, scratch.b.data() + k * W);
+      panel = scratch.b.data(), ld = W;
+      scratch.edge.resize(static_cast<std::size_t>(R * W));
+    }
+    for (Index r0 = 0; r0 < rows; r0 += R) {
+      const Index nr = std::min(R, rows - r0);
+      const Scalar* sliver = Layout == ALayout::rows ? a + r0 * lda : a + r0;
+      Scalar* ct = c + r0 * ldc + c0;
+      if (nw == W) {
+        micro_kernel_rows<Scalar, Layout>(nr, depth, sliver, lda, panel, ld, ct, ldc);
+        continue;
+      }
+      Scalar* e = scratch.edge.data();
+      for (Index r = 0; r < R; ++r)
+        for (Index w = 0; w < W; ++w) e[r * W + w] = r < nr && w < nw ? ct[r * ldc + w] : Scalar(0);
+      micro_kernel_rows<Scalar, Layout>(nr, depth, sliver, lda, panel, ld, e, W);
+      for (Index r = 0; r < nr; ++r) std::copy_n(e + r * W, nw, ct + r * ldc);
     }
   }
 }

@@ -284,7 +284,7 @@ void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index ro
       const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
       if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
       micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(
-          nr, d_head, w.q.data() + r0 * d_head, 0, call.kv.keys(g) + (j0 + c0) / W * stride,
+          nr, d_head, w.q.data() + r0 * d_head, 0, call.kv.keys(g) + (j0 + c0) / W * stride, W,
           w.s.data() + r0 * call.tk + c0, call.tk);
     }
 }
@@ -363,7 +363,7 @@ void value_tile(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, co
     const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
     for (Index c0 = 0; c0 < dv_padded && !span.empty(); c0 += W)
       micro_kernel_rows<Scalar, ALayout::rows>(nr, span.size(), w.s.data() + r0 * call.tk + span.begin, call.tk,
-                                               call.kv.values(g) + c0 / W * stride + (j0 + span.begin) * W,
+                                               call.kv.values(g) + c0 / W * stride + (j0 + span.begin) * W, W,
                                                st.acc + r0 * dv_padded + c0, dv_padded);
   }
 }

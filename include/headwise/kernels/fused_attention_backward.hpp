@@ -18,9 +18,11 @@
 // tiles in order. Every gradient entry is written by one job, in one order: results are bitwise
 // the same for any thread count (no atomics). P and dS are computed twice (once per pass): seven
 // tile products where the backward needs five, the price of determinism without atomics.
-// The products are the forward's (detail/tile_product.hpp): S and dP by its register-tile
-// micro-kernel, sliver by sliver over the key panels the sliver's rows see (the part of a diagonal
-// tile above the diagonal is not computed), the other three by its packed product; the score
+// The products are the forward's register-tile micro-kernel (detail/tile_product.hpp): S and dP
+// sliver by sliver over the key panels the sliver's rows see (the part of a diagonal tile above
+// the diagonal is not computed), with only the key tile's Kᵀ and Vᵀ packed (by register
+// transposes); dV, dK and dQ with every operand read in place from the tiles (Pᵀ and dSᵀ as the
+// transposes they are, add_product_in_place): nothing else is copied per tile pair. The score
 // policy (ScoresAsComputed or ScoresByRule) is chosen once per call by the forward's dispatcher,
 // with_score_policy; every buffer is per-thread scratch allocated before the parallel loops.
 #pragma once
@@ -73,8 +75,7 @@ struct BackwardCall {
 /// reused by every job of the thread (no allocation per tile pair, soft-capped or not).
 template <class Scalar>
 struct BackwardScratch {
-  Matrix<Scalar> scaled;           // (tq, d): Qs = the query tile / divisor, row-major
-  std::vector<Scalar> q, d_o;      // Qs and the dO tile packed as the left operand (pack_a)
+  Matrix<Scalar> scaled;             // (tq, d): Qs = the query tile / divisor, row-major
   std::vector<Scalar> keys, values;  // the key tile's Kᵀ and Vᵀ packed in W-column panels (pack_b)
   // (tq, tk): P and dS, row r at r tk. Eigen's aligned storage, like every row's start (tk is a
   // multiple of the packet): Eigen's vectorised exp and tanh below then split each row between
@@ -89,9 +90,8 @@ struct BackwardScratch {
     constexpr const char* where = "attend_backward";
     constexpr Index R = TileShape<Scalar>::rows;
     const Index rows = (c.tq + R - 1) / R * R;
+    checked_size<Scalar>(where, "a query tile", rows, c.d);
     scaled.resize(rows, c.d);
-    detail::allocate(q, checked_size<Scalar>(where, "a query tile", rows, c.d), Scalar(0), where, "a query tile");
-    detail::allocate(d_o, checked_size<Scalar>(where, "a dO tile", rows, c.d_v), Scalar(0), where, "a dO tile");
     detail::allocate(keys, checked_size<Scalar>(where, "a key tile", c.tk, c.d), Scalar(0), where, "a key tile");
     detail::allocate(values, checked_size<Scalar>(where, "a value tile", c.tk, c.d_v), Scalar(0), where, "a value tile");
     checked_size<Scalar>(where, "a tile of P", rows, c.tk);
@@ -101,14 +101,18 @@ struct BackwardScratch {
   }
 };
 
-/// Loads the query tile of head h (rows i0 .. i0 + rows - 1): Qs scaled once, as the forward
-/// scales it, and packed with the dO tile for the S and dP products.
+/// Loads the query tile of head h (rows i0 .. i0 + rows - 1): Qs, scaled once as the forward
+/// scales it. (The products read it, and the dO tile, in place.)
 template <class Scalar>
-void load_query_and_do(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index h, Index i0, Index rows) {
+void load_query_tile(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index h, Index i0, Index rows) {
   auto scaled = w.scaled.topRows(rows);
   scaled.noalias() = c.q.block(i0, h * c.d, rows, c.d) * c.inv_divisor;
-  pack_a<Scalar>(rows, c.d, {w.scaled.data(), c.d}, w.q.data());
-  pack_a<Scalar>(rows, c.d_v, {c.d_o.data() + i0 * c.d_o.outerStride() + h * c.d_v, c.d_o.outerStride()}, w.d_o.data());
+}
+
+/// The dO tile of head h from row i0: its first entry (rows at c.d_o.outerStride()).
+template <class Scalar>
+const Scalar* d_o_tile(const BackwardCall<Scalar>& c, Index h, Index i0) {
+  return c.d_o.data() + i0 * c.d_o.outerStride() + h * c.d_v;
 }
 
 /// Packs key tile [j0, j0 + cols) of key/value head g: Kᵀ and Vᵀ in W-column panels.
@@ -135,22 +139,26 @@ bool tile_spans(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index
   return seen;
 }
 
-/// S = Qs Kᵀ and dP = dO Vᵀ for the tile pair, sliver by sliver, each over the key panels its rows
-/// see, with the forward's register-tile micro-kernel (the tiles are loaded, the spans set).
+/// S = Qs Kᵀ and dP = dO Vᵀ for the tile pair (query rows from i0 of head h), sliver by sliver,
+/// each over the key panels its rows see, with the forward's register-tile micro-kernel: Qs and dO
+/// read in place, the key tile's panels packed (the tiles are loaded, the spans set).
 template <class Scalar>
-void score_and_dp_products(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index rows, Index cols) {
+void score_and_dp_products(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index h, Index i0, Index rows,
+                           Index cols) {
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+  const Scalar* d_o = d_o_tile(c, h, i0);
+  const Index ld_o = c.d_o.outerStride();
   for (Index c0 = 0; c0 < cols; c0 += W)
     for (Index r0 = 0; r0 < rows; r0 += R) {
       const Index nr = std::min(R, rows - r0);
       const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
       if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
-      micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, c.d, w.q.data() + r0 * c.d, 0,
-                                                                      w.keys.data() + c0 / W * c.d * W,
-                                                                      w.p.data() + r0 * c.tk + c0, c.tk);
-      micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, c.d_v, w.d_o.data() + r0 * c.d_v, 0,
-                                                                      w.values.data() + c0 / W * c.d_v * W,
-                                                                      w.ds.data() + r0 * c.tk + c0, c.tk);
+      micro_kernel_rows<Scalar, ALayout::rows, /*Accumulate=*/false>(nr, c.d, w.scaled.data() + r0 * c.d, c.d,
+                                                                    w.keys.data() + c0 / W * c.d * W, W,
+                                                                    w.p.data() + r0 * c.tk + c0, c.tk);
+      micro_kernel_rows<Scalar, ALayout::rows, /*Accumulate=*/false>(nr, c.d_v, d_o + r0 * ld_o, ld_o,
+                                                                    w.values.data() + c0 / W * c.d_v * W, W,
+                                                                    w.ds.data() + r0 * c.tk + c0, c.tk);
     }
 }
 
@@ -202,12 +210,14 @@ void key_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& 
     for (Index i0 = 0; i0 < c.n_q(); i0 += c.tq) {
       const Index rows = std::min(c.tq, c.n_q() - i0);
       if (!tile_spans(c, w, i0, rows, j0, cols)) continue;
-      load_query_and_do(c, w, h, i0, rows);
-      score_and_dp_products(c, w, rows, cols);
+      load_query_tile(c, w, h, i0, rows);
+      score_and_dp_products(c, w, h, i0, rows, cols);
       probabilities_and_ds<Policy>(c, w, h, i0, rows, j0, cols);
-      const MatrixView<Scalar> d_o{c.d_o.data() + i0 * c.d_o.outerStride() + h * c.d_v, c.d_o.outerStride()};
-      accumulate_product<Scalar>(cols, c.d_v, rows, {w.p.data(), c.tk, true}, d_o, dv, ldv, w.product);
-      accumulate_product<Scalar>(cols, c.d, rows, {w.ds.data(), c.tk, true}, {w.scaled.data(), c.d}, dk, ldk, w.product);
+      // Pᵀ and dSᵀ read in place from their tiles (a[k tk + r]); dO and Qs are the rows of B.
+      add_product_in_place<Scalar, ALayout::columns>(cols, c.d_v, rows, w.p.data(), c.tk, d_o_tile(c, h, i0),
+                                                     c.d_o.outerStride(), dv, ldv, w.product);
+      add_product_in_place<Scalar, ALayout::columns>(cols, c.d, rows, w.ds.data(), c.tk, w.scaled.data(), c.d, dk, ldk,
+                                                     w.product);
     }
 }
 
@@ -219,15 +229,16 @@ void query_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>
   const Index rows = std::min(c.tq, c.n_q() - i0), g = h / c.group, ldq = out.dq.cols();
   auto dq_block = out.dq.block(i0, h * c.d, rows, c.d);
   dq_block.setZero();
-  load_query_and_do(c, w, h, i0, rows);
+  load_query_tile(c, w, h, i0, rows);
   for (Index j0 = 0; j0 < c.n_k(); j0 += c.tk) {
     const Index cols = std::min(c.tk, c.n_k() - j0);
     if (!tile_spans(c, w, i0, rows, j0, cols)) continue;
     load_key_tile(c, w, g, j0, cols);
-    score_and_dp_products(c, w, rows, cols);
+    score_and_dp_products(c, w, h, i0, rows, cols);
     probabilities_and_ds<Policy>(c, w, h, i0, rows, j0, cols);
-    const MatrixView<Scalar> k{c.k.data() + j0 * c.k.outerStride() + g * c.d, c.k.outerStride()};
-    accumulate_product<Scalar>(rows, c.d, cols, {w.ds.data(), c.tk}, k, out.dq.data() + i0 * ldq + h * c.d, ldq, w.product);
+    add_product_in_place<Scalar, ALayout::rows>(rows, c.d, cols, w.ds.data(), c.tk,
+                                                c.k.data() + j0 * c.k.outerStride() + g * c.d, c.k.outerStride(),
+                                                out.dq.data() + i0 * ldq + h * c.d, ldq, w.product);
   }
   dq_block *= c.inv_divisor;
 }
