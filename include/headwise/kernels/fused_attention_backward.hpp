@@ -101,6 +101,13 @@ struct BackwardScratch {
   }
 };
 
+/// One tile pair: query rows i0 .. i0 + rows - 1 of head h against keys j0 .. j0 + cols - 1.
+struct TilePair {
+  Index head;
+  Index i0, rows;  // the query tile
+  Index j0, cols;  // the key tile
+};
+
 /// Loads the query tile of head h (rows i0 .. i0 + rows - 1): Qs, scaled once as the forward
 /// scales it. (The products read it, and the dO tile, in place.)
 template <class Scalar>
@@ -122,12 +129,13 @@ void load_key_tile(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, In
   pack_b<Scalar>(c.d_v, cols, {c.v.data() + j0 * c.v.outerStride() + g * c.d_v, c.v.outerStride(), true}, w.values.data());
 }
 
-/// What each sliver of query rows i0 .. i0 + rows - 1 sees of key tile [j0, j0 + cols) (w.spans);
-/// false if no row sees any key of it (the tile pair is skipped, as in the forward). Interior
-/// tiles (every row sees them whole) need no row's range.
+/// What each sliver of the pair's query rows sees of its key tile (w.spans); false if no row sees
+/// any key of it (the tile pair is skipped, as in the forward). Interior tiles (every row sees
+/// them whole) need no row's range.
 template <class Scalar>
-bool tile_spans(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index i0, Index rows, Index j0, Index cols) {
+bool tile_spans(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, const TilePair& t) {
   constexpr Index R = TileShape<Scalar>::rows;
+  const Index i0 = t.i0, rows = t.rows, j0 = t.j0, cols = t.cols;
   if (c.rule.hides_keys() && !tile_seen(c.rule, i0, rows, j0, cols)) return false;
   const bool whole = c.rule.sees_whole(i0, rows, j0, j0 + cols);
   bool seen = false;
@@ -139,14 +147,14 @@ bool tile_spans(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index
   return seen;
 }
 
-/// S = Qs Kᵀ and dP = dO Vᵀ for the tile pair (query rows from i0 of head h), sliver by sliver,
-/// each over the key panels its rows see, with the forward's register-tile micro-kernel: Qs and dO
-/// read in place, the key tile's panels packed (the tiles are loaded, the spans set).
+/// S = Qs Kᵀ and dP = dO Vᵀ for the tile pair, sliver by sliver, each over the key panels its rows
+/// see, with the forward's register-tile micro-kernel: Qs and dO read in place, the key tile's
+/// panels packed (the tiles are loaded, the spans set).
 template <class Scalar>
-void score_and_dp_products(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index h, Index i0, Index rows,
-                           Index cols) {
+void score_and_dp_products(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, const TilePair& t) {
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const Scalar* d_o = d_o_tile(c, h, i0);
+  const Index rows = t.rows, cols = t.cols;
+  const Scalar* d_o = d_o_tile(c, t.head, t.i0);
   const Index ld_o = c.d_o.outerStride();
   for (Index c0 = 0; c0 < cols; c0 += W)
     for (Index r0 = 0; r0 < rows; r0 += R) {
@@ -162,13 +170,12 @@ void score_and_dp_products(const BackwardCall<Scalar>& c, BackwardScratch<Scalar
     }
 }
 
-/// P and dS of the tile pair (query rows i0 .. of head h, key tile [j0, j0 + cols)) from the
-/// products: the policy modifies the scores, P = exp(S - lse) on the keys each row sees (exact 0
-/// elsewhere, as far as the tile's columns), dS = P ∘ (dP - D), times 1 - tanh²(s / cap) under a
-/// soft-cap (s the score before the cap, kept in w.raw).
+/// P and dS of the tile pair from the products: the policy modifies the scores, P = exp(S - lse)
+/// on the keys each row sees (exact 0 elsewhere, as far as the tile's columns), dS = P ∘ (dP - D),
+/// times 1 - tanh²(s / cap) under a soft-cap (s the score before the cap, kept in w.raw).
 template <class Policy, class Scalar>
-void probabilities_and_ds(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index h, Index i0, Index rows,
-                          Index j0, Index cols) {
+void probabilities_and_ds(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, const TilePair& t) {
+  const Index h = t.head, i0 = t.i0, rows = t.rows, j0 = t.j0, cols = t.cols;
   using Row = Eigen::Map<Eigen::Array<Scalar, 1, Eigen::Dynamic>>;
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   for (Index r = 0; r < rows; ++r) {  // row by row, vectorised over the keys the row sees
@@ -208,11 +215,11 @@ void key_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& 
   load_key_tile(c, w, g, j0, cols);
   for (Index h = g * c.group; h < (g + 1) * c.group; ++h)
     for (Index i0 = 0; i0 < c.n_q(); i0 += c.tq) {
-      const Index rows = std::min(c.tq, c.n_q() - i0);
-      if (!tile_spans(c, w, i0, rows, j0, cols)) continue;
-      load_query_tile(c, w, h, i0, rows);
-      score_and_dp_products(c, w, h, i0, rows, cols);
-      probabilities_and_ds<Policy>(c, w, h, i0, rows, j0, cols);
+      const TilePair t{h, i0, std::min(c.tq, c.n_q() - i0), j0, cols};
+      if (!tile_spans(c, w, t)) continue;
+      load_query_tile(c, w, h, i0, t.rows);
+      score_and_dp_products(c, w, t), probabilities_and_ds<Policy>(c, w, t);
+      const Index rows = t.rows;
       // Pᵀ and dSᵀ read in place from their tiles (a[k tk + r]); dO and Qs are the rows of B.
       add_product_in_place<Scalar, ALayout::columns>(cols, c.d_v, rows, w.p.data(), c.tk, d_o_tile(c, h, i0),
                                                      c.d_o.outerStride(), dv, ldv, w.product);
@@ -231,12 +238,11 @@ void query_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>
   dq_block.setZero();
   load_query_tile(c, w, h, i0, rows);
   for (Index j0 = 0; j0 < c.n_k(); j0 += c.tk) {
-    const Index cols = std::min(c.tk, c.n_k() - j0);
-    if (!tile_spans(c, w, i0, rows, j0, cols)) continue;
-    load_key_tile(c, w, g, j0, cols);
-    score_and_dp_products(c, w, h, i0, rows, cols);
-    probabilities_and_ds<Policy>(c, w, h, i0, rows, j0, cols);
-    add_product_in_place<Scalar, ALayout::rows>(rows, c.d, cols, w.ds.data(), c.tk,
+    const TilePair t{h, i0, rows, j0, std::min(c.tk, c.n_k() - j0)};
+    if (!tile_spans(c, w, t)) continue;
+    load_key_tile(c, w, g, j0, t.cols);
+    score_and_dp_products(c, w, t), probabilities_and_ds<Policy>(c, w, t);
+    add_product_in_place<Scalar, ALayout::rows>(rows, c.d, t.cols, w.ds.data(), c.tk,
                                                 c.k.data() + j0 * c.k.outerStride() + g * c.d, c.k.outerStride(),
                                                 out.dq.data() + i0 * ldq + h * c.d, ldq, w.product);
   }
