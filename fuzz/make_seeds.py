@@ -99,6 +99,11 @@ def main():
     write(l, "mistral.json", json.dumps({**tiny, "model_type": "mistral", "sliding_window": 4096,
         "partial_rotary_factor": 0.5}))
     write(l, "unknown-type.json", json.dumps({**tiny, "model_type": "gpt2"}))
+    v5 = {k: v for k, v in tiny.items() if k != "rope_theta"}  # transformers v5: RoPE in rope_parameters
+    write(l, "v5-llama3.json", json.dumps({**v5, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+        "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}))
+    write(l, "v5-layer-types.json", json.dumps({**v5, "model_type": "qwen2", "num_hidden_layers": 2, "sliding_window": 4,
+        "layer_types": ["full_attention", "sliding_attention"], "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}))
 
     i = "seeds/checkpoint_index"
     first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"

@@ -95,6 +95,52 @@ TEMPLATE_TEST_CASE("Qwen2 (q, k, v biases) and Mistral (sliding window 8)", "[ll
   CHECK_FALSE(qwen2.sliding_window);  // use_sliding_window is false
 }
 
+// Transformers v5 writes RoPE as rope_parameters (theta and scaling together) and no top-level
+// rope_theta / rope_scaling: read as theta 10000 without scaling, the output was off by 55%.
+TEMPLATE_TEST_CASE("Llama with a transformers v5 config (rope_parameters, llama3 scaling)", "[llama][fixture][v5]", float,
+                   double) {
+  const io::LlamaConfig config = io::read_llama_config(headwise_test::data_path("llama-v5-tiny/config.json"));
+  CHECK(config.rope.theta == 500000.0);
+  CHECK(config.rope.scaling.type == RopeScaling::Type::llama3);
+  CHECK(config.rope.scaling.factor == 4.0);
+  CHECK(config.rope.scaling.original_max_position == 64);
+  const io::SafetensorsFile ref = headwise_test::load_fixture("llama-v5-tiny/attention-reference.safetensors");
+  const RotaryEmbedding rope(config.rope);
+  const Matrix<double> inv_freq = ref.matrix<double>("layers.0.attn.inv_freq.f64");  // the llama3 bands
+  CHECK_THAT(Matrix<double>(rope.inv_freq().transpose()), IsNear(inv_freq, 1e-15));
+  check_model<TestType>("llama-v5-tiny", "llama-v5-tiny");
+}
+
+TEST_CASE("v5 RoPE settings: what headwise does not read is refused by name", "[llama][errors][v5]") {
+  const std::string base = R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1, )";
+  CHECK_NOTHROW(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "default", "rope_theta": 5e5}})", "v5.json"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "default"}})", "v5.json"),
+                    Catch::Contains("v5.json: \"rope_parameters\" has no \"rope_theta\""));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4, "truncate": false}})", "v5.json"),
+                    Catch::Contains("rope_parameters has \"truncate\" = false, which headwise does not read for rope_type \"yarn\""));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}})", "v5.json"),
+                    Catch::Contains("rope_parameters type \"longrope\" is not one headwise knows"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"full_attention": {"rope_theta": 1e4}}})", "v5.json"),
+                    Catch::Contains("keyed by layer type (\"full_attention\"), which this model_type does not have"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_theta": 1e4, "rope_parameters": {"rope_theta": 5e5}})", "v5.json"),
+                    Catch::Contains("\"rope_theta\" = 10000.0 disagrees with rope_parameters' 500000.0"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_scaling": {"rope_type": "linear", "factor": 2, "finetuned": true}})", "v4.json"),
+                    Catch::Contains("rope_scaling has \"finetuned\" = true"));
+  // layer_types, as v5 writes them: full and sliding layers; anything else by name.
+  const std::string two = R"({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, )";
+  const io::LlamaConfig mixed = io::parse_llama_config(
+      two + R"("sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]})", "types.json");
+  CHECK_FALSE(mixed.layer(0).window);
+  REQUIRE(mixed.layer(1).window);
+  CHECK(*mixed.layer(1).window == 8);
+  CHECK_THROWS_WITH(io::parse_llama_config(two + R"("layer_types": ["full_attention"]})", "types.json"),
+                    Catch::Contains("\"layer_types\" must be a list of num_hidden_layers = 2 entries, got 1 entries"));
+  CHECK_THROWS_WITH(io::parse_llama_config(two + R"("layer_types": ["full_attention", "linear_attention"]})", "types.json"),
+                    Catch::Contains("layer_types[1] = \"linear_attention\" is not a layer this model_type has"));
+  CHECK_THROWS_WITH(io::parse_llama_config(two + R"("layer_types": ["sliding_attention", "full_attention"]})", "types.json"),
+                    Catch::Contains("sliding_attention layers but there is no \"sliding_window\""));
+}
+
 TEST_CASE("Llama-family configs: errors name the problem", "[llama][errors]") {
   const std::string base = R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1)";
   CHECK_NOTHROW(io::parse_llama_config(base + "}", "ok.json"));

@@ -8,10 +8,13 @@
 // of o_proj.weight. Biases where present (Qwen2: q, k, v). The rest of the checkpoint (embeddings,
 // norms, MLP) is not read. From config.json: hidden_size, num_attention_heads,
 // num_key_value_heads (default: the heads), head_dim (default hidden / heads; need not be that),
-// rope_theta, rope_scaling (linear, llama3, yarn), partial_rotary_factor, sliding_window (Mistral;
+// rope_theta, rope_scaling (linear, llama3, yarn) and partial_rotary_factor, or transformers v5's
+// rope_parameters holding them all (read first; an unknown key in it is refused), sliding_window (Mistral;
 // Qwen2 only with use_sliding_window, on layers from max_window_layers on).
 #pragma once
 
+#include <algorithm>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,30 +38,55 @@ struct LlamaConfig {
   RopeConfig rope;                  ///< theta, scaling, partial rotary; d_head = head_dim
   std::optional<Index> sliding_window;  ///< the window of the layers that have one
   Index first_window_layer = 0;     ///< Qwen2's max_window_layers: layers before it have none
+  /// From `layer_types` where the config lists them: true for a "sliding_attention" layer. Empty:
+  /// the layers are derived as the family's config class derives them (first_window_layer).
+  std::vector<bool> sliding_layers;
 
   /// The layer config of layer L.
   LayerConfig layer(Index layer) const {
     LayerConfig c;
     c.rope = rope;
-    if (sliding_window && layer >= first_window_layer) c.window = sliding_window;
+    const bool slides = sliding_layers.empty() ? layer >= first_window_layer
+                                               : sliding_layers[static_cast<std::size_t>(layer)];
+    if (sliding_window && slides) c.window = sliding_window;
     return c;
   }
 };
 
 namespace detail {
 
-inline RopeScaling parse_rope_scaling(const ConfigReader& r) {
+/// The keys of a RoPE settings object (v5 `rope_parameters`, v4 `rope_scaling`) that each
+/// rope_type reads; any other key is refused by name, since it would change the rotation.
+inline bool rope_key_known(const std::string& type, const std::string& key) {
+  const auto in = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (key == k) return true;
+    return false;
+  };
+  if (in({"rope_type", "type", "rope_theta", "partial_rotary_factor"})) return true;
+  if (type == "linear") return in({"factor"});
+  if (type == "llama3") return in({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  if (type == "yarn") return in({"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor"});
+  return false;  // "default"
+}
+
+/// The scaling of a RoPE settings object `j` (named `name` in messages): its rope_type ("type" in
+/// older v4 configs), and the fields that type reads. An unknown type or key is an error.
+inline RopeScaling parse_rope_scaling(const ConfigReader& r, const nlohmann::json& j, const std::string& name) {
   RopeScaling s;
-  if (!r.has("rope_scaling")) return s;
-  const nlohmann::json& j = r.json().at("rope_scaling");
-  if (!j.is_object()) r.fail("\"rope_scaling\" is not an object");
+  if (!j.is_object()) r.fail("\"" + name + "\" is not an object");
   const auto type_of = j.contains("rope_type") ? j.at("rope_type") : j.contains("type") ? j.at("type") : nlohmann::json("default");
   const std::string type = type_of.is_string() ? type_of.get<std::string>() : "";
-  if (type == "default") return s;
   if (type == "linear") s.type = RopeScaling::Type::linear;
   else if (type == "llama3") s.type = RopeScaling::Type::llama3;
   else if (type == "yarn") s.type = RopeScaling::Type::yarn;
-  else r.fail("rope_scaling type " + type_of.dump() + " is not one headwise knows (linear, llama3, yarn)");
+  else if (type != "default")
+    r.fail(name + " type " + type_of.dump() + " is not one headwise knows (default, linear, llama3, yarn)");
+  for (const auto& item : j.items())
+    if (!item.value().is_null() && !rope_key_known(type, item.key()))
+      r.fail(name + " has \"" + item.key() + "\" = " + item.value().dump() + ", which headwise does not read for rope_type \"" +
+             type + "\" (it would change the rotation)");
+  if (type == "default") return s;
   s.factor = r.number(j, "factor", 1.0);
   s.low_freq_factor = r.number(j, "low_freq_factor", 1.0);
   s.high_freq_factor = r.number(j, "high_freq_factor", 4.0);
@@ -70,6 +98,52 @@ inline RopeScaling parse_rope_scaling(const ConfigReader& r) {
   s.beta_slow = r.number(j, "beta_slow", 1.0);
   if (j.contains("attention_factor") && !j.at("attention_factor").is_null()) s.attention_factor = r.number(j, "attention_factor", 1.0);
   return s;
+}
+
+/// A config's `layer_types` (transformers 4.5x and v5 write them): one entry per layer,
+/// "full_attention" or "sliding_attention" (true); any other entry is refused by name.
+inline std::vector<bool> parse_layer_types(const ConfigReader& r, Index n_layers) {
+  const nlohmann::json& t = r.json().at("layer_types");
+  if (!t.is_array() || t.size() != static_cast<std::size_t>(n_layers))
+    r.fail("\"layer_types\" must be a list of num_hidden_layers = " + std::to_string(n_layers) + " entries, got " +
+           (t.is_array() ? std::to_string(t.size()) + " entries" : t.dump()));
+  std::vector<bool> sliding;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const std::string type = t[i].is_string() ? t[i].get<std::string>() : t[i].dump();
+    if (type != "full_attention" && type != "sliding_attention")
+      r.fail("layer_types[" + std::to_string(i) + "] = \"" + type +
+             "\" is not a layer this model_type has (full_attention, sliding_attention)");
+    sliding.push_back(type == "sliding_attention");
+  }
+  return sliding;
+}
+
+/// The rotary embedding of a config, as transformers v5 writes it (`rope_parameters`, theta and
+/// scaling in one object) or as v4 did (top-level `rope_theta`, `rope_scaling`, and
+/// `partial_rotary_factor`); the v5 form first. Both forms in one config must agree on theta.
+inline RopeConfig parse_rope(const ConfigReader& r, Index head_dim) {
+  const nlohmann::json& json = r.json();
+  RopeConfig rope;
+  rope.d_head = head_dim;
+  rope.rotary_fraction = r.number(json, "partial_rotary_factor", 1.0);
+  if (!r.has("rope_parameters")) {  // v4
+    rope.theta = r.number(json, "rope_theta", 10000.0);  // the config classes' default
+    if (r.has("rope_scaling")) rope.scaling = parse_rope_scaling(r, json.at("rope_scaling"), "rope_scaling");
+    return rope;
+  }
+  const nlohmann::json& p = json.at("rope_parameters");
+  if (!p.is_object()) r.fail("\"rope_parameters\" is not an object");
+  for (const auto& item : p.items())
+    if (item.value().is_object())
+      r.fail("\"rope_parameters\" is keyed by layer type (\"" + item.key() + "\"), which this model_type does not have");
+  if (!p.contains("rope_theta") || p.at("rope_theta").is_null()) r.fail("\"rope_parameters\" has no \"rope_theta\"");
+  rope.theta = r.number(p, "rope_theta", 0.0);
+  if (r.has("rope_theta") && r.number(json, "rope_theta", 0.0) != rope.theta)
+    r.fail("\"rope_theta\" = " + json.at("rope_theta").dump() + " disagrees with rope_parameters' " + p.at("rope_theta").dump());
+  if (r.has("rope_scaling")) r.fail("both \"rope_scaling\" (v4) and \"rope_parameters\" (v5): which one holds is not clear");
+  rope.rotary_fraction = r.number(p, "partial_rotary_factor", rope.rotary_fraction);
+  rope.scaling = parse_rope_scaling(r, p, "rope_parameters");
+  return rope;
 }
 
 }  // namespace detail
@@ -93,13 +167,17 @@ inline LlamaConfig parse_llama_config(const std::string& text, const std::string
   if (c.n_heads % c.n_kv_heads != 0)
     r.fail("num_attention_heads = " + std::to_string(c.n_heads) + " is not divisible by num_key_value_heads = " +
            std::to_string(c.n_kv_heads));
-  c.rope.d_head = c.head_dim;
-  c.rope.theta = r.number(json, "rope_theta", 10000.0);
-  c.rope.rotary_fraction = r.number(json, "partial_rotary_factor", 1.0);
-  c.rope.scaling = detail::parse_rope_scaling(r);
+  c.rope = detail::parse_rope(r, c.head_dim);
   const bool windowed = c.model_type == "mistral" || (json.contains("use_sliding_window") && json.at("use_sliding_window") == true);
-  if (windowed && r.has("sliding_window")) c.sliding_window = r.integer("sliding_window");
-  if (c.model_type == "qwen2") c.first_window_layer = r.integer("max_window_layers", c.n_layers);
+  if (r.has("layer_types")) {
+    c.sliding_layers = detail::parse_layer_types(r, c.n_layers);
+    const bool any = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end();
+    if (any && !r.has("sliding_window")) r.fail("\"layer_types\" has sliding_attention layers but there is no \"sliding_window\"");
+    if (any) c.sliding_window = r.integer("sliding_window");
+  } else {
+    if (windowed && r.has("sliding_window")) c.sliding_window = r.integer("sliding_window");
+    if (c.model_type == "qwen2") c.first_window_layer = r.integer("max_window_layers", c.n_layers);
+  }
   try {
     RotaryEmbedding::check(c.rope);  // a theta or scaling out of range is refused here, by name
   } catch (const std::invalid_argument& e) {
