@@ -117,7 +117,13 @@ TEST_CASE("v5 RoPE settings: what headwise does not read is refused by name", "[
   CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "default"}})", "v5.json"),
                     Catch::Contains("v5.json: \"rope_parameters\" has no \"rope_theta\""));
   CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4, "truncate": false}})", "v5.json"),
-                    Catch::Contains("rope_parameters has \"truncate\" = false, which headwise does not read for rope_type \"yarn\""));
+                    Catch::Contains("rope_parameters has \"truncate\" = false: headwise computes YaRN's truncated ramp only"));
+  CHECK_NOTHROW(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4, "truncate": true}})", "v5.json"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_scaling": {"rope_type": "linear", "factor": 2, "rope_theta": 5e5}})", "v4.json"),
+                    Catch::Contains("rope_scaling has \"rope_theta\" = 500000.0, which headwise does not read"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("partial_rotary_factor": 0.5, "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.25}})", "v5.json"),
+                    Catch::Contains("\"partial_rotary_factor\" = 0.5 disagrees with rope_parameters' 0.25"));
+  CHECK_NOTHROW(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": null, "type": "linear", "factor": 2, "rope_theta": 1e4}})", "v5.json"));
   CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}})", "v5.json"),
                     Catch::Contains("rope_parameters type \"longrope\" is not one headwise knows"));
   CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"full_attention": {"rope_theta": 1e4}}})", "v5.json"),
@@ -129,10 +135,18 @@ TEST_CASE("v5 RoPE settings: what headwise does not read is refused by name", "[
   // layer_types, as v5 writes them: full and sliding layers; anything else by name.
   const std::string two = R"({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, )";
   const io::LlamaConfig mixed = io::parse_llama_config(
-      two + R"("sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]})", "types.json");
+      two + R"("use_sliding_window": true, "sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]})",
+      "types.json");
   CHECK_FALSE(mixed.layer(0).window);
   REQUIRE(mixed.layer(1).window);
   CHECK(*mixed.layer(1).window == 8);
+  CHECK_THROWS_WITH(mixed.layer(2), Catch::Contains("LlamaConfig::layer: layer 2 out of range [0, 2)"));
+  // Qwen2 without use_sliding_window has no window (Hugging Face sets sliding_window to None).
+  const io::LlamaConfig off = io::parse_llama_config(
+      two + R"("sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]})", "types.json");
+  CHECK_FALSE(off.layer(1).window);
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("sliding_window": 8, "layer_types": ["sliding_attention"]})", "types.json"),
+                    Catch::Contains("sliding_attention layers, which llama does not have"));
   CHECK_THROWS_WITH(io::parse_llama_config(two + R"("layer_types": ["full_attention"]})", "types.json"),
                     Catch::Contains("\"layer_types\" must be a list of num_hidden_layers = 2 entries, got 1 entries"));
   CHECK_THROWS_WITH(io::parse_llama_config(two + R"("layer_types": ["full_attention", "linear_attention"]})", "types.json"),

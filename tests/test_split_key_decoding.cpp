@@ -110,7 +110,9 @@ TEMPLATE_TEST_CASE("decoding across the default key shards is bitwise equal to t
   const Index n = 2300;  // three shards of 1024 keys
   const Matrix<TestType> x = headwise_test::random_matrix<TestType>(n, 32, rng);
   const Matrix<TestType> full = layer.forward(x);
-  for (int threads : {1, 2}) {
+  // One thread count per configuration, both counts over the four (the bits do not depend on it:
+  // the test above shows that for split-key decoding on 1, 2, 3 and 8 threads).
+  for (int threads : {windowed == (n_kv_heads == 4) ? 1 : 2}) {
     CAPTURE(threads);
     AttentionOptions options;
     options.threads = threads;

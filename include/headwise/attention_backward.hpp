@@ -173,8 +173,9 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   const QkvLayout l = layer.layout();
   const AttentionOptions all = layer.options_for(options);
   AttentionGradients<Scalar> g =
-      attend_backward<Scalar>(l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key), l.part(qkv, QkvPart::value),
-                              saved->attention, dz, detail::layer_attention_call(layer, all));
+      detail::backward_of_attend<Scalar>(l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key),
+                                         l.part(qkv, QkvPart::value), saved->attention, dz,
+                                         detail::layer_attention_call(layer, all), where);
   dz = Matrix<Scalar>();
   if (layer.rope()) {
     layer.rope()->template rotate_gradient<Scalar>(g.dq, 0, threads);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct LlamaConfig {
   LayerConfig layer(Index layer) const {
     LayerConfig c;
     c.rope = rope;
+    if (!sliding_layers.empty() && (layer < 0 || layer >= static_cast<Index>(sliding_layers.size())))
+      throw std::invalid_argument("headwise: LlamaConfig::layer: layer " + std::to_string(layer) + " out of range [0, " +
+                                  std::to_string(sliding_layers.size()) + ")");
     const bool slides = sliding_layers.empty() ? layer >= first_window_layer
                                                : sliding_layers[static_cast<std::size_t>(layer)];
     if (sliding_window && slides) c.window = sliding_window;
@@ -57,16 +61,17 @@ namespace detail {
 
 /// The keys of a RoPE settings object (v5 `rope_parameters`, v4 `rope_scaling`) that each
 /// rope_type reads; any other key is refused by name, since it would change the rotation.
-inline bool rope_key_known(const std::string& type, const std::string& key) {
+inline bool rope_key_known(const std::string& type, const std::string& key, bool v5) {
   const auto in = [&](std::initializer_list<const char*> keys) {
     for (const char* k : keys)
       if (key == k) return true;
     return false;
   };
-  if (in({"rope_type", "type", "rope_theta", "partial_rotary_factor"})) return true;
+  if (in({"rope_type", "type"}) || (v5 && in({"rope_theta", "partial_rotary_factor"}))) return true;
   if (type == "linear") return in({"factor"});
   if (type == "llama3") return in({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-  if (type == "yarn") return in({"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor"});
+  if (type == "yarn")  // (truncate true, the default, is what headwise computes: checked by the caller)
+    return in({"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "truncate"});
   return false;  // "default"
 }
 
@@ -75,7 +80,8 @@ inline bool rope_key_known(const std::string& type, const std::string& key) {
 inline RopeScaling parse_rope_scaling(const ConfigReader& r, const nlohmann::json& j, const std::string& name) {
   RopeScaling s;
   if (!j.is_object()) r.fail("\"" + name + "\" is not an object");
-  const auto type_of = j.contains("rope_type") ? j.at("rope_type") : j.contains("type") ? j.at("type") : nlohmann::json("default");
+  const auto given = [&](const char* key) { return j.contains(key) && !j.at(key).is_null(); };
+  const auto type_of = given("rope_type") ? j.at("rope_type") : given("type") ? j.at("type") : nlohmann::json("default");
   const std::string type = type_of.is_string() ? type_of.get<std::string>() : "";
   if (type == "linear") s.type = RopeScaling::Type::linear;
   else if (type == "llama3") s.type = RopeScaling::Type::llama3;
@@ -83,9 +89,11 @@ inline RopeScaling parse_rope_scaling(const ConfigReader& r, const nlohmann::jso
   else if (type != "default")
     r.fail(name + " type " + type_of.dump() + " is not one headwise knows (default, linear, llama3, yarn)");
   for (const auto& item : j.items())
-    if (!item.value().is_null() && !rope_key_known(type, item.key()))
+    if (!item.value().is_null() && !rope_key_known(type, item.key(), name == "rope_parameters"))
       r.fail(name + " has \"" + item.key() + "\" = " + item.value().dump() + ", which headwise does not read for rope_type \"" +
              type + "\" (it would change the rotation)");
+  if (given("truncate") && j.at("truncate") != true)
+    r.fail(name + " has \"truncate\" = " + j.at("truncate").dump() + ": headwise computes YaRN's truncated ramp only");
   if (type == "default") return s;
   s.factor = r.number(j, "factor", 1.0);
   s.low_freq_factor = r.number(j, "low_freq_factor", 1.0);
@@ -109,10 +117,10 @@ inline std::vector<bool> parse_layer_types(const ConfigReader& r, Index n_layers
            (t.is_array() ? std::to_string(t.size()) + " entries" : t.dump()));
   std::vector<bool> sliding;
   for (std::size_t i = 0; i < t.size(); ++i) {
-    const std::string type = t[i].is_string() ? t[i].get<std::string>() : t[i].dump();
+    const std::string type = t[i].is_string() ? t[i].get<std::string>() : "";
     if (type != "full_attention" && type != "sliding_attention")
-      r.fail("layer_types[" + std::to_string(i) + "] = \"" + type +
-             "\" is not a layer this model_type has (full_attention, sliding_attention)");
+      r.fail("layer_types[" + std::to_string(i) + "] = " + t[i].dump() +
+             " is not a layer this model_type has (full_attention, sliding_attention)");
     sliding.push_back(type == "sliding_attention");
   }
   return sliding;
@@ -141,7 +149,11 @@ inline RopeConfig parse_rope(const ConfigReader& r, Index head_dim) {
   if (r.has("rope_theta") && r.number(json, "rope_theta", 0.0) != rope.theta)
     r.fail("\"rope_theta\" = " + json.at("rope_theta").dump() + " disagrees with rope_parameters' " + p.at("rope_theta").dump());
   if (r.has("rope_scaling")) r.fail("both \"rope_scaling\" (v4) and \"rope_parameters\" (v5): which one holds is not clear");
-  rope.rotary_fraction = r.number(p, "partial_rotary_factor", rope.rotary_fraction);
+  const double fraction = r.number(p, "partial_rotary_factor", rope.rotary_fraction);
+  if (r.has("partial_rotary_factor") && fraction != rope.rotary_fraction)
+    r.fail("\"partial_rotary_factor\" = " + json.at("partial_rotary_factor").dump() + " disagrees with rope_parameters' " +
+           p.at("partial_rotary_factor").dump());
+  rope.rotary_fraction = fraction;
   rope.scaling = parse_rope_scaling(r, p, "rope_parameters");
   return rope;
 }
@@ -169,11 +181,15 @@ inline LlamaConfig parse_llama_config(const std::string& text, const std::string
            std::to_string(c.n_kv_heads));
   c.rope = detail::parse_rope(r, c.head_dim);
   const bool windowed = c.model_type == "mistral" || (json.contains("use_sliding_window") && json.at("use_sliding_window") == true);
-  if (r.has("layer_types")) {
+  if (r.has("layer_types")) {  // as Hugging Face's attention reads them, family by family
     c.sliding_layers = detail::parse_layer_types(r, c.n_layers);
     const bool any = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end();
+    const bool all = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), false) == c.sliding_layers.end();
+    if (any && c.model_type == "llama") r.fail("\"layer_types\" has sliding_attention layers, which llama does not have");
+    if (c.model_type == "mistral" && r.has("sliding_window") && !all)
+      r.fail("\"layer_types\" has full_attention layers, but mistral slides every layer when sliding_window is set");
     if (any && !r.has("sliding_window")) r.fail("\"layer_types\" has sliding_attention layers but there is no \"sliding_window\"");
-    if (any) c.sliding_window = r.integer("sliding_window");
+    if (any && windowed) c.sliding_window = r.integer("sliding_window");  // qwen2: none without use_sliding_window
   } else {
     if (windowed && r.has("sliding_window")) c.sliding_window = r.integer("sliding_window");
     if (c.model_type == "qwen2") c.first_window_layer = r.integer("max_window_layers", c.n_layers);

@@ -24,7 +24,9 @@
 // transposes); dV, dK and dQ with every operand read in place from the tiles (Pᵀ and dSᵀ as the
 // transposes they are, add_product_in_place): nothing else is copied per tile pair. The score
 // policy (ScoresAsComputed or ScoresByRule) is chosen once per call by the forward's dispatcher,
-// with_score_policy; every buffer is per-thread scratch allocated before the parallel loops.
+// with_score_policy; every buffer is per-thread scratch, allocated before the parallel loops (the
+// padded edge buffers of add_product_in_place on first use, inside a job, where an allocation
+// failure reaches the caller as any job's exception does).
 #pragma once
 
 #include <algorithm>
@@ -284,8 +286,7 @@ template <class Scalar>
 int check_backward_call(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
                         const Eigen::Ref<const Matrix<Scalar>>& v, const AttentionResult<Scalar>& forward,
                         const Eigen::Ref<const Matrix<Scalar>>& d_z, const AttentionCall& call,
-                        const AttentionOptions& options) {
-  constexpr const char* where = "attend_backward";
+                        const AttentionOptions& options, const char* where) {
   if (call.path != AttentionPath::fused)
     invalid(where, "the backward runs the fused path only (the step-by-step one is the layer's backward_step_by_step)");
   check_heads<Scalar>(where, call.heads, q, k, v);
@@ -314,23 +315,18 @@ int check_backward_call(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::
 
 }  // namespace detail
 
-/// The backward of attend() on the fused path: from the forward's q, k, v, its result (z and the
-/// logsumexp: the forward's call had logsumexp = true) and d_z = ∂L/∂z, the gradients of q, k and
-/// v, shaped as they are. `call` is the forward's: its heads, options and tiles (what it asked to
-/// record is not read). Grouped-query heads: dK and dV of a key/value head sum its query heads'.
-/// Bitwise the same for any thread count.
-///   AttentionResult<float> r = attend<float>(q, k, v, call);      // call.logsumexp = true
-///   AttentionGradients<float> g = attend_backward<float>(q, k, v, r, d_z, call);
+namespace detail {
+/// attend_backward, its errors naming `where` (the layer's backward calls it too).
 template <class Scalar>
-AttentionGradients<Scalar> attend_backward(const Eigen::Ref<const Matrix<Scalar>>& q,
-                                           const Eigen::Ref<const Matrix<Scalar>>& k,
-                                           const Eigen::Ref<const Matrix<Scalar>>& v,
-                                           const AttentionResult<Scalar>& forward,
-                                           const Eigen::Ref<const Matrix<Scalar>>& d_z, const AttentionCall& call) {
-  constexpr const char* where = "attend_backward";
+AttentionGradients<Scalar> backward_of_attend(const Eigen::Ref<const Matrix<Scalar>>& q,
+                                              const Eigen::Ref<const Matrix<Scalar>>& k,
+                                              const Eigen::Ref<const Matrix<Scalar>>& v,
+                                              const AttentionResult<Scalar>& forward,
+                                              const Eigen::Ref<const Matrix<Scalar>>& d_z, const AttentionCall& call,
+                                              const char* where) {
   static const AttentionOptions defaults;
   const AttentionOptions& options = call.options ? *call.options : defaults;
-  const int threads = detail::check_backward_call<Scalar>(q, k, v, forward, d_z, call, options);
+  const int threads = detail::check_backward_call<Scalar>(q, k, v, forward, d_z, call, options, where);
   const Index n_heads = call.heads.query, d = q.cols() / n_heads, d_v = v.cols() / call.heads.key_value;
   Matrix<Scalar> delta(n_heads, q.rows());  // D = rowsum(dZ ∘ Z), head by head
   for (Index h = 0; h < n_heads; ++h)
@@ -348,6 +344,23 @@ AttentionGradients<Scalar> attend_backward(const Eigen::Ref<const Matrix<Scalar>
     detail::run_backward_jobs<detail::KernelPolicy<decltype(scores), false>>(c, threads, out);
   });
   return out;
+}
+}  // namespace detail
+
+/// The backward of attend() on the fused path: from the forward's q, k, v, its result (z and the
+/// logsumexp: the forward's call had logsumexp = true) and d_z = ∂L/∂z, the gradients of q, k and
+/// v, shaped as they are. `call` is the forward's: its heads, options and tiles (what it asked to
+/// record is not read). Grouped-query heads: dK and dV of a key/value head sum its query heads'.
+/// Bitwise the same for any thread count.
+///   AttentionResult<float> r = attend<float>(q, k, v, call);      // call.logsumexp = true
+///   AttentionGradients<float> g = attend_backward<float>(q, k, v, r, d_z, call);
+template <class Scalar>
+AttentionGradients<Scalar> attend_backward(const Eigen::Ref<const Matrix<Scalar>>& q,
+                                           const Eigen::Ref<const Matrix<Scalar>>& k,
+                                           const Eigen::Ref<const Matrix<Scalar>>& v,
+                                           const AttentionResult<Scalar>& forward,
+                                           const Eigen::Ref<const Matrix<Scalar>>& d_z, const AttentionCall& call) {
+  return detail::backward_of_attend<Scalar>(q, k, v, forward, d_z, call, "attend_backward");
 }
 
 }  // namespace headwise
