@@ -164,7 +164,7 @@ TEMPLATE_TEST_CASE("a later token's overflowing projection is refused and never 
   REQUIRE_THROWS_WITH(layer.forward(x), Contains("MultiHeadAttention::forward: the query of " + names_token) &&
                                             Contains("is not finite (inf): x W + b overflowed"));
   REQUIRE_THROWS_WITH(layer.forward_step_by_step(x), Contains("forward_step_by_step: the query of " + names_token));
-  REQUIRE_THROWS_WITH(layer.trace(x), Contains("AttentionHead::trace: the query projection"));
+  REQUIRE_THROWS_WITH(layer.trace(x), Contains("MultiHeadAttention::trace: the query of " + names_token));
 
   // Decoding: the rows before the bad token are those of forward on the prefix, bitwise; the bad
   // token is refused and leaves the cache as it was.

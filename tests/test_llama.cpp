@@ -9,6 +9,7 @@
 #include "headwise/multi_head_attention.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
+#include "support/layer_checks.hpp"
 #include "support/matchers.hpp"
 
 using namespace headwise;
@@ -17,61 +18,11 @@ using headwise_test::IsNear;
 using headwise_test::tolerance;
 
 namespace {
-
-/// A [heads, T, d] tensor as (T, heads d).
-template <class Scalar>
-Matrix<Scalar> side_by_side(const io::SafetensorsFile& file, const std::string& name) {
-  const Index heads = static_cast<Index>(file.info(name).shape[0]);
-  const Matrix<Scalar> first = file.slice<Scalar>(name, 0);
-  Matrix<Scalar> all(first.rows(), heads * first.cols());
-  for (Index h = 0; h < heads; ++h) all.middleCols(h * first.cols(), first.cols()) = file.slice<Scalar>(name, h);
-  return all;
-}
-
 /// Every check of one model folder; `reference` names the folder that holds its reference.
 template <class Scalar>
 void check_model(const std::string& folder, const std::string& reference) {
-  CAPTURE(folder);
-  const auto layers = io::load_llama_attention_layers<Scalar>(headwise_test::data_path(folder));
-  const io::SafetensorsFile ref = headwise_test::load_fixture(reference + "/attention-reference.safetensors");
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    CAPTURE(l);
-    const std::string p = "layers." + std::to_string(l) + ".attn.";
-    const auto& layer = layers[l];
-    const Matrix<Scalar> x = ref.matrix<Scalar>(p + "input");
-    const Matrix<double> expected = ref.matrix<double>(p + "output.f64");
-    // The fused path, and the step-by-step path with every intermediate.
-    const Matrix<Scalar> out = layer.forward(x);
-    CHECK_THAT(out.template cast<double>(), IsNear(expected, tolerance<Scalar>()));
-    CHECK_THAT(layer.forward_step_by_step(x).template cast<double>(), IsNear(expected, tolerance<Scalar>()));
-    const MultiHeadTrace<Scalar> trace = layer.trace(x);
-    CHECK_THAT(trace.output.template cast<double>(), IsNear(expected, tolerance<Scalar>()));
-    const Index d = layer.d_head();
-    const Matrix<double> q_rot = side_by_side<double>(ref, p + "q_rot.f64"), k_rot = side_by_side<double>(ref, p + "k_rot.f64");
-    for (Index h = 0; h < layer.n_heads(); ++h) {
-      CAPTURE(h);
-      const Index g = layer.kv_head_of(h);
-      CHECK_THAT(trace.heads[h].q_rotated.template cast<double>(), IsNear(q_rot.middleCols(h * d, d), tolerance<Scalar>()));
-      CHECK_THAT(trace.heads[h].k_rotated.template cast<double>(), IsNear(k_rot.middleCols(g * d, d), tolerance<Scalar>()));
-      CHECK_THAT(trace.heads[h].weights.template cast<double>(), IsNear(ref.slice<double>(p + "pattern.f64", h), tolerance<Scalar>()));
-    }
-    // The study tools: patterns rebuilt from the logsumexp of the fused run.
-    const auto run = interpret::inspect(layer, x);
-    for (Index h = 0; h < layer.n_heads(); ++h)
-      CHECK_THAT(run.pattern(h).template cast<double>(), IsNear(ref.slice<double>(p + "pattern.f64", h), tolerance<Scalar>()));
-    // Decoding in random chunks through the cache: bitwise the full forward (rotated keys cached).
-    std::mt19937 rng(static_cast<unsigned>(l + 7));
-    KvCache<Scalar> cache = layer.make_cache(x.rows());
-    Matrix<Scalar> decoded(x.rows(), x.cols());
-    for (Index i0 = 0; i0 < x.rows();) {
-      const Index m = std::min<Index>(std::uniform_int_distribution<Index>(1, 6)(rng), x.rows() - i0);
-      decoded.middleRows(i0, m) = layer.forward_incremental(x.middleRows(i0, m), cache);
-      i0 += m;
-    }
-    CHECK_THAT(headwise_test::as_double(decoded), IsExactly(out));
-  }
+  headwise_test::check_layers<Scalar>(folder, reference + "/attention-reference.safetensors");
 }
-
 }  // namespace
 
 TEMPLATE_TEST_CASE("Llama: grouped-query heads and RoPE, as PyTorch computes them", "[llama][fixture]", float, double) {
@@ -116,8 +67,10 @@ TEST_CASE("v5 RoPE settings: what headwise does not read is refused by name", "[
   CHECK_NOTHROW(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "default", "rope_theta": 5e5}})", "v5.json"));
   CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "default"}})", "v5.json"),
                     Catch::Contains("v5.json: \"rope_parameters\" has no \"rope_theta\""));
-  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4, "truncate": false}})", "v5.json"),
-                    Catch::Contains("rope_parameters has \"truncate\" = false: headwise computes YaRN's truncated ramp only"));
+  CHECK(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4, "truncate": false}})", "v5.json")
+            .rope.scaling.truncate == false);  // gpt-oss's: the correction range kept fractional
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4, "truncate": "no"}})", "v5.json"),
+                    Catch::Contains("rope_parameters \"truncate\" = \"no\" is not true or false"));
   CHECK_NOTHROW(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4, "truncate": true}})", "v5.json"));
   CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_scaling": {"rope_type": "linear", "factor": 2, "rope_theta": 5e5}})", "v4.json"),
                     Catch::Contains("rope_scaling has \"rope_theta\" = 500000.0, which headwise does not read"));
@@ -125,7 +78,9 @@ TEST_CASE("v5 RoPE settings: what headwise does not read is refused by name", "[
                     Catch::Contains("\"partial_rotary_factor\" = 0.5 disagrees with rope_parameters' 0.25"));
   CHECK_NOTHROW(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": null, "type": "linear", "factor": 2, "rope_theta": 1e4}})", "v5.json"));
   CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}})", "v5.json"),
-                    Catch::Contains("rope_parameters type \"longrope\" is not one headwise knows"));
+                    Catch::Contains("rope_parameters \"short_factor\" must be a list of 8 numbers"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2}})", "v5.json"),
+                    Catch::Contains("rope_parameters type \"dynamic\" is not one headwise knows"));
   CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_parameters": {"full_attention": {"rope_theta": 1e4}}})", "v5.json"),
                     Catch::Contains("keyed by layer type (\"full_attention\"), which this model_type does not have"));
   CHECK_THROWS_WITH(io::parse_llama_config(base + R"("rope_theta": 1e4, "rope_parameters": {"rope_theta": 5e5}})", "v5.json"),

@@ -104,7 +104,7 @@ TEMPLATE_TEST_CASE("multi-head attention refuses bad configurations and inputs",
                       "headwise: MultiHeadAttention::forward: divisor must be finite and > 0, got nan");
   options.divisor = 0.0;
   REQUIRE_THROWS_WITH(mha.trace(Matrix<TestType>::Zero(4, 10), options),
-                      "headwise: AttentionHead::trace: divisor must be finite and > 0, got 0");
+                      "headwise: MultiHeadAttention::trace: divisor must be finite and > 0, got 0");
   REQUIRE_THROWS_WITH(mha.head(2), "headwise: head: head 2 out of range [0, 2)");
   REQUIRE_THROWS_WITH(mha.head_contribution(Matrix<TestType>::Zero(4, 4), 0),
                       "headwise: head_contribution: z_h has 4 columns, expected d_head = 5");

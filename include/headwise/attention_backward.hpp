@@ -44,12 +44,28 @@ struct MultiHeadGradients {
   std::vector<HeadGradients<Scalar>> heads;  ///< per query head (step by step only)
 };
 
+namespace detail {
+/// Throws unless the layer's backward differentiates everything `layer` computes with `options`:
+/// projections, RoPE from position 0, attention, W_O (not a QK-norm, value norm, query scale or
+/// output gate, nor a sequence started at another position).
+template <class Scalar>
+void check_differentiable(const MultiHeadAttention<Scalar>& layer, const AttentionOptions& options, const char* where) {
+  const LayerConfig& c = layer.config();
+  const char* what = c.qk_norm ? "a QK-norm" : c.value_norm ? "a value norm" : c.query_scale ? "a query scale"
+                     : layer.gated() ? "an output gate" : nullptr;
+  if (what) invalid(where, "the layer has ", what, ", which the backward does not differentiate");
+  if (options.first_key_position != 0 || options.first_query_position)
+    invalid(where, "the backward runs the layer from position 0: first_key_position and first_query_position must be unset");
+}
+}  // namespace detail
+
 /// The layer's forward, step by step, then its backward from dy (n, d_model) = ∂L/∂Y at x
 /// (n, d_model). Grouped-query heads: dK and dV of a key/value head sum its query heads' shares.
 template <class Scalar>
 MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
                                                  const Matrix<Scalar>& dy, const AttentionOptions& options = {}) {
   constexpr const char* where = "backward_step_by_step";
+  detail::check_differentiable(layer, options, where);
   const Index H = layer.n_heads(), d = layer.d_head(), n = x.rows();
   if (dy.rows() != n || dy.cols() != layer.d_model())
     detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", n, "x", layer.d_model(), " (like the output)");
@@ -134,6 +150,7 @@ template <class Scalar>
 Matrix<Scalar> forward_for_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
                                     SavedForward<Scalar>& saved, const AttentionOptions& options = {}) {
   constexpr const char* where = "forward_for_backward";
+  detail::check_differentiable(layer, options, where);
   const QkvLayout l = layer.layout();
   const AttentionOptions all = layer.options_for(options);
   saved.qkv = layer.project_qkv(x);
@@ -153,6 +170,7 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
                                           const Matrix<Scalar>& dy, const AttentionOptions& options = {},
                                           const SavedForward<Scalar>* saved = nullptr) {
   constexpr const char* where = "layer_backward";
+  detail::check_differentiable(layer, options, where);
   if (dy.rows() != x.rows() || dy.cols() != layer.d_model())
     detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", x.rows(), "x", layer.d_model(), " (like the output)");
   detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask

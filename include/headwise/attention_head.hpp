@@ -21,16 +21,39 @@ namespace headwise {
 /// Every intermediate of one head on one input, in the order the equation computes them.
 template <class Scalar>
 struct HeadTrace {
-  Matrix<Scalar> q, k, v;         ///< (n, d_head) each: the projections of X
-  Matrix<Scalar> q_rotated, k_rotated;  ///< (n, d_head): Q and K after the rotary embedding (= q, k without one)
+  Matrix<Scalar> q, k;            ///< (n, d_head) each: the projections of X
+  Matrix<Scalar> v;               ///< (n, d_v): the values A mixes (after a layer's value norm, Gemma 4)
+  Matrix<Scalar> q_normed, k_normed;    ///< (n, d_head): after a QK-norm that comes before RoPE (= q, k without one)
+  Matrix<Scalar> q_rotated, k_rotated;  ///< (n, d_head): Q and K as they enter Q Kᵀ: after every norm, the
+                                        ///< rotary embedding and a query scale (= q_normed, k_normed without them)
   Matrix<Scalar> scores;          ///< (n, n): Q Kᵀ
   double divisor = 0;             ///< what the scores were divided by
   Matrix<Scalar> scaled_scores;   ///< (n, n): Q Kᵀ / divisor
   Matrix<Scalar> masked_scores;   ///< (n, n): the scaled scores as modified (cap, ALiBi, bias), -inf where hidden
   Matrix<Scalar> weights;         ///< (n, n): A, each row a softmax over what it sees
   Vector<Scalar> logsumexp;       ///< (n): each row's log softmax denominator
-  Matrix<Scalar> z;               ///< (n, d_head): A V
+  Matrix<Scalar> z;               ///< (n, d_v): A V
+  Matrix<Scalar> gate;            ///< (n, d_v): σ(X W_G + b_G), an output gate (Qwen3-Next); W_O reads z ∘ gate. Empty: none
 };
+
+namespace detail {
+/// Steps 3 to 7 of a trace whose t.q_rotated, t.k_rotated and t.v are set: scores, divisor, mask and
+/// modifiers, softmax, Z. `options` are a call's on head.n_heads heads; head.index's slope and sink.
+template <class Scalar>
+void trace_scores(HeadTrace<Scalar>& t, const AttentionOptions& options, OneHead head, const char* where) {
+  const Index n = t.q_rotated.rows();
+  t.divisor = resolve_divisor<Scalar>(options, t.q_rotated.cols(), where);
+  t.scores = scores(t.q_rotated, t.k_rotated);                  // step 3: score every pair
+  t.scaled_scores = t.scores / static_cast<Scalar>(t.divisor);  // step 4: shrink
+  if (head.index < 0 || head.index >= head.n_heads) invalid(where, "head ", head.index, " of ", head.n_heads, " is not a head");
+  const ScoreRule<Scalar> rule(options, n, t.k_rotated.rows(), head.n_heads, where);
+  t.masked_scores = masked_scores(t.scaled_scores, rule, head.index);  // step 5: modify and mask
+  t.weights = t.masked_scores;                                         // step 6: normalise
+  t.logsumexp = softmax_rows(t.weights, rule, head.index);
+  t.z.resize(n, t.v.cols());                                    // step 7: mix the values
+  t.z.noalias() = t.weights * t.v;
+}
+}  // namespace detail
 
 /// One head: Q = X W_Q + b_Q, K = X W_K + b_K, V = X W_V + b_V, optionally rotated (RoPE, positions
 /// 0 .. n-1), Z = softmax(mask(modify(Q Kᵀ / div))) V.
@@ -68,25 +91,17 @@ class AttentionHead {
                           OneHead head = {}) const {
     check_input(x, "AttentionHead::trace");
     HeadTrace<Scalar> t;
-    t.divisor = resolve_divisor<Scalar>(options, d_head(), "AttentionHead::trace");
+    resolve_divisor<Scalar>(options, d_head(), "AttentionHead::trace");  // (a bad divisor refused before any work)
     t.q = query_.forward(x);                                      // step 1: project
     t.k = key_.forward(x);
     t.v = value_.forward(x);
     detail::require_finite("AttentionHead::trace", "the query projection x W_Q + b_Q", t.q);
     detail::require_finite("AttentionHead::trace", "the key projection x W_K + b_K", t.k);
     detail::require_finite("AttentionHead::trace", "the value projection x W_V + b_V", t.v);
+    t.q_normed = t.q, t.k_normed = t.k;
     t.q_rotated = t.q, t.k_rotated = t.k;                         // step 2: rotate (RoPE)
     if (rope_) rope_->rotate<Scalar>(t.q_rotated, 0), rope_->rotate<Scalar>(t.k_rotated, 0);
-    t.scores = scores(t.q_rotated, t.k_rotated);                  // step 3: score every pair
-    t.scaled_scores = t.scores / static_cast<Scalar>(t.divisor);  // step 4: shrink
-    if (head.index < 0 || head.index >= head.n_heads)
-      detail::invalid("AttentionHead::trace", "head ", head.index, " of ", head.n_heads, " is not a head");
-    const ScoreRule<Scalar> rule(options, x.rows(), x.rows(), head.n_heads, "AttentionHead::trace");
-    t.masked_scores = masked_scores(t.scaled_scores, rule, head.index);  // step 5: modify and mask
-    t.weights = t.masked_scores;                                         // step 6: normalise
-    t.logsumexp = softmax_rows(t.weights, rule, head.index);
-    t.z.resize(x.rows(), value_.out_features());                  // step 7: mix the values
-    t.z.noalias() = t.weights * t.v;
+    detail::trace_scores(t, options, head, "AttentionHead::trace");  // steps 3-7
     return t;
   }
 

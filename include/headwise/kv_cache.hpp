@@ -23,6 +23,8 @@ class MultiHeadAttention;
 struct KvCacheOrigin {
   std::optional<RopeConfig> rope;
   std::optional<Index> window;
+  std::optional<Index> chunk;
+  bool long_factors = false;  ///< LongRoPE: the keys were rotated with the long factors
 };
 
 /// A per-layer KV cache.

@@ -1,31 +1,50 @@
 // LayerConfig: what belongs to an attention layer besides its weights, as a model's config.json
-// fixes it: the rotary embedding, a sliding window, soft-capping, ALiBi slopes, attention sinks
-// and the score divisor. A call's AttentionOptions add what belongs to the call (masks, padding,
+// fixes it: the rotary embedding, the norms of the projected queries, keys and values, a query
+// scale by position, a sliding window or chunks, soft-capping, ALiBi slopes, attention sinks and
+// the score divisor. A call's AttentionOptions add what belongs to the call (masks, padding,
 // packed sequences, threads); a field set in both is taken from the call.
+//
+// Between the projection and the scores a layer computes, in this order: the QK-norm (unless
+// after_rope), the rotary embedding, the QK-norm (after_rope), the value norm, the query scale.
 #pragma once
 
 #include <optional>
 
 #include "headwise/options.hpp"
+#include "headwise/projection_norms.hpp"
+#include "headwise/query_scale.hpp"
 #include "headwise/rotary_embedding.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
 
 struct LayerConfig {
-  /// Rotary embedding of Q and K (Llama, Qwen2, Mistral, Gemma, gpt-oss); d_head 0 means the layer's.
+  /// Rotary embedding of Q and K (Llama, Qwen, Mistral, Gemma, gpt-oss, ...); d_head 0 means the
+  /// layer's. None: a NoPE layer (Llama 4, SmolLM3).
   std::optional<RopeConfig> rope;
-  std::optional<Index> window;    ///< sliding window (Mistral; Gemma 2's local layers)
+  std::optional<QkNorm> qk_norm;          ///< Qwen3, Gemma 3, OLMo 2, Llama 4, Qwen3-Next, Gemma 4
+  std::optional<RmsNorm> value_norm;      ///< Gemma 4: the values normed per head
+  std::optional<QueryScale> query_scale;  ///< Llama 4's NoPE layers, Ministral 3
+  std::optional<Index> window;    ///< sliding window (Mistral; Gemma's local layers; gpt-oss)
+  std::optional<Index> chunk;     ///< chunked attention (Llama 4's RoPE layers)
   std::optional<double> softcap;  ///< Gemma 2's attn_logit_softcapping
   Vector<double> alibi_slopes;    ///< BLOOM, MPT: one per head (alibi_slopes(n_heads))
   Vector<double> sinks;           ///< gpt-oss: one learned logit per head
   std::optional<double> divisor;  ///< scores divided by this instead of sqrt(d_head)
+  /// KV sharing (Gemma 4's num_kv_shared_layers): the layer computes no keys or values of its own
+  /// and attends to those of this earlier layer, read from its cache (forward_reading_cache).
+  std::optional<Index> shares_keys_values_of;
+
+  /// True if the layer changes its projections before the scores other than by RoPE (a norm or a
+  /// query scale): what the layer's backward does not differentiate.
+  bool transforms_projections() const { return qk_norm || value_norm || query_scale; }
 };
 
 /// The options of one call of a layer with `layer`: the call's, completed by the layer's.
 inline AttentionOptions options_with_layer(const AttentionOptions& call, const LayerConfig& layer) {
   AttentionOptions options = call;
   if (!options.window) options.window = layer.window;
+  if (!options.chunk) options.chunk = layer.chunk;
   if (!options.softcap) options.softcap = layer.softcap;
   if (!options.divisor) options.divisor = layer.divisor;
   if (options.alibi_slopes.size() == 0) options.alibi_slopes = layer.alibi_slopes;

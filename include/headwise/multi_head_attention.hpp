@@ -16,6 +16,7 @@
 #include "headwise/layer_config.hpp"
 #include "headwise/linear.hpp"
 #include "headwise/options.hpp"
+#include "headwise/projection_norms.hpp"
 #include "headwise/qkv_layout.hpp"
 #include "headwise/rotary_embedding.hpp"
 #include "headwise/score_rule.hpp"
@@ -35,6 +36,10 @@ struct MultiHeadWeights {
   RowVector<Scalar> b_q, b_k, b_v;  ///< matching (1, ...) biases, or empty for no bias
   Matrix<Scalar> w_o;               ///< (n_heads d_head, d_model)
   RowVector<Scalar> b_o;            ///< (1, d_model), or empty for no bias
+  /// An output gate (Qwen3-Next): Z_h <- Z_h ∘ σ(X W_G + b_G) per head before W_O; (d_model,
+  /// n_heads d_head), or empty for none; and its bias, or empty.
+  Matrix<Scalar> w_gate;
+  RowVector<Scalar> b_gate;
 };
 
 /// What the layer's fused path records besides Z, on request: in its AttentionResult, the
@@ -101,6 +106,14 @@ class MultiHeadAttention {
     detail::require_finite(where, "b_k", w.b_k);
     detail::require_finite(where, "b_v", w.b_v);
     detail::require_finite(where, "b_o", w.b_o);
+    if (w.w_gate.size() || w.b_gate.size()) {
+      check_shape(where, "w_gate", w.w_gate, d_model, width);
+      check_bias(where, "b_gate", w.b_gate, width);
+      detail::require_finite(where, "w_gate", w.w_gate);
+      detail::require_finite(where, "b_gate", w.b_gate);
+      w_gate_ = std::move(w.w_gate);
+      b_gate_ = w.b_gate.size() ? std::move(w.b_gate) : RowVector<Scalar>::Zero(width);
+    }
 
     // Q, K and V come from one product X [W_Q | W_K | W_V]: one pass over X instead of three.
     w_qkv_.resize(d_model, width + 2 * kv_width);
@@ -136,12 +149,19 @@ class MultiHeadAttention {
   /// W_O: (n_heads d_head, d_model), and b_O: (1, d_model).
   const Matrix<Scalar>& w_o() const { return w_o_; }
   const RowVector<Scalar>& b_o() const { return b_o_; }
+  /// The output gate's W_G (d_model, n_heads d_head) and b_G; empty without a gate.
+  bool gated() const { return w_gate_.size() != 0; }
+  const Matrix<Scalar>& w_gate() const { return w_gate_; }
+  const RowVector<Scalar>& b_gate() const { return b_gate_; }
   /// Head h's rows of W_O: (d_head, d_model).
   auto w_o_block(Index h) const { return w_o_.middleRows(checked_head(h, "w_o_block") * d_head_, d_head_); }
 
   /// Head h on its own, with its slices of W_Q, W_K, W_V and their biases (for trace()).
   AttentionHead<Scalar> head(Index h) const {
     checked_head(h, "head");
+    if (config_.transforms_projections() || gated())
+      detail::invalid("head", "this layer ", gated() ? "gates its heads' outputs" : "norms or scales its projections",
+                      ", which one AttentionHead does not compute: use trace() for a head's intermediates");
     const Index g = kv_head_of(h);
     return AttentionHead<Scalar>(slice(QkvPart::query, h), slice(QkvPart::key, g), slice(QkvPart::value, g), rope_);
   }
@@ -159,25 +179,38 @@ class MultiHeadAttention {
     return output_of(z, detail::thread_count(options.threads, "MultiHeadAttention::forward"), 0, "MultiHeadAttention::forward");
   }
 
-  /// Every head's Z side by side, (n, n_heads d_head), by the fused kernel, before W_O.
+  /// Every head's Z side by side, (n, n_heads d_head), by the fused kernel, as W_O reads it (gated
+  /// by the output gate if the layer has one).
   Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
     return attend_heads(x, options).z;
   }
 
   /// The layer's attention before W_O as attend() returns it: every head's Z side by side
-  /// (n, n_heads d_head) and on request (extras) the logsumexp and per-row statistics; the
-  /// queries and the keys and values through extras' pointers. All O(n d_model).
+  /// (n, n_heads d_head; gated by the output gate if the layer has one) and on request (extras)
+  /// the logsumexp and per-row statistics; the queries and the keys and values through extras'
+  /// pointers. All O(n d_model).
+  /// Any starting position: with options.first_key_position = p the tokens sit at positions
+  /// p .. p + n - 1 (their rotary angles, windows, chunks and query scales), with no earlier keys,
+  /// as Hugging Face runs a sequence whose position_ids start at p (forward, forward_step_by_step,
+  /// trace and inspect alike).
   AttentionResult<Scalar> attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
                                        const HeadOutputExtras<Scalar>& extras = {}) const {
-    check_input(x, "MultiHeadAttention::forward");
+    constexpr const char* where = "MultiHeadAttention::forward";
+    check_input(x, where);
+    check_own_keys(where);
     const AttentionOptions all = options_for(options);
-    resolve_divisor<Scalar>(all, d_head_, "MultiHeadAttention::forward");
+    resolve_divisor<Scalar>(all, d_head_, where);
+    const Positions at{first_position_of(all, where), first_position_of(all, where) + x.rows()};
+    AttentionResult<Scalar> result;
     if (extras.keys_values) {
       *extras.keys_values = PackedKeysValues<Scalar>(x.rows(), n_kv_heads_, d_head_, d_head_);
-      return attend_rows(x, *extras.keys_values, all, extras, "MultiHeadAttention::forward");
+      result = attend_rows(x, *extras.keys_values, all, extras, at, where);
+    } else {
+      PackedKeysValues<Scalar> kv(x.rows(), n_kv_heads_, d_head_, d_head_);
+      result = attend_rows(x, kv, all, extras, at, where);
     }
-    PackedKeysValues<Scalar> kv(x.rows(), n_kv_heads_, d_head_, d_head_);
-    return attend_rows(x, kv, all, extras, "MultiHeadAttention::forward");
+    apply_gate(x, result.z, detail::thread_count(options.threads, where));
+    return result;
   }
 
   /// A KV cache for this layer with room for `capacity` tokens.
@@ -192,19 +225,53 @@ class MultiHeadAttention {
                                      const AttentionOptions& options = {}) const {
     constexpr const char* where = "MultiHeadAttention::forward_incremental";
     check_input(x, where);
+    check_own_keys(where);
     const AttentionOptions all = options_for(options);
     resolve_divisor<Scalar>(all, d_head_, where);
     const KvCacheOrigin origin = check_cache(cache, x.rows(), all, where);
     const Index held = cache.size();
+    const int threads = detail::thread_count(options.threads, where);
     Matrix<Scalar> out;
     try {
-      out = output_of(attend_rows(x, cache.store(), all, {}, where).z, detail::thread_count(options.threads, where), held, where);
+      Matrix<Scalar> z = attend_rows(x, cache.store(), all, {}, Positions{held, held + x.rows()}, where).z;
+      apply_gate(x, z, threads);
+      out = output_of(z, threads, held, where);
     } catch (...) {
       cache.store().truncate(held);  // a refused call changes nothing
       throw;
     }
     if (cache.size() > 0) cache.origin_ = origin;  // an empty cache stays without one
     return out;
+  }
+
+  /// A KV-sharing layer (LayerConfig::shares_keys_values_of, Gemma 4): the output rows of the m
+  /// tokens x, which are the last m tokens of `source`, a cache the earlier layer filled (with keys
+  /// and values from its own input), attended over every key it holds; `source` is read, not
+  /// changed, and nothing is copied. Decoding runs the earlier layer's forward_incremental first,
+  /// then this. Only the queries are projected: W_K and W_V are not used.
+  Matrix<Scalar> forward_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
+                                       const AttentionOptions& options = {}) const {
+    constexpr const char* where = "MultiHeadAttention::forward_reading_cache";
+    check_input(x, where);
+    const AttentionOptions all = options_for(options);
+    resolve_divisor<Scalar>(all, d_head_, where);
+    if (source.n_kv_heads() != n_kv_heads_ || source.d_head() != d_head_)
+      detail::invalid(where, "the cache holds ", source.n_kv_heads(), " heads of ", source.d_head(), ", expected ", n_kv_heads_,
+                      " of ", d_head_);
+    if (x.rows() > source.size())
+      detail::invalid(where, "x has ", x.rows(), " tokens, the cache only ", source.size(), ": x must be its last tokens");
+    const Index first = source.size() - x.rows();
+    check_cache_origin(source, first, x.rows(), all, where);  // the same rotary embedding, window, chunks
+    const int threads = detail::thread_count(options.threads, where);
+    const QkvLayout l = layout();
+    Matrix<Scalar> qkv = qkv_of(x, threads, where);
+    transform_projections(qkv, Positions{first, source.size()}, threads);
+    AttentionCall call;
+    call.heads = {n_heads_, n_kv_heads_};
+    call.options = &all;
+    Matrix<Scalar> z = detail::attend_packed<Scalar>(Matrix<Scalar>(l.part(qkv, QkvPart::query)), source.packed(), call, where).z;
+    apply_gate(x, z, threads);
+    return output_of(z, threads, first, where);
   }
 
   // ---- The teaching path: every head's whole pattern ----
@@ -214,32 +281,55 @@ class MultiHeadAttention {
                                       const HeadInterventions<Scalar>* interventions = nullptr) const {
     constexpr const char* where = "MultiHeadAttention::forward_step_by_step";
     check_input(x, where);
+    check_own_keys(where);
     const AttentionOptions all = options_for(options);
     resolve_divisor<Scalar>(all, d_head_, where);
-    Matrix<Scalar> qkv = qkv_of(x, detail::thread_count(options.threads, where), where);
+    const int threads = detail::thread_count(options.threads, where);
+    Matrix<Scalar> qkv = qkv_of(x, threads, where);
     const QkvLayout l = layout();
-    if (rope_) rope_->rotate<Scalar>(l.queries_and_keys(qkv), /*first_position=*/0);
+    const Index first = first_position_of(all, where);
+    transform_projections(qkv, Positions{first, first + x.rows()}, threads);
     AttentionCall call;  // the one attention call, on its step-by-step path
     call.heads = {n_heads_, n_kv_heads_};
     call.options = &all, call.path = AttentionPath::step_by_step;
     Matrix<Scalar> z = detail::attend_matrices<Scalar>(l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key),
                                                        l.part(qkv, QkvPart::value), call, where).z;
+    apply_gate(x, z, threads);
     if (interventions) check_interventions(*interventions).apply(z);
-    return output_of(z, detail::thread_count(options.threads, where), 0, where);
+    return output_of(z, threads, first, where);
   }
 
   /// Every head's intermediates and contribution, and the output as their sum.
   /// x: (n, d_model). Holds n_heads (n, n) patterns: for inspection, not for long inputs.
   MultiHeadTrace<Scalar> trace(const Eigen::Ref<const Matrix<Scalar>>& x,
                                const AttentionOptions& options = {}) const {
-    check_input(x, "MultiHeadAttention::trace");
+    constexpr const char* where = "MultiHeadAttention::trace";
+    check_input(x, where);
+    check_own_keys(where);
+    const AttentionOptions all = options_for(options);  // once: each head reads its slope and sink
+    resolve_divisor<Scalar>(all, d_head_, where);         // a bad divisor refused before any work
+    const Index first = first_position_of(all, where);
+    const QkvLayout l = layout();
+    constexpr QkvPart Q = QkvPart::query, K = QkvPart::key, V = QkvPart::value;
+    Matrix<Scalar> qkv = qkv_of(x, 1, where), normed;
+    const Matrix<Scalar> projected = qkv;
+    transform_projections(qkv, Positions{first, first + x.rows()}, 1, &normed);
+    Matrix<Scalar> gate;
+    if (gated()) gate = gate_of(x, 1);
     MultiHeadTrace<Scalar> t;
     t.output = b_o_.replicate(x.rows(), 1);
-    const AttentionOptions all = options_for(options);  // once: each head reads its slope and sink
     for (Index h = 0; h < n_heads_; ++h) {
-      t.heads.push_back(head(h).trace(x, all, OneHead{h, n_heads_}));
-      t.contributions.push_back(head_contribution(t.heads.back().z, h));
+      const Index g = kv_head_of(h);
+      HeadTrace<Scalar> head;
+      head.q = l.head(projected, Q, h), head.k = l.head(projected, K, g), head.v = l.head(qkv, V, g);
+      head.q_normed = normed.size() ? Matrix<Scalar>(l.head(normed, Q, h)) : head.q;
+      head.k_normed = normed.size() ? Matrix<Scalar>(l.head(normed, K, g)) : head.k;
+      head.q_rotated = l.head(qkv, Q, h), head.k_rotated = l.head(qkv, K, g);
+      detail::trace_scores(head, all, OneHead{h, n_heads_}, where);
+      if (gated()) head.gate = gate.middleCols(h * d_head_, d_head_);
+      t.contributions.push_back(head_contribution(gated() ? Matrix<Scalar>(head.z.cwiseProduct(head.gate)) : head.z, h));
       t.output += t.contributions.back();
+      t.heads.push_back(std::move(head));
     }
     return t;
   }
@@ -285,6 +375,12 @@ class MultiHeadAttention {
         detail::invalid(where, "the rotary embedding's attention factor ", rope_->attention_factor(), " is not finite in ",
                         detail::scalar_name<Scalar>());
     }
+    if (config_.qk_norm) {
+      detail::check_norm(config_.qk_norm->query, n_heads_, d_head_, where, "the query norm");
+      detail::check_norm(config_.qk_norm->key, n_kv_heads_, d_head_, where, "the key norm");
+    }
+    if (config_.value_norm) detail::check_norm(*config_.value_norm, n_kv_heads_, d_head_, where, "the value norm");
+    if (config_.query_scale) config_.query_scale->check(where);
     const AttentionOptions options = options_for({});
     resolve_divisor<Scalar>(options, d_head_, where);
     static_cast<void>(ScoreRule<Scalar>(options, 0, 0, n_heads_, where));
@@ -300,12 +396,28 @@ class MultiHeadAttention {
     if (m > cache.capacity() - cache.size())
       detail::invalid(where, "appending ", m, " tokens to ", cache.size(), " would exceed the cache's capacity of ",
                       cache.capacity(), " tokens");
+    return check_cache_origin(cache, cache.size(), m, options, where);
+  }
+  /// What m tokens at held .. held + m - 1 attended over `cache` record, checked against what filled it.
+  KvCacheOrigin check_cache_origin(const KvCache<Scalar>& cache, Index held, Index m, const AttentionOptions& options,
+                                   const char* where) const {
     if (options.first_query_position || options.first_key_position != 0)
       detail::invalid(where, "token i of x sits at position cache.size() + i: first_query_position and ",
                       "first_key_position must be left unset (the masks and the rotary angles both follow the cache)");
-    KvCacheOrigin mine{rope_ ? std::optional<RopeConfig>(rope_->config()) : std::nullopt, options.window};
+    const Index end = held + m;
+    KvCacheOrigin mine{rope_ ? std::optional<RopeConfig>(rope_->config()) : std::nullopt, options.window, options.chunk,
+                       rope_ && rope_->long_factors_for(end)};
     if (cache.size() == 0 || !cache.origin()) return mine;
     const KvCacheOrigin& theirs = *cache.origin();
+    if (theirs.long_factors != mine.long_factors)
+      detail::invalid(where, "the cache's keys were rotated with LongRoPE's short factors, and a sequence of ", end,
+                      " tokens (past original_max_position = ", rope_->config().scaling.original_max_position,
+                      ") uses the long ones for every position, as Hugging Face does: run forward over the whole sequence",
+                      " into a fresh cache (keys rotated two ways are never mixed)");
+    if (theirs.chunk != mine.chunk)
+      detail::invalid(where, "the cache's keys were attended with ", theirs.chunk ? "chunks of " : "no chunks",
+                      theirs.chunk ? std::to_string(*theirs.chunk) : "", "; this call asks for ",
+                      mine.chunk ? "chunks of " : "none", mine.chunk ? std::to_string(*mine.chunk) : "");
     if (theirs.rope.has_value() != mine.rope.has_value() || (theirs.rope && *theirs.rope != *mine.rope))
       detail::invalid(where, "the cache was filled by a layer ", theirs.rope ? "with" : "without", " a rotary embedding",
                       theirs.rope && mine.rope ? " of other settings" : "", "; this layer has ",
@@ -325,15 +437,66 @@ class MultiHeadAttention {
     return iv;
   }
 
+  /// The positions of a call's rows: row t at first + t; `end`, one past the sequence's last
+  /// position (LongRoPE chooses its factors by it).
+  struct Positions {
+    Index first = 0, end = 0;
+  };
+
+  /// Where a call's tokens start: options.first_key_position (0 by default). The queries are the
+  /// same tokens: a first_query_position set otherwise is refused.
+  static Index first_position_of(const AttentionOptions& options, const char* where) {
+    if (options.first_query_position && *options.first_query_position != options.first_key_position)
+      detail::invalid(where, "first_query_position = ", *options.first_query_position, " differs from first_key_position = ",
+                      options.first_key_position, ": a layer's queries and keys are the same tokens (set first_key_position only)");
+    if (options.first_key_position < 0 || options.first_key_position > detail::max_position)
+      detail::invalid(where, "first_key_position must be >= 0 and <= 2^62, got ", options.first_key_position);
+    return options.first_key_position;
+  }
+
+  /// Between the projection and the scores, in place on rows of [Q | K | V] at `at`: the QK-norm
+  /// (before or after RoPE), RoPE, the value norm and the query scale (layer_config.hpp). With
+  /// `normed`, a copy of the rows after a QK-norm that comes before RoPE (left empty otherwise).
+  void transform_projections(Eigen::Ref<Matrix<Scalar>> qkv, Positions at, int threads, Matrix<Scalar>* normed = nullptr) const {
+    const QkvLayout l = layout();
+    const auto& norm = config_.qk_norm;
+    if (norm && !norm->after_rope) apply_qk_norm(qkv);
+    if (normed && norm && !norm->after_rope) *normed = qkv;
+    if (rope_) rope_->rotate<Scalar>(l.queries_and_keys(qkv), at.first, threads, at.end);
+    if (norm && norm->after_rope) apply_qk_norm(qkv);
+    if (config_.value_norm) apply_norm<Scalar>(*config_.value_norm, l.part(qkv, QkvPart::value), d_head_);
+    if (config_.query_scale)
+      for (Index t = 0; t < qkv.rows(); ++t)
+        l.part(qkv, QkvPart::query).row(t) *= static_cast<Scalar>(config_.query_scale->at(at.first + t));
+  }
+  void apply_qk_norm(Eigen::Ref<Matrix<Scalar>> qkv) const {
+    const QkvLayout l = layout();
+    apply_norm<Scalar>(config_.qk_norm->query, l.part(qkv, QkvPart::query), d_head_);
+    apply_norm<Scalar>(config_.qk_norm->key, l.part(qkv, QkvPart::key), d_head_);
+  }
+
+  /// σ(X W_G + b_G): (m, n_heads d_head), by the deterministic product (a token's gate never
+  /// depends on the other tokens computed with it).
+  Matrix<Scalar> gate_of(const Eigen::Ref<const Matrix<Scalar>>& x, int threads) const {
+    Matrix<Scalar> g;
+    detail::product<Scalar>(x, w_gate_, g, threads);
+    g.rowwise() += b_gate_;
+    return g.unaryExpr([](Scalar v) { return Scalar(1) / (Scalar(1) + std::exp(-v)); });
+  }
+  /// Z <- Z ∘ σ(X W_G + b_G) for a gated layer; nothing otherwise.
+  void apply_gate(const Eigen::Ref<const Matrix<Scalar>>& x, Matrix<Scalar>& z, int threads) const {
+    if (gated()) z.array() *= gate_of(x, threads).array();
+  }
+
   /// Rows of x projected in chunks by X [W_Q | W_K | W_V] + b: K and V appended to kv, then the
   /// fused kernel against everything kv holds. x: (m, d_model) -> Z (m, n_heads d_head).
   /// If anything throws, kv is rolled back to the tokens it held: a refused call changes nothing.
   AttentionResult<Scalar> attend_rows(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
                                       const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
-                                      const char* where) const {
+                                      Positions at, const char* where) const {
     const Index held = kv.size();
     try {
-      return attend_unchecked(x, kv, options, extras, where);
+      return attend_unchecked(x, kv, options, extras, at, where);
     } catch (...) {
       kv.truncate(held);
       throw;
@@ -341,7 +504,7 @@ class MultiHeadAttention {
   }
   AttentionResult<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
                                            const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
-                                           const char* where) const {
+                                           Positions at, const char* where) const {
     const int threads = detail::thread_count(options.threads, where);
     const QkvLayout l = layout();
     const Index width = l.query_width();
@@ -353,8 +516,8 @@ class MultiHeadAttention {
         const Index rows = std::min(chunk, x.rows() - i0);
         detail::product<Scalar>(x.middleRows(i0, rows), w_qkv_, part, threads);
         part.rowwise() += b_qkv_;
-        check_projection(part, kv.size(), where, threads);
-        if (rope_) rope_->rotate<Scalar>(l.queries_and_keys(part), kv.size(), threads);  // Q and K in one pass
+        check_projection(part, at.first + i0, where, threads);
+        transform_projections(part, Positions{at.first + i0, at.end}, threads);  // norms, RoPE (Q and K in one pass), scale
         // Copied on every thread: at large n, q's fresh pages fault as they are first written, and
         // faults taken on one thread leave the others waiting (bench/RESULTS.md, "Fresh memory").
         HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1))
@@ -421,6 +584,11 @@ class MultiHeadAttention {
     if (b.size() != 0 && b.size() != size)
       detail::invalid(where, name, " has ", b.size(), " entries, expected 0 or ", size);
   }
+  void check_own_keys(const char* where) const {
+    if (config_.shares_keys_values_of)
+      detail::invalid(where, "this layer has no keys and values of its own: it reads layer ", *config_.shares_keys_values_of,
+                      "'s (KV sharing); call forward_reading_cache with that layer's cache");
+  }
   void check_input(const Eigen::Ref<const Matrix<Scalar>>& x, const char* where) const {
     if (x.cols() != d_model())
       detail::invalid(where, "x has ", x.cols(), " columns, expected d_model = ", d_model());
@@ -439,8 +607,8 @@ class MultiHeadAttention {
   Index n_heads_ = 0, n_kv_heads_ = 0, d_head_ = 0;
   LayerConfig config_;
   std::optional<RotaryEmbedding> rope_;
-  Matrix<Scalar> w_qkv_, w_o_;
-  RowVector<Scalar> b_qkv_, b_o_;
+  Matrix<Scalar> w_qkv_, w_o_, w_gate_;
+  RowVector<Scalar> b_qkv_, b_o_, b_gate_;
 };
 
 }  // namespace headwise

@@ -33,6 +33,9 @@ struct AttentionOptions {
   // Which keys a query sees, besides the causal mask (positions are absolute; see key_range.hpp).
   /// Sliding window: the query at position i sees key j iff 0 <= i - j < window. Needs causal; > 0.
   std::optional<Index> window;
+  /// Chunked attention (Llama 4): the query at position i sees key j iff floor(j / chunk) =
+  /// floor(i / chunk), besides the causal mask. Needs causal; > 0.
+  std::optional<Index> chunk;
   /// Packed sequences: boundaries 0 = c_0 < ... < c_S = n_k; a query sees its own sequence only.
   std::vector<Index> cu_seqlens;
   /// Key padding: key j is hidden from every query where key_valid(j) is false. Size n_k, or empty.

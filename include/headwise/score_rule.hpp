@@ -2,7 +2,7 @@
 // sizes), applied the same way by the step-by-step path and by the fused kernel.
 //
 // For query row i (at position n_k - n_q + i) the rule gives
-//   keys(i)                the contiguous keys it may see: causal, sliding window, its packed
+//   keys(i)                the contiguous keys it may see: causal, sliding window, chunk, its packed
 //                          sequence, narrowed to the first and last key a mask, padding or -inf
 //                          bias leaves (a key range outside every row's is never computed);
 //   apply(h, i, ...)       what happens to its scaled scores: soft-cap, + ALiBi, + bias, and -inf
@@ -24,6 +24,7 @@
 #include "headwise/types.hpp"
 #include "headwise/variants/alibi.hpp"
 #include "headwise/variants/attention_sinks.hpp"
+#include "headwise/variants/chunked_attention.hpp"
 #include "headwise/variants/key_range.hpp"
 #include "headwise/variants/packed_sequences.hpp"
 #include "headwise/variants/sliding_window.hpp"
@@ -72,6 +73,7 @@ class ScoreRule {
       const Index p = position(i);  // absolute, as are the ranges until the last line
       KeyRange keys = causal_range(p, first_key_ + n_k, options.causal);
       if (options.window) keys = sliding_window_range(keys, p, *options.window);
+      if (options.chunk) keys = chunked_range(keys, p, *options.chunk);
       if (sequences) keys = sequences->narrow(keys, p);
       keys = keys.within(first_key_, first_key_ + n_k);
       keys = keys.empty() ? KeyRange{0, 0} : KeyRange{keys.begin - first_key_, keys.end - first_key_};
@@ -204,6 +206,8 @@ class ScoreRule {
     if (o.first_query_position && (*o.first_query_position < 0 || *o.first_query_position > detail::max_position))
       detail::invalid(where, "first_query_position must be >= 0 and <= 2^62, got ", *o.first_query_position);
     if (o.window && !o.causal) detail::invalid(where, "a sliding window needs the causal mask (causal = true)");
+    if (o.chunk && *o.chunk <= 0) detail::invalid(where, "chunk must be > 0, got ", *o.chunk);
+    if (o.chunk && !o.causal) detail::invalid(where, "chunked attention needs the causal mask (causal = true)");
     if (o.key_valid.size() && o.key_valid.size() != n_k_)
       detail::invalid(where, "key_valid has ", o.key_valid.size(), " entries, expected one per key, ", n_k_);
     check_matrix_shape(where, "mask", o.mask.rows(), o.mask.cols());

@@ -54,6 +54,12 @@ class ConfigReader {
     if (!object.at(key).is_number()) fail(std::string("\"") + key + "\" = " + object.at(key).dump() + " is not a number");
     return object.at(key).get<double>();
   }
+  /// A true/false field; absent or null: `fallback`; anything else is refused.
+  bool boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!json_.at(key).is_boolean()) fail(std::string("\"") + key + "\" = " + json_.at(key).dump() + " is not true or false");
+    return json_.at(key).get<bool>();
+  }
   /// A string field; absent or not a string: "".
   std::string string(const char* key) const {
     return json_.contains(key) && json_.at(key).is_string() ? json_.at(key).get<std::string>() : std::string();

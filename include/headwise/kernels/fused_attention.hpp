@@ -384,6 +384,7 @@ void record_statistics(const FusedCall<Scalar>& call, const RowState<Scalar>& st
   st.previous_token_mass(h, i) = saw_something ? std::exp(state.previous[r] - lse) : Scalar(0);
   st.max_weight(h, i) = saw_something ? std::exp(state.best[r] - lse) : Scalar(0);
   st.argmax(h, i) = state.best_at[r];
+  st.sink_mass(h, i) = !call.rule.has_sinks() ? Scalar(0) : saw_something ? std::exp(call.rule.sink(h) - lse) : Scalar(1);
 }
 
 /// Z = acc / sum, logsumexp = max + log(sum) and the statistics of the rows i0 .. i0 + rows - 1 of
