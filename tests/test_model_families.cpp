@@ -5,6 +5,7 @@
 // sinks, YaRN without truncation, LongRoPE, fused qkv_proj, the output gate, K = V.
 #include <string>
 
+#include "headwise/attention_backward.hpp"
 #include "headwise/interpret.hpp"
 #include "headwise/io/llama.hpp"
 #include "support/catch.hpp"
@@ -137,16 +138,19 @@ TEMPLATE_TEST_CASE("Gemma 4 (scale 1, QK-norm w, value norm, K = V on full layer
   CHECK(c.kv_source_of(7) == Index(5));
 }
 
-// Any starting position: a chunked layer's tokens from position 8 on never see an earlier key, nor
-// do a window-8 layer's from 7 past the start, so a forward over them alone, starting at their
-// position, gives PyTorch's rows of the whole sequence: RoPE, chunks, windows at absolute positions.
+// Any starting position: a chunked layer's tokens from the next chunk boundary on never see an
+// earlier key, nor do a window-8 layer's from 7 past the start, so a forward over them alone,
+// starting at their position, gives PyTorch's rows of the whole sequence: RoPE, chunks (p = 12 is
+// inside a chunk), windows at absolute positions. On full-causal layers (Llama 4's NoPE layer,
+// Ministral 3) the queries as they enter the scores still match: the query scale at absolute positions.
 TEMPLATE_TEST_CASE("A forward over tokens that start at position p, on every path", "[families][fixture][positions]", float,
                    double) {
   struct Case {
     const char* folder;
     Index layer, first, exact_from;  // rows exact_from.. of the reference are reproduced
   };
-  for (const Case c : {Case{"llama4-tiny", 0, 8, 8}, Case{"llama4-tiny", 1, 16, 16}, Case{"gemma2-tiny", 0, 5, 12}}) {
+  for (const Case c : {Case{"llama4-tiny", 0, 8, 8}, Case{"llama4-tiny", 1, 12, 16}, Case{"gemma2-tiny", 0, 5, 12},
+                       Case{"llama4-tiny", 3, 12, 40}, Case{"ministral3-tiny", 1, 12, 40}}) {
     CAPTURE(c.folder, c.layer);
     const auto layer = io::load_llama_attention<TestType>(headwise_test::data_path(c.folder), c.layer);
     const io::SafetensorsFile ref = headwise_test::load_fixture(std::string(c.folder) + "/attention-reference.safetensors");
@@ -163,7 +167,8 @@ TEMPLATE_TEST_CASE("A forward over tokens that start at position p, on every pat
     const MultiHeadTrace<TestType> t = layer.trace(x, at);
     CHECK_THAT(t.output.bottomRows(n - skip).template cast<double>(), IsNear(expected, tol));
     const Matrix<double> q_rot = headwise_test::side_by_side<double>(ref, p + "q_rot.f64").bottomRows(n);
-    CHECK_THAT(t.heads[0].q_rotated.template cast<double>(), IsNear(q_rot.leftCols(layer.d_head()), tol));
+    for (Index h = 0; h < layer.n_heads(); ++h)
+      CHECK_THAT(t.heads[h].q_rotated.template cast<double>(), IsNear(q_rot.middleCols(h * layer.d_head(), layer.d_head()), tol));
     const auto run = interpret::inspect(layer, x, at);
     CHECK_THAT(run.output.bottomRows(n - skip).template cast<double>(), IsNear(expected, tol));
     at.first_query_position = c.first + 1;
@@ -195,6 +200,30 @@ TEST_CASE("The families' configs and layers: what headwise does not read or comp
                     Catch::Contains("rope_parameters has \"finetuned\" = 1"));
   CHECK_THROWS_WITH(fail(base + R"("model_type": "llama", "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2, "llama_4_scaling_beta": 0.1}})"),
                     Catch::Contains("rope_parameters has \"llama_4_scaling_beta\" = 0.1"));  // only Ministral 3 reads it
+  const io::LlamaConfig v4 = fail(base + R"("model_type": "ministral3", "original_max_position_embeddings": 8, "rope_scaling": {"rope_type": "yarn", "factor": 2, "llama_4_scaling_beta": 0.1}})");
+  REQUIRE(v4.layer(0).query_scale);  // read where parse_rope read it: v4's rope_scaling
+  CHECK(v4.layer(0).query_scale->beta == 0.1);
+  CHECK_THROWS_WITH(fail(base + R"("model_type": "qwen3", "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 1e300}})"),
+                    Catch::Contains("\"partial_rotary_factor\" = " + std::to_string(1e300) + " must be in (0, 1]"));
+  CHECK_THROWS_WITH(fail(base + R"("model_type": "phi3", "original_max_position_embeddings": 32, "rope_scaling": {"type": "longrope", "original_max_position_embeddings": 16, "short_factor": [1, 1, 1, 1, 1, 1, 1, 1], "long_factor": [1, 1, 1, 1, 1, 1, 1, 1]}})"),
+                    Catch::Contains("\"original_max_position_embeddings\" = 16 disagrees with the top-level 32"));
+  CHECK_THROWS_WITH(fail(base + R"("model_type": "gemma4_text", "sliding_window": 4, "num_kv_shared_layers": 1, "layer_types": ["sliding_attention", "full_attention"], "rope_parameters": {"full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 1e4}}})"),
+                    Catch::Contains("layer 1 shares keys and values (num_kv_shared_layers), but no earlier layer is of its type"));
+  CHECK_THROWS_WITH(fail(base + R"("model_type": "llama", "head_dim": 4294967296, "num_attention_heads": 4294967296})"),
+                    Catch::Contains("wider than 2^62 columns"));
+  // The config classes' defaults where a key is absent (null where Hugging Face reads None).
+  const io::LlamaConfig llama4 = fail(base + R"("model_type": "llama4_text", "no_rope_layers": [], "attn_temperature_tuning": 1})");
+  CHECK(llama4.nope(3));  // every 4th layer from the default interval
+  CHECK(*llama4.layer(0).chunk == 8192);
+  CHECK(llama4.layer(0).qk_norm);  // use_qk_norm defaults to true
+  CHECK_FALSE(fail(base + R"("model_type": "llama4_text", "attention_chunk_size": null})").layer(0).chunk);
+  const io::LlamaConfig gemma2 = fail(base + R"("model_type": "gemma2", "sliding_window": 4})");
+  CHECK(*gemma2.layer(0).divisor == 16.0);  // sqrt(256)
+  CHECK(*gemma2.layer(0).softcap == 50.0);
+  CHECK_FALSE(fail(base + R"("model_type": "gemma2", "sliding_window": 4, "attn_logit_softcapping": null})").layer(0).softcap);
+  CHECK(fail(base + R"("model_type": "qwen3_next", "layer_types": ["linear_attention", "full_attention"]})").layer(1).rope->rotary_fraction == 0.25);
+  const io::LlamaConfig sparse = fail(R"({"model_type": "qwen3_next", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4294967296, "full_attention_interval": 4294967296})");
+  CHECK(io::attention_layer_numbers(sparse) == std::vector<Index>{4294967295});  // found without walking 2^32 layers
 
   // The layer: norms that do not fit, a chunk without the mask, the backward and head(h).
   MultiHeadWeights<double> w;
@@ -220,4 +249,10 @@ TEST_CASE("The families' configs and layers: what headwise does not read or comp
   KvCache<double> cache = writer.make_cache(8);
   writer.forward_incremental(x.topRows(2), cache);
   CHECK_THROWS_WITH(reader.forward_reading_cache(x, cache), Catch::Contains("x has 5 tokens, the cache only 2"));
+  LayerConfig rotated = shared;
+  rotated.rope = RopeConfig{};
+  const MultiHeadAttention<double> rotating_reader(2, w, rotated);
+  CHECK_THROWS_WITH(rotating_reader.forward_reading_cache(x.topRows(2), cache),
+                    Catch::Contains("the cache was filled by a layer without a rotary embedding"));
+  CHECK_THROWS_WITH(layer_backward(reader, x, x), Catch::Contains("no keys and values of its own (KV sharing)"));
 }

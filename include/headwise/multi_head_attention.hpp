@@ -190,9 +190,10 @@ class MultiHeadAttention {
   /// the logsumexp and per-row statistics; the queries and the keys and values through extras'
   /// pointers. All O(n d_model).
   /// Any starting position: with options.first_key_position = p the tokens sit at positions
-  /// p .. p + n - 1 (their rotary angles, windows, chunks and query scales), with no earlier keys,
-  /// as Hugging Face runs a sequence whose position_ids start at p (forward, forward_step_by_step,
-  /// trace and inspect alike).
+  /// p .. p + n - 1 (their rotary angles, windows, chunks and query scales), with no earlier keys:
+  /// the tokens p .. of a longer sequence whose earlier keys are not attended (forward,
+  /// forward_step_by_step, trace and inspect alike). (Hugging Face places RoPE by position_ids, and
+  /// Llama 4's chunks and temperature by cache_position, which start together only with a cache.)
   AttentionResult<Scalar> attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
                                        const HeadOutputExtras<Scalar>& extras = {}) const {
     constexpr const char* where = "MultiHeadAttention::forward";
@@ -248,7 +249,8 @@ class MultiHeadAttention {
   /// tokens x, which are the last m tokens of `source`, a cache the earlier layer filled (with keys
   /// and values from its own input), attended over every key it holds; `source` is read, not
   /// changed, and nothing is copied. Decoding runs the earlier layer's forward_incremental first,
-  /// then this. Only the queries are projected: W_K and W_V are not used.
+  /// then this. Only the queries are projected (the K and V columns of the rows stay zero): W_K
+  /// and W_V are not used.
   Matrix<Scalar> forward_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
                                        const AttentionOptions& options = {}) const {
     constexpr const char* where = "MultiHeadAttention::forward_reading_cache";
@@ -264,7 +266,11 @@ class MultiHeadAttention {
     check_cache_origin(source, first, x.rows(), all, where);  // the same rotary embedding, window, chunks
     const int threads = detail::thread_count(options.threads, where);
     const QkvLayout l = layout();
-    Matrix<Scalar> qkv = qkv_of(x, threads, where);
+    Matrix<Scalar> queries;
+    detail::product<Scalar>(x, w_qkv_.leftCols(l.query_width()), queries, threads);
+    Matrix<Scalar> qkv = Matrix<Scalar>::Zero(x.rows(), l.width());
+    l.part(qkv, QkvPart::query) = queries.rowwise() + b_qkv_.head(l.query_width());
+    check_projection(qkv, first, where, threads);
     transform_projections(qkv, Positions{first, source.size()}, threads);
     AttentionCall call;
     call.heads = {n_heads_, n_kv_heads_};
@@ -285,9 +291,9 @@ class MultiHeadAttention {
     const AttentionOptions all = options_for(options);
     resolve_divisor<Scalar>(all, d_head_, where);
     const int threads = detail::thread_count(options.threads, where);
-    Matrix<Scalar> qkv = qkv_of(x, threads, where);
-    const QkvLayout l = layout();
     const Index first = first_position_of(all, where);
+    Matrix<Scalar> qkv = qkv_of(x, threads, where, first);
+    const QkvLayout l = layout();
     transform_projections(qkv, Positions{first, first + x.rows()}, threads);
     AttentionCall call;  // the one attention call, on its step-by-step path
     call.heads = {n_heads_, n_kv_heads_};
@@ -311,7 +317,7 @@ class MultiHeadAttention {
     const Index first = first_position_of(all, where);
     const QkvLayout l = layout();
     constexpr QkvPart Q = QkvPart::query, K = QkvPart::key, V = QkvPart::value;
-    Matrix<Scalar> qkv = qkv_of(x, 1, where), normed;
+    Matrix<Scalar> qkv = qkv_of(x, 1, where, first), normed;
     const Matrix<Scalar> projected = qkv;
     transform_projections(qkv, Positions{first, first + x.rows()}, 1, &normed);
     Matrix<Scalar> gate;
@@ -550,11 +556,11 @@ class MultiHeadAttention {
 
   // The layer's two products use the deterministic product of detail/tile_product.hpp: a token's
   // row never depends on the other tokens computed with it (what incremental decoding needs).
-  Matrix<Scalar> qkv_of(const Eigen::Ref<const Matrix<Scalar>>& x, int threads, const char* where) const {
+  Matrix<Scalar> qkv_of(const Eigen::Ref<const Matrix<Scalar>>& x, int threads, const char* where, Index first_position = 0) const {
     Matrix<Scalar> qkv;
     detail::product<Scalar>(x, w_qkv_, qkv, threads);
     qkv.rowwise() += b_qkv_;
-    check_projection(qkv, 0, where, threads);
+    check_projection(qkv, first_position, where, threads);
     return qkv;
   }
   /// Z W_O + b_O for rows at positions first_position + t; throws naming the first token whose

@@ -311,12 +311,17 @@ Matrix<Scalar> ring_forward(MPI_Comm comm, const MultiHeadAttention<Scalar>& lay
     const detail::Communicator c(comm);
     const RingLayout layout = detail::gather_layout(c, x.rows());
     detail::agree(c, [&] {
+      const LayerConfig& config = layer.config();
+      if (config.transforms_projections() || layer.gated() || config.shares_keys_values_of)
+        headwise::detail::invalid("ring_forward", "the layer has ", layer.gated() ? "an output gate" : config.shares_keys_values_of ? "no keys of its own (KV sharing)" : "a QK-norm, value norm or query scale",
+                                  ", which ring attention does not compute: run forward on one process");
       const Matrix<Scalar> qkv = layer.project_qkv(x);
       const QkvLayout l = layer.layout();
       q = l.part(qkv, QkvPart::query), k = l.part(qkv, QkvPart::key), v = l.part(qkv, QkvPart::value);
-      if (layer.rope()) {
-        layer.rope()->template rotate<Scalar>(q, layout.first(), headwise::detail::thread_count(at.threads, "ring_forward"));
-        layer.rope()->template rotate<Scalar>(k, layout.first(), headwise::detail::thread_count(at.threads, "ring_forward"));
+      if (layer.rope()) {  // at the rows' absolute positions; LongRoPE chooses by the whole sequence's length
+        const int threads = headwise::detail::thread_count(at.threads, "ring_forward");
+        layer.rope()->template rotate<Scalar>(q, layout.first(), threads, layout.total());
+        layer.rope()->template rotate<Scalar>(k, layout.first(), threads, layout.total());
       }
     });
   }

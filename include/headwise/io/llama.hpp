@@ -63,6 +63,7 @@ struct LlamaConfig {
   /// The form of the QK-norm (weights empty here: the loader reads q_norm / k_norm), on every
   /// layer, or (Llama 4) on the layers with RoPE only.
   std::optional<QkNorm> qk_norm;
+  bool qk_norm_weighted = true;     ///< false: weightless (Llama 4's L2 norm), no q_norm / k_norm tensors
   bool qk_norm_on_rope_layers_only = false;
   std::optional<RmsNorm> value_norm;       ///< Gemma 4
   std::optional<QueryScale> query_scale;   ///< Ministral 3 (every layer); Llama 4 (NoPE layers only)
@@ -95,6 +96,15 @@ struct LlamaConfig {
   /// Layer L's head_dim and key/value heads (Gemma 4's full layers have their own).
   Index head_dim_of(Index layer) const { return type_of(layer) == LayerType::full && full_head_dim ? full_head_dim : head_dim; }
   Index kv_heads_of(Index layer) const { return type_of(layer) == LayerType::full && full_kv_heads ? full_kv_heads : n_kv_heads; }
+  /// The first layer from `from` on that has softmax attention (not linear), or n_layers: O(1) for
+  /// derived types, so a config claiming 2^32 layers is not walked layer by layer.
+  Index next_attention_layer(Index from) const {
+    if (layer_types.empty() && full_every && other_type == LayerType::linear)
+      from = std::max(from, (from + full_every) / full_every * full_every - 1);
+    for (; from < n_layers; ++from)
+      if (type_of(from) != LayerType::linear) return from;
+    return n_layers;
+  }
   /// The earlier layer whose keys and values layer L reads (Gemma 4's shared KV), or none.
   std::optional<Index> kv_source_of(Index layer) const {
     if (layer < n_layers - kv_shared_layers) return std::nullopt;
@@ -148,6 +158,13 @@ inline bool rope_key_known(const std::string& type, const std::string& key, bool
   return false;  // "default", "proportional"
 }
 
+/// The rotated dimensions of a head of head_dim at `fraction` (partial_rotary_factor), which must
+/// be in (0, 1]: checked before the product is cast (1e300 is not an Index).
+inline Index rotary_dims_of(const ConfigReader& r, Index head_dim, double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) r.fail("\"partial_rotary_factor\" = " + std::to_string(fraction) + " must be in (0, 1]");
+  return static_cast<Index>(double(head_dim) * fraction) / 2 * 2;
+}
+
 /// A list of `count` positive finite numbers in j[key].
 inline std::vector<double> parse_factors(const ConfigReader& r, const nlohmann::json& j, const char* key, Index count,
                                          const std::string& name) {
@@ -197,6 +214,10 @@ inline RopeScaling parse_rope_scaling(const ConfigReader& r, const nlohmann::jso
   if (!(original >= 1.0 && original <= double(max_config_value)))  // before the cast: no UB on 1e300 or NaN
     r.fail("original_max_position_embeddings = " + std::to_string(original) + " must be in [1, " + std::to_string(max_config_value) + "]");
   s.original_max_position = static_cast<Index>(original);
+  if (given("original_max_position_embeddings") && r.has("original_max_position_embeddings") &&
+      r.number(top, "original_max_position_embeddings", 0.0) != original)
+    r.fail(name + " \"original_max_position_embeddings\" = " + j.at("original_max_position_embeddings").dump() +
+           " disagrees with the top-level " + top.at("original_max_position_embeddings").dump());
   const bool has_original = given("original_max_position_embeddings") || (s.type == T::longrope && r.has("original_max_position_embeddings"));
   if ((s.type == T::yarn || s.type == T::longrope) && has_original && r.has("max_position_embeddings")) {
     const double ratio = max_positions / original;
@@ -255,7 +276,7 @@ inline RopeConfig parse_rope_object(const ConfigReader& r, const nlohmann::json&
   if (r.has("partial_rotary_factor") && rope.rotary_fraction != top)
     r.fail("\"partial_rotary_factor\" = " + json.at("partial_rotary_factor").dump() + " disagrees with " + name + (name.back() == 's' ? "' " : "'s ") +
            p.at("partial_rotary_factor").dump());
-  rope.scaling = parse_rope_scaling(r, p, name, static_cast<Index>(double(head_dim) * rope.rotary_fraction) / 2 * 2, extra);
+  rope.scaling = parse_rope_scaling(r, p, name, rotary_dims_of(r, head_dim, rope.rotary_fraction), extra);
   return rope;
 }
 
@@ -272,8 +293,7 @@ inline RopeConfig parse_rope(const ConfigReader& r, Index head_dim, const char* 
     rope.rotary_fraction = r.number(json, "partial_rotary_factor", 1.0);
     rope.theta = r.number(json, "rope_theta", 10000.0);  // the config classes' default
     if (r.has("rope_scaling"))
-      rope.scaling = parse_rope_scaling(r, json.at("rope_scaling"), "rope_scaling",
-                                        static_cast<Index>(double(head_dim) * rope.rotary_fraction) / 2 * 2, extra);
+      rope.scaling = parse_rope_scaling(r, json.at("rope_scaling"), "rope_scaling", rotary_dims_of(r, head_dim, rope.rotary_fraction), extra);
     return rope;
   }
   const nlohmann::json& p = json.at("rope_parameters");
@@ -313,7 +333,7 @@ inline bool has_type(const LlamaConfig& c, LayerType t) { return std::find(c.lay
 /// From `no_rope_layers` (Llama 4, SmolLM3: 1 = the layer has RoPE, 0 = NoPE), else every
 /// `interval`-th layer is NoPE (the config classes' default).
 inline void read_nope_layers(const ConfigReader& r, LlamaConfig& c, Index interval) {
-  if (!r.has("no_rope_layers")) {
+  if (!r.has("no_rope_layers") || r.json().at("no_rope_layers") == nlohmann::json::array()) {  // [] is the default too
     c.nope_every = interval;
     return;
   }
@@ -326,14 +346,25 @@ inline void read_nope_layers(const ConfigReader& r, LlamaConfig& c, Index interv
   }
 }
 
-/// A QK-norm form, its eps from rms_norm_eps.
-inline QkNorm qk_norm_of(const ConfigReader& r, RmsNorm::Over over, bool zero_centred, bool weighted, double eps_default) {
+/// The family's QK-norm form, its eps from rms_norm_eps; `weighted`: its weights are the
+/// checkpoint's q_norm / k_norm (read by the loader).
+inline void set_qk_norm(const ConfigReader& r, LlamaConfig& c, RmsNorm::Over over, bool zero_centred, bool weighted,
+                        double eps_default) {
   QkNorm n;
   n.query.over = n.key.over = over;
   n.query.zero_centred = n.key.zero_centred = zero_centred;
   n.query.eps = n.key.eps = r.number(r.json(), "rms_norm_eps", eps_default);
-  static_cast<void>(weighted);  // the weights themselves are read from the checkpoint
-  return n;
+  c.qk_norm = n, c.qk_norm_weighted = weighted;
+}
+
+/// A flag Hugging Face tests for truth (a boolean, or a number: nonzero is true); absent or null:
+/// `fallback`.
+inline bool truthy(const ConfigReader& r, const char* key, bool fallback) {
+  if (!r.has(key)) return fallback;
+  const nlohmann::json& v = r.json().at(key);
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) return v.get<double>() != 0.0;
+  r.fail(std::string("\"") + key + "\" = " + v.dump() + " is not true, false or a number");
 }
 
 /// Where only some families read a key that changes attention, the others refuse it by name.
@@ -364,7 +395,7 @@ inline void read_qwen2(const ConfigReader& r, LlamaConfig& c) {
 
 inline void read_qwen3(const ConfigReader& r, LlamaConfig& c) {
   read_qwen2(r, c);
-  c.qk_norm = qk_norm_of(r, RmsNorm::Over::head, false, true, 1e-6);
+  set_qk_norm(r, c, RmsNorm::Over::head, false, true, 1e-6);
 }
 
 inline void read_smollm3(const ConfigReader& r, LlamaConfig& c) {
@@ -384,7 +415,9 @@ inline void read_mistral(const ConfigReader& r, LlamaConfig& c) {
 /// original_max_position_embeddings)), both read from rope_parameters.
 inline void read_ministral3(const ConfigReader& r, LlamaConfig& c) {
   read_mistral(r, c);
-  const nlohmann::json& p = r.has("rope_parameters") ? r.json().at("rope_parameters") : r.json();
+  const nlohmann::json& p = r.has("rope_parameters") ? r.json().at("rope_parameters")
+                            : r.has("rope_scaling")   ? r.json().at("rope_scaling")
+                                                      : r.json();  // where parse_rope read it
   if (p.contains("llama_4_scaling_beta") && !p.at("llama_4_scaling_beta").is_null()) {
     QueryScale s;
     s.beta = r.number(p, "llama_4_scaling_beta", 0.0);
@@ -403,29 +436,31 @@ inline void read_phi3(const ConfigReader& r, LlamaConfig& c) {
 
 inline void read_olmo2(const ConfigReader& r, LlamaConfig& c) {
   read_layer_types(r, c, {LayerType::full});
-  c.qk_norm = qk_norm_of(r, RmsNorm::Over::projection, false, true, 1e-6);
+  set_qk_norm(r, c, RmsNorm::Over::projection, false, true, 1e-6);
 }
 
-/// Gemma 2 and 3: scores times query_pre_attn_scalar^-1/2, soft-capping where set; local layers.
-inline void read_gemma_scores(const ConfigReader& r, LlamaConfig& c) {
-  c.divisor = std::sqrt(r.number(r.json(), "query_pre_attn_scalar", double(c.head_dim)));
+/// Gemma 2 and 3: scores times query_pre_attn_scalar^-1/2 (absent: the config classes' 256),
+/// soft-capping where set (absent: Gemma 2's class default 50, Gemma 3's none; null: none).
+inline void read_gemma_scores(const ConfigReader& r, LlamaConfig& c, std::optional<double> default_softcap) {
+  c.divisor = std::sqrt(r.number(r.json(), "query_pre_attn_scalar", 256.0));
   if (!(*c.divisor > 0.0) || !std::isfinite(*c.divisor)) r.fail("\"query_pre_attn_scalar\" must be finite and > 0");
   if (r.has("attn_logit_softcapping")) c.softcap = r.number(r.json(), "attn_logit_softcapping", 0.0);
+  else if (!r.json().contains("attn_logit_softcapping")) c.softcap = default_softcap;
   refuse_unread(r, "use_bidirectional_attention", c.model_type);
 }
 
 inline void read_gemma2(const ConfigReader& r, LlamaConfig& c) {
-  read_gemma_scores(r, c);
+  read_gemma_scores(r, c, 50.0);
   if (!read_layer_types(r, c, {LayerType::full, LayerType::sliding})) derive_periodic(r, c, 2, LayerType::sliding);
 }
 
 /// Gemma 3: (1 + w) QK-norm, local layers at rope_local_base_freq unscaled (v4) or their own
 /// rope_parameters entry (v5), global layers at rope_theta with its scaling.
 inline void read_gemma3(const ConfigReader& r, LlamaConfig& c) {
-  read_gemma_scores(r, c);
+  read_gemma_scores(r, c, std::nullopt);
   if (!read_layer_types(r, c, {LayerType::full, LayerType::sliding}))
     derive_periodic(r, c, r.integer("sliding_window_pattern", 6), LayerType::sliding);
-  c.qk_norm = qk_norm_of(r, RmsNorm::Over::head, true, true, 1e-6);
+  set_qk_norm(r, c, RmsNorm::Over::head, true, true, 1e-6);
   if (r.has("rope_parameters")) {
     c.rope = parse_rope(r, c.head_dim, "full_attention");
     c.sliding_rope = parse_rope(r, c.head_dim, "sliding_attention");
@@ -446,7 +481,7 @@ inline void read_gemma4(const ConfigReader& r, LlamaConfig& c) {
   refuse_unread(r, "use_bidirectional_attention", c.model_type);
   if (!r.has("layer_types")) r.fail("no \"layer_types\": gemma4_text configs list them");
   read_layer_types(r, c, {LayerType::full, LayerType::sliding});
-  c.qk_norm = qk_norm_of(r, RmsNorm::Over::head, false, true, 1e-6);
+  set_qk_norm(r, c, RmsNorm::Over::head, false, true, 1e-6);
   RmsNorm v;
   v.eps = r.number(r.json(), "rms_norm_eps", 1e-6);
   c.value_norm = v;
@@ -458,6 +493,9 @@ inline void read_gemma4(const ConfigReader& r, LlamaConfig& c) {
   c.sliding_rope = parse_rope(r, c.head_dim, "sliding_attention");
   if (r.has("num_kv_shared_layers")) c.kv_shared_layers = r.integer("num_kv_shared_layers");
   if (c.kv_shared_layers >= c.n_layers) r.fail("\"num_kv_shared_layers\" must be below num_hidden_layers");
+  for (Index l = c.n_layers - c.kv_shared_layers; l < c.n_layers; ++l)  // (layer_types bounds n_layers here)
+    if (!c.kv_source_of(l))
+      r.fail("layer " + std::to_string(l) + " shares keys and values (num_kv_shared_layers), but no earlier layer is of its type");
   refuse_unread(r, "enable_moe_block", c.model_type);  // (the MoE block is not attention, but a true here is a model headwise has not seen)
 }
 
@@ -472,13 +510,16 @@ inline void read_gpt_oss(const ConfigReader& r, LlamaConfig& c) {
 inline void read_llama4(const ConfigReader& r, LlamaConfig& c) {
   c.rope.layout = RopeLayout::interleaved;
   read_nope_layers(r, c, r.integer("no_rope_layer_interval", 4));
-  if (!read_layer_types(r, c, {LayerType::full, LayerType::chunked})) c.chunked_rope_layers = r.has("attention_chunk_size");
-  if (has_type(c, LayerType::chunked) || c.chunked_rope_layers) c.chunk = r.integer("attention_chunk_size");
-  if (r.boolean("use_qk_norm", false)) {
-    c.qk_norm = qk_norm_of(r, RmsNorm::Over::head, false, false, 1e-5);
+  // attention_chunk_size: absent means the config class's 8192; null means no chunks.
+  const bool chunked = !r.json().contains("attention_chunk_size") || r.has("attention_chunk_size");
+  if (!read_layer_types(r, c, {LayerType::full, LayerType::chunked})) c.chunked_rope_layers = chunked;
+  if (has_type(c, LayerType::chunked) && !chunked) r.fail("\"layer_types\" has chunked_attention layers but attention_chunk_size is null");
+  if (has_type(c, LayerType::chunked) || c.chunked_rope_layers) c.chunk = r.integer("attention_chunk_size", 8192);
+  if (r.boolean("use_qk_norm", true)) {  // (the config class's default)
+    set_qk_norm(r, c, RmsNorm::Over::head, false, false, 1e-5);
     c.qk_norm->after_rope = true, c.qk_norm_on_rope_layers_only = true;
   }
-  if (r.boolean("attn_temperature_tuning", true)) {
+  if (truthy(r, "attn_temperature_tuning", true)) {
     QueryScale s;
     s.beta = r.number(r.json(), "attn_scale", 0.1), s.period = r.integer("floor_scale", 8192), s.shift = 1;
     c.query_scale = s, c.query_scale_on_nope_layers_only = true;
@@ -490,8 +531,11 @@ inline void read_llama4(const ConfigReader& r, LlamaConfig& c) {
 inline void read_qwen3_next(const ConfigReader& r, LlamaConfig& c) {
   if (!read_layer_types(r, c, {LayerType::full, LayerType::linear}))
     derive_periodic(r, c, r.integer("full_attention_interval", 4), LayerType::linear);
-  c.qk_norm = qk_norm_of(r, RmsNorm::Over::head, true, true, 1e-6);
+  set_qk_norm(r, c, RmsNorm::Over::head, true, true, 1e-6);
   c.output_gate = true;
+  const bool fraction_given = r.has("partial_rotary_factor") ||
+                              (r.has("rope_parameters") && r.json().at("rope_parameters").contains("partial_rotary_factor"));
+  if (!fraction_given) c.rope.rotary_fraction = 0.25;  // the config class's default
   refuse_unread(r, "use_sliding_window", c.model_type);
 }
 
@@ -500,13 +544,14 @@ struct Family {
   const char* model_type;
   void (*read)(const ConfigReader&, LlamaConfig&);
   const char* rope_key;  ///< a key of its RoPE object besides the rope_type's own, or null
+  bool rope_by_layer_type = false;  ///< its RoPE differs by layer type (read by `read`, not before it)
 };
 
 inline const Family* family_of(const std::string& model_type) {
   static const Family families[] = {
       {"llama", read_llama, nullptr},      {"qwen2", read_qwen2, nullptr},         {"qwen3", read_qwen3, nullptr},
       {"mistral", read_mistral, nullptr},  {"ministral", read_mistral, nullptr},   {"ministral3", read_ministral3, "llama_4_scaling_beta"},
-      {"gemma2", read_gemma2, nullptr},    {"gemma3_text", read_gemma3, nullptr},  {"gemma4_text", read_gemma4, nullptr},
+      {"gemma2", read_gemma2, nullptr},    {"gemma3_text", read_gemma3, nullptr, true},  {"gemma4_text", read_gemma4, nullptr, true},
       {"gpt_oss", read_gpt_oss, nullptr},  {"phi3", read_phi3, nullptr},           {"llama4_text", read_llama4, nullptr},
       {"smollm3", read_smollm3, nullptr},  {"olmo2", read_olmo2, nullptr},         {"qwen3_next", read_qwen3_next, nullptr},
   };
@@ -541,9 +586,10 @@ inline LlamaConfig parse_llama_config(const std::string& text, const std::string
   if (c.n_heads % c.n_kv_heads != 0)
     r.fail("num_attention_heads = " + std::to_string(c.n_heads) + " is not divisible by num_key_value_heads = " +
            std::to_string(c.n_kv_heads));
-  const bool keyed = c.model_type == "gemma3_text" || c.model_type == "gemma4_text";
-  if (!keyed) c.rope = detail::parse_rope(r, c.head_dim, nullptr, family->rope_key);
+  if (!family->rope_by_layer_type) c.rope = detail::parse_rope(r, c.head_dim, nullptr, family->rope_key);
   family->read(r, c);
+  const double widest = double(std::max(c.head_dim, c.full_head_dim)) * (2.0 * double(c.n_heads) + 2.0 * double(std::max(c.n_kv_heads, c.full_kv_heads)));
+  if (widest > double(Index(1) << 62)) r.fail("the projections (heads x head_dim) are wider than 2^62 columns");
   try {  // a theta or scaling out of range is refused here, by name (each rotary embedding once)
     RopeConfig full = c.rope;
     full.d_head = c.full_head_dim ? c.full_head_dim : c.head_dim;
@@ -642,7 +688,7 @@ void read_projections(const LayerTensors& t, const LlamaConfig& config, Index la
 /// sinks, where the family has them.
 inline void read_layer_tensors(const LayerTensors& t, const LlamaConfig& config, Index layer, LayerConfig& c) {
   const auto d = static_cast<std::uint64_t>(config.head_dim_of(layer));
-  if (c.qk_norm && config.model_type != "llama4_text") {  // Llama 4's is weightless
+  if (c.qk_norm && config.qk_norm_weighted) {
     const bool whole = c.qk_norm->query.over == RmsNorm::Over::projection;
     c.qk_norm->query.weight = t.vector("q_norm.weight", whole ? std::uint64_t(config.n_heads) * d : d);
     c.qk_norm->key.weight = t.vector("k_norm.weight", whole ? std::uint64_t(config.kv_heads_of(layer)) * d : d);
@@ -688,17 +734,16 @@ std::vector<MultiHeadAttention<Scalar>> load_llama_attention_layers(const std::s
   const LlamaConfig config = read_llama_config(folder + "/config.json");
   const Checkpoint model = Checkpoint::open(folder);
   std::vector<MultiHeadAttention<Scalar>> layers;  // not reserved: a config may claim 2^32 layers the file lacks
-  for (Index layer = 0; layer < config.n_layers; ++layer)
-    if (config.type_of(layer) != LayerType::linear)
-      layers.push_back(load_llama_attention<Scalar>(model, config, layer));
+  for (Index layer = config.next_attention_layer(0); layer < config.n_layers; layer = config.next_attention_layer(layer + 1))
+    layers.push_back(load_llama_attention<Scalar>(model, config, layer));
   return layers;
 }
 
 /// The numbers of the layers load_llama_attention_layers loads, in its order.
 inline std::vector<Index> attention_layer_numbers(const LlamaConfig& config) {
   std::vector<Index> numbers;
-  for (Index layer = 0; layer < config.n_layers; ++layer)
-    if (config.type_of(layer) != LayerType::linear) numbers.push_back(layer);
+  for (Index layer = config.next_attention_layer(0); layer < config.n_layers; layer = config.next_attention_layer(layer + 1))
+    numbers.push_back(layer);
   return numbers;
 }
 
