@@ -254,23 +254,11 @@ class MultiHeadAttention {
   Matrix<Scalar> forward_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
                                        const AttentionOptions& options = {}) const {
     constexpr const char* where = "MultiHeadAttention::forward_reading_cache";
-    check_input(x, where);
     const AttentionOptions all = options_for(options);
-    resolve_divisor<Scalar>(all, d_head_, where);
-    if (source.n_kv_heads() != n_kv_heads_ || source.d_head() != d_head_)
-      detail::invalid(where, "the cache holds ", source.n_kv_heads(), " heads of ", source.d_head(), ", expected ", n_kv_heads_,
-                      " of ", d_head_);
-    if (x.rows() > source.size())
-      detail::invalid(where, "x has ", x.rows(), " tokens, the cache only ", source.size(), ": x must be its last tokens");
-    const Index first = source.size() - x.rows();
-    check_cache_origin(source, first, x.rows(), all, where);  // the same rotary embedding, window, chunks
+    const Index first = check_reading(x, source, all, where);
     const int threads = detail::thread_count(options.threads, where);
     const QkvLayout l = layout();
-    Matrix<Scalar> queries;
-    detail::product<Scalar>(x, w_qkv_.leftCols(l.query_width()), queries, threads);
-    Matrix<Scalar> qkv = Matrix<Scalar>::Zero(x.rows(), l.width());
-    l.part(qkv, QkvPart::query) = queries.rowwise() + b_qkv_.head(l.query_width());
-    check_projection(qkv, first, where, threads);
+    Matrix<Scalar> qkv = queries_of(x, first, threads, where);
     transform_projections(qkv, Positions{first, source.size()}, threads);
     AttentionCall call;
     call.heads = {n_heads_, n_kv_heads_};
@@ -315,29 +303,20 @@ class MultiHeadAttention {
     const AttentionOptions all = options_for(options);  // once: each head reads its slope and sink
     resolve_divisor<Scalar>(all, d_head_, where);         // a bad divisor refused before any work
     const Index first = first_position_of(all, where);
-    const QkvLayout l = layout();
-    constexpr QkvPart Q = QkvPart::query, K = QkvPart::key, V = QkvPart::value;
-    Matrix<Scalar> qkv = qkv_of(x, 1, where, first), normed;
-    const Matrix<Scalar> projected = qkv;
-    transform_projections(qkv, Positions{first, first + x.rows()}, 1, &normed);
-    Matrix<Scalar> gate;
-    if (gated()) gate = gate_of(x, 1);
-    MultiHeadTrace<Scalar> t;
-    t.output = b_o_.replicate(x.rows(), 1);
-    for (Index h = 0; h < n_heads_; ++h) {
-      const Index g = kv_head_of(h);
-      HeadTrace<Scalar> head;
-      head.q = l.head(projected, Q, h), head.k = l.head(projected, K, g), head.v = l.head(qkv, V, g);
-      head.q_normed = normed.size() ? Matrix<Scalar>(l.head(normed, Q, h)) : head.q;
-      head.k_normed = normed.size() ? Matrix<Scalar>(l.head(normed, K, g)) : head.k;
-      head.q_rotated = l.head(qkv, Q, h), head.k_rotated = l.head(qkv, K, g);
-      detail::trace_scores(head, all, OneHead{h, n_heads_}, where);
-      if (gated()) head.gate = gate.middleCols(h * d_head_, d_head_);
-      t.contributions.push_back(head_contribution(gated() ? Matrix<Scalar>(head.z.cwiseProduct(head.gate)) : head.z, h));
-      t.output += t.contributions.back();
-      t.heads.push_back(std::move(head));
-    }
-    return t;
+    Matrix<Scalar> qkv = qkv_of(x, 1, where, first);
+    return trace_of(x, qkv, Positions{first, first + x.rows()}, all, nullptr, where);
+  }
+
+  /// trace() of a KV-sharing layer (see forward_reading_cache): the m tokens x are the last m of
+  /// `source`; each head's k, k_normed and k_rotated are the keys the cache holds (the earlier
+  /// layer's, after its norms and RoPE) and v its values; every pattern is (m, source.size()).
+  MultiHeadTrace<Scalar> trace_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
+                                             const AttentionOptions& options = {}) const {
+    constexpr const char* where = "MultiHeadAttention::trace_reading_cache";
+    const AttentionOptions all = options_for(options);
+    const Index first = check_reading(x, source, all, where);
+    Matrix<Scalar> qkv = queries_of(x, first, 1, where);
+    return trace_of(x, qkv, Positions{first, source.size()}, all, &source, where);
   }
 
   // ---- The W_O sum and the projections, by parts ----
@@ -368,6 +347,76 @@ class MultiHeadAttention {
   }
 
  private:
+  /// The positions of a call's rows: row t at first + t; `end`, one past the sequence's last
+  /// position (LongRoPE chooses its factors by it).
+  struct Positions {
+    Index first = 0, end = 0;
+  };
+
+  /// The trace from the projected rows qkv: the transforms, then each head's steps against the
+  /// rows' own keys and values, or (with `source`) against the cache's.
+  MultiHeadTrace<Scalar> trace_of(const Eigen::Ref<const Matrix<Scalar>>& x, Matrix<Scalar>& qkv, Positions at,
+                                  const AttentionOptions& all, const KvCache<Scalar>* source, const char* where) const {
+    const QkvLayout l = layout();
+    constexpr QkvPart Q = QkvPart::query, K = QkvPart::key, V = QkvPart::value;
+    const Matrix<Scalar> projected = qkv;
+    Matrix<Scalar> normed, keys, values;
+    transform_projections(qkv, at, 1, &normed);
+    if (source) detail::unpack(source->packed(), keys, values);
+    const Matrix<Scalar>& k_all = source ? keys : qkv;  // (keys: a (size, G d) matrix, the cache's)
+    Matrix<Scalar> gate;
+    if (gated()) gate = gate_of(x, 1);
+    MultiHeadTrace<Scalar> t;
+    t.output = b_o_.replicate(x.rows(), 1);
+    for (Index h = 0; h < n_heads_; ++h) {
+      const Index g = kv_head_of(h);
+      HeadTrace<Scalar> head;
+      head.q = l.head(projected, Q, h);
+      head.q_normed = normed.size() ? Matrix<Scalar>(l.head(normed, Q, h)) : head.q;
+      head.q_rotated = l.head(qkv, Q, h);
+      if (source) {
+        head.k = head.k_normed = head.k_rotated = keys.middleCols(g * d_head_, d_head_);
+        head.v = values.middleCols(g * d_head_, d_head_);
+      } else {
+        head.k = l.head(projected, K, g), head.v = l.head(qkv, V, g);
+        head.k_normed = normed.size() ? Matrix<Scalar>(l.head(normed, K, g)) : head.k;
+        head.k_rotated = l.head(k_all, K, g);
+      }
+      detail::trace_scores(head, all, OneHead{h, n_heads_}, where);
+      if (gated()) head.gate = gate.middleCols(h * d_head_, d_head_);
+      t.contributions.push_back(head_contribution(gated() ? Matrix<Scalar>(head.z.cwiseProduct(head.gate)) : head.z, h));
+      t.output += t.contributions.back();
+      t.heads.push_back(std::move(head));
+    }
+    return t;
+  }
+
+  /// Throws unless `source` fits this layer and x (m rows) are its last m tokens, read with
+  /// `options`; returns the position of x's first token.
+  Index check_reading(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source, const AttentionOptions& options,
+                      const char* where) const {
+    check_input(x, where);
+    resolve_divisor<Scalar>(options, d_head_, where);
+    if (source.n_kv_heads() != n_kv_heads_ || source.d_head() != d_head_)
+      detail::invalid(where, "the cache holds ", source.n_kv_heads(), " heads of ", source.d_head(), ", expected ", n_kv_heads_,
+                      " of ", d_head_);
+    if (x.rows() > source.size())
+      detail::invalid(where, "x has ", x.rows(), " tokens, the cache only ", source.size(), ": x must be its last tokens");
+    const Index first = source.size() - x.rows();
+    check_cache_origin(source, first, x.rows(), options, where);  // the same rotary embedding, window, chunks
+    return first;
+  }
+  /// Rows [Q | 0 | 0]: the queries X W_Q + b_Q of tokens at first .. (K and V left zero: unused).
+  Matrix<Scalar> queries_of(const Eigen::Ref<const Matrix<Scalar>>& x, Index first, int threads, const char* where) const {
+    const QkvLayout l = layout();
+    Matrix<Scalar> queries;
+    detail::product<Scalar>(x, w_qkv_.leftCols(l.query_width()), queries, threads);
+    Matrix<Scalar> qkv = Matrix<Scalar>::Zero(x.rows(), l.width());
+    l.part(qkv, QkvPart::query) = queries.rowwise() + b_qkv_.head(l.query_width());
+    check_projection(qkv, first, where, threads);
+    return qkv;
+  }
+
   /// The rotary embedding is made (its frequencies computed) once, here; the rest of the config is
   /// checked as a call with no mask would check it.
   void check_config(const char* where) {
@@ -442,12 +491,6 @@ class MultiHeadAttention {
                       n_heads_);
     return iv;
   }
-
-  /// The positions of a call's rows: row t at first + t; `end`, one past the sequence's last
-  /// position (LongRoPE chooses its factors by it).
-  struct Positions {
-    Index first = 0, end = 0;
-  };
 
   /// Where a call's tokens start: options.first_key_position (0 by default). The queries are the
   /// same tokens: a first_query_position set otherwise is refused.

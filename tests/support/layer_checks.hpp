@@ -51,17 +51,22 @@ void check_trace(const headwise::MultiHeadAttention<Scalar>& layer, const headwi
   }
 }
 
-/// A KV-sharing layer reading the cache of `source` (filled from x_source): its output, and
-/// decoding in chunks (the source layer first, then this one) bitwise the same.
+/// A KV-sharing layer reading the cache of `source` (filled from x_source): its output, its trace
+/// (queries, borrowed keys and values, patterns), and decoding in chunks (the source layer first,
+/// then this one) bitwise the same.
 template <class Scalar>
 void check_shared_layer(const headwise::MultiHeadAttention<Scalar>& layer, const headwise::MultiHeadAttention<Scalar>& source,
                         const headwise::Matrix<Scalar>& x_source, const headwise::Matrix<Scalar>& x,
-                        const headwise::Matrix<double>& expected) {
+                        const headwise::io::SafetensorsFile& ref, const std::string& p) {
   using namespace headwise;
+  const Matrix<double> expected = ref.matrix<double>(p + "output.f64");
   KvCache<Scalar> cache = source.make_cache(x.rows());
   source.forward_incremental(x_source, cache);
   const Matrix<Scalar> out = layer.forward_reading_cache(x, cache);
   CHECK_THAT(out.template cast<double>(), IsNear(expected, tolerance<Scalar>()));
+  const MultiHeadTrace<Scalar> trace = layer.trace_reading_cache(x, cache);
+  CHECK_THAT(trace.output.template cast<double>(), IsNear(expected, tolerance<Scalar>()));
+  check_trace(layer, trace, ref, p);
   CHECK_THROWS_WITH(layer.forward(x), Catch::Contains("has no keys and values of its own"));
   KvCache<Scalar> decoding = source.make_cache(x.rows());
   Matrix<Scalar> decoded(x.rows(), x.cols());
@@ -96,7 +101,7 @@ void check_layers(const std::string& folder, const std::string& reference, headw
       const auto at = std::find(numbers.begin(), numbers.end(), *source);
       REQUIRE(at != numbers.end());
       check_shared_layer(layer, layers[static_cast<std::size_t>(at - numbers.begin())],
-                         ref.matrix<Scalar>("layers." + std::to_string(*source) + ".attn.input"), x, expected);
+                         ref.matrix<Scalar>("layers." + std::to_string(*source) + ".attn.input"), x, ref, p);
       continue;
     }
     AttentionOptions one, two;
