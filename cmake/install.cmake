@@ -15,9 +15,15 @@ install(TARGETS headwise EXPORT headwiseTargets)
 install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT headwiseTargets NAMESPACE headwise:: DESTINATION ${HEADWISE_CMAKE_DIR})
 # The optional parts, each in its own export file: the package config includes one only where its
-# dependency is found on the user's machine (nlohmann_json, MPI).
+# dependency is found on the user's machine (nlohmann_json, PCRE2, MPI).
 set(HEADWISE_EXPORTS_IO OFF)
 set(HEADWISE_EXPORTS_DISTRIBUTED OFF)
+set(HEADWISE_EXPORTS_TEXT OFF)
+if(TARGET headwise_text)
+  set(HEADWISE_EXPORTS_TEXT ON)
+  install(TARGETS headwise_text EXPORT headwiseTextTargets)
+  install(EXPORT headwiseTextTargets NAMESPACE headwise:: DESTINATION ${HEADWISE_CMAKE_DIR})
+endif()
 if(TARGET headwise_io)
   set(HEADWISE_EXPORTS_IO ON)
   install(TARGETS headwise_io EXPORT headwiseIoTargets)

@@ -8,6 +8,7 @@
 #include <headwise/interpret.hpp>
 #include <headwise/io/gpt2.hpp>
 #include <headwise/io/llama.hpp>
+#include <headwise/text/byte_level_bpe.hpp>
 
 namespace {
 
@@ -47,6 +48,11 @@ int main(int argc, char** argv) {
     const auto gpt2 = headwise::io::load_gpt2_attention_layers<double>(folder);
     return static_cast<int>(llama.size() + gpt2.size());
   }
+  // A three-token byte-level BPE: "ab" merges to one token and decodes back.
+  const auto bpe = headwise::text::BpeTokenizer::from_tokenizer_json_text(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
+          "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}})", "strict");
+  if (bpe.encode("ab") != std::vector<headwise::Index>{2} || bpe.decode({2}) != "ab") return 1;
   const double sum = exercise<float>() + exercise<double>();
   std::printf("strict consumer: %s\n", sum == sum ? "ran" : "NaN");
   return sum == sum ? 0 : 1;
