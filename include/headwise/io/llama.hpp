@@ -549,11 +549,22 @@ struct Family {
 
 inline const Family* family_of(const std::string& model_type) {
   static const Family families[] = {
-      {"llama", read_llama, nullptr},      {"qwen2", read_qwen2, nullptr},         {"qwen3", read_qwen3, nullptr},
-      {"mistral", read_mistral, nullptr},  {"ministral", read_mistral, nullptr},   {"ministral3", read_ministral3, "llama_4_scaling_beta"},
-      {"gemma2", read_gemma2, nullptr},    {"gemma3_text", read_gemma3, nullptr, true},  {"gemma4_text", read_gemma4, nullptr, true},
-      {"gpt_oss", read_gpt_oss, nullptr},  {"phi3", read_phi3, nullptr},           {"llama4_text", read_llama4, nullptr},
-      {"smollm3", read_smollm3, nullptr},  {"olmo2", read_olmo2, nullptr},         {"qwen3_next", read_qwen3_next, nullptr},
+      {"llama", read_llama, nullptr},
+      {"qwen2", read_qwen2, nullptr},
+      {"qwen3", read_qwen3, nullptr},
+      {"qwen3_moe", read_qwen3, nullptr},
+      {"mistral", read_mistral, nullptr},
+      {"ministral", read_mistral, nullptr},
+      {"ministral3", read_ministral3, "llama_4_scaling_beta"},
+      {"gemma2", read_gemma2, nullptr},
+      {"gemma3_text", read_gemma3, nullptr, true},
+      {"gemma4_text", read_gemma4, nullptr, true},
+      {"gpt_oss", read_gpt_oss, nullptr},
+      {"phi3", read_phi3, nullptr},
+      {"llama4_text", read_llama4, nullptr},
+      {"smollm3", read_smollm3, nullptr},
+      {"olmo2", read_olmo2, nullptr},
+      {"qwen3_next", read_qwen3_next, nullptr},
   };
   for (const Family& f : families)
     if (model_type == f.model_type) return &f;
@@ -571,7 +582,7 @@ inline LlamaConfig parse_llama_config(const std::string& text, const std::string
   if (c.model_type == "deepseek_v3")
     r.fail("model_type \"deepseek_v3\" is multi-head latent attention, which this loader does not read yet");
   if (!family)
-    r.fail("model_type \"" + c.model_type + "\" is not one this loader reads (llama, qwen2, qwen3, mistral, ministral, ministral3, "
+    r.fail("model_type \"" + c.model_type + "\" is not one this loader reads (llama, qwen2, qwen3, qwen3_moe, mistral, ministral, ministral3, "
            "gemma2, gemma3_text, gemma4_text, gpt_oss, phi3, llama4_text, smollm3, olmo2, qwen3_next)");
   if (r.has("quantization_config"))
     r.fail("\"quantization_config\" = " + r.json().at("quantization_config").dump() + ": quantized weights are not read by this loader");

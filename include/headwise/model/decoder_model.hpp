@@ -1,0 +1,296 @@
+// A whole decoder model around headwise's attention layers, one block type with small parts:
+// token embeddings (GPT-2 adds learned positions; Gemma multiplies by sqrt(d_model)); per block a
+// norm, the attention layer, an optional norm of its output (Gemma 3), a norm, the MLP (GPT-2's
+// gelu_new MLP, SwiGLU, GeGLU, or Qwen3-MoE's top-k experts), an optional norm of its output; then
+// the final norm and the LM head (tied to the embedding or not). A run records the residual stream
+// at TransformerLens's hook names, only the hooks asked for: no (n, n) pattern is held unless one is.
+//
+//   auto model = headwise::io::load_decoder_model<float>("gpt2/");
+//   headwise::model::RunOptions<float> run_options;
+//   run_options.hooks = {"blocks.5.hook_resid_pre", "blocks.5.attn.hook_pattern"};
+//   auto run = model.run(ids, run_options);       // run.logits (n, vocab), run.hooks.at(name)
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "headwise/detail/errors.hpp"
+#include "headwise/head_interventions.hpp"
+#include "headwise/multi_head_attention.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise::model {
+
+/// A norm over each token's d_model values: LayerNorm (GPT-2: (x - mean) / sqrt(var + eps) w + b),
+/// RMSNorm (w x / sqrt(mean(x²) + eps)) or Gemma's RMSNorm with (1 + w).
+template <class Scalar>
+struct Norm {
+  enum class Kind { layer_norm, rms, rms_offset };
+  Kind kind = Kind::rms;
+  double eps = 1e-6;
+  RowVector<Scalar> weight, bias;  ///< (1, d); bias: LayerNorm only
+
+  Matrix<Scalar> apply(const Matrix<Scalar>& x) const {
+    Matrix<Scalar> y(x.rows(), x.cols());
+    for (Index t = 0; t < x.rows(); ++t) {
+      const auto row = x.row(t);
+      const Scalar mean = kind == Kind::layer_norm ? row.mean() : Scalar(0);
+      const Scalar spread = (row.array() - mean).square().mean();
+      const Scalar inverse = Scalar(1) / std::sqrt(spread + static_cast<Scalar>(eps));
+      y.row(t) = (row.array() - mean) * inverse;
+      if (kind == Kind::rms_offset) y.row(t).array() *= weight.array() + Scalar(1);
+      else y.row(t).array() *= weight.array();
+      if (bias.size()) y.row(t) += bias;
+    }
+    return y;
+  }
+};
+
+/// The MLP's activation: gelu_new / gelu_pytorch_tanh (the tanh approximation), or SiLU.
+enum class Activation { gelu_tanh, silu };
+
+template <class Scalar>
+Scalar activate(Activation a, Scalar u) {
+  if (a == Activation::silu) return u / (Scalar(1) + std::exp(-u));
+  const Scalar c = static_cast<Scalar>(std::sqrt(2.0 / std::acos(-1.0)));
+  return Scalar(0.5) * u * (Scalar(1) + std::tanh(c * (u + Scalar(0.044715) * u * u * u)));
+}
+
+/// A dense MLP: gated (SwiGLU, GeGLU: act(m W_gate) ∘ (m W_up) W_down) when w_gate is set, else
+/// GPT-2's act(m W_up + b_up) W_down + b_down. Weights [in, out].
+template <class Scalar>
+struct FeedForward {
+  Activation activation = Activation::silu;
+  Matrix<Scalar> w_gate, w_up, w_down;
+  RowVector<Scalar> b_up, b_down;
+
+  Matrix<Scalar> forward(const Matrix<Scalar>& m) const {
+    Matrix<Scalar> h = m * w_up;
+    if (b_up.size()) h.rowwise() += b_up;
+    const Activation a = activation;
+    if (w_gate.size()) {
+      const Matrix<Scalar> g = m * w_gate;
+      h.array() *= g.unaryExpr([a](Scalar u) { return activate(a, u); }).array();
+    } else {
+      h = h.unaryExpr([a](Scalar u) { return activate(a, u); });
+    }
+    Matrix<Scalar> out = h * w_down;
+    if (b_down.size()) out.rowwise() += b_down;
+    return out;
+  }
+};
+
+/// What a sparse block chose, per token: the router's logits, the experts (most probable first)
+/// and their weights.
+template <class Scalar>
+struct Routing {
+  Matrix<Scalar> logits;                                                         ///< (n, experts)
+  Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> experts;  ///< (n, top_k)
+  Matrix<Scalar> weights;                                                        ///< (n, top_k)
+};
+
+/// Qwen3-MoE's sparse block: per token p = softmax(m W_router) over all experts, the top_k largest
+/// (ties: the lower expert first), weights p_top / Σ p_top when normalise_top_k, else p_top; the
+/// output Σ_j w_j expert_j(m).
+template <class Scalar>
+struct MixtureOfExperts {
+  Matrix<Scalar> router;  ///< (d_model, experts)
+  std::vector<FeedForward<Scalar>> experts;
+  Index top_k = 1;
+  bool normalise_top_k = true;
+
+  Matrix<Scalar> forward(const Matrix<Scalar>& m, Routing<Scalar>* routing = nullptr) const {
+    const Matrix<Scalar> logits = m * router;
+    const Index E = logits.cols(), n = m.rows();
+    Matrix<Scalar> out = Matrix<Scalar>::Zero(n, m.cols());
+    if (routing) routing->logits = logits, routing->experts.resize(n, top_k), routing->weights.resize(n, top_k);
+    std::vector<Index> order(static_cast<std::size_t>(E));
+    for (Index t = 0; t < n; ++t) {
+      const RowVector<Scalar> p = (logits.row(t).array() - logits.row(t).maxCoeff()).exp().matrix();
+      std::iota(order.begin(), order.end(), Index(0));
+      std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) { return p(a) > p(b); });
+      Scalar chosen = 0;
+      for (Index j = 0; j < top_k; ++j) chosen += p(order[static_cast<std::size_t>(j)]);
+      const Scalar total = p.sum();
+      for (Index j = 0; j < top_k; ++j) {
+        const Index e = order[static_cast<std::size_t>(j)];
+        const Scalar w = normalise_top_k ? p(e) / chosen : p(e) / total;
+        out.row(t) += w * experts[static_cast<std::size_t>(e)].forward(m.row(t));
+        if (routing) routing->experts(t, j) = e, routing->weights(t, j) = w;
+      }
+    }
+    return out;
+  }
+};
+
+/// One block: x += post_attention(attention(attention_norm(x))); x += post_mlp(mlp(mlp_norm(x))).
+template <class Scalar>
+struct Block {
+  Norm<Scalar> attention_norm;
+  MultiHeadAttention<Scalar> attention;
+  std::optional<Norm<Scalar>> post_attention_norm;  ///< Gemma 3
+  Norm<Scalar> mlp_norm;
+  FeedForward<Scalar> mlp;                          ///< the dense MLP, unless `experts` is set
+  std::optional<MixtureOfExperts<Scalar>> experts;  ///< Qwen3-MoE's sparse blocks
+  std::optional<Norm<Scalar>> post_mlp_norm;        ///< Gemma 3
+};
+
+/// What a run records and changes.
+template <class Scalar>
+struct RunOptions {
+  /// Hook names to record (see DecoderModel::hook_names); an unknown name is refused.
+  std::set<std::string> hooks;
+  /// Per layer, interventions on its heads' Z inside the W_O sum (HeadInterventions).
+  std::map<Index, HeadInterventions<Scalar>> interventions;
+  /// Per hook name, a value that replaces the stream there (the same shape), e.g. another run's.
+  std::map<std::string, Matrix<Scalar>> patches;
+};
+
+template <class Scalar>
+struct ModelRun {
+  Matrix<Scalar> logits;                         ///< (n, vocab)
+  std::map<std::string, Matrix<Scalar>> hooks;   ///< what RunOptions::hooks asked for
+  std::map<Index, Routing<Scalar>> routing;      ///< sparse blocks, when "blocks.L.mlp.routing" is asked for
+};
+
+template <class Scalar>
+class DecoderModel {
+ public:
+  Matrix<Scalar> embedding;        ///< (vocab, d_model)
+  Matrix<Scalar> positions;        ///< (n_positions, d_model): GPT-2's learned positions; empty: none
+  double embedding_scale = 1.0;    ///< Gemma: sqrt(d_model), rounded to Scalar
+  std::vector<Block<Scalar>> blocks;
+  Norm<Scalar> final_norm;
+  Matrix<Scalar> lm_head;          ///< (vocab, d_model); empty: tied, the embedding
+
+  Index vocab_size() const { return embedding.rows(); }
+  Index d_model() const { return embedding.cols(); }
+  Index n_layers() const { return static_cast<Index>(blocks.size()); }
+
+  /// Every hook a run can record: per layer L "blocks.L." + hook_resid_pre, attn_in, attn.q,
+  /// attn.k, attn.v (after norms and RoPE, (n, heads d_head) side by side), attn.hook_pattern
+  /// ((n, heads n): head h's pattern in columns [h n, (h+1) n)), attn.hook_z, attn.output,
+  /// hook_attn_out, hook_resid_mid, mlp_in, mlp.output, hook_mlp_out, hook_resid_post; and
+  /// "ln_final.out".
+  std::vector<std::string> hook_names() const {
+    static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.q", "attn.k", "attn.v", "attn.hook_pattern",
+                                      "attn.hook_z", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in",
+                                      "mlp.output", "hook_mlp_out", "hook_resid_post"};
+    std::vector<std::string> names;
+    for (Index l = 0; l < n_layers(); ++l)
+      for (const char* h : per_layer) names.push_back("blocks." + std::to_string(l) + "." + h);
+    names.push_back("ln_final.out");
+    return names;
+  }
+
+  /// The model on token ids (positions 0 .. n - 1): logits and the hooks asked for.
+  ModelRun<Scalar> run(const std::vector<Index>& ids, const RunOptions<Scalar>& options = {}) const {
+    check_options(options);
+    ModelRun<Scalar> out;
+    Matrix<Scalar> x = embed(ids);
+    for (Index l = 0; l < n_layers(); ++l) x = run_block(l, std::move(x), options, out);
+    Matrix<Scalar> last = at("ln_final.out", final_norm.apply(x), options, out);
+    out.logits = last * (lm_head.size() ? lm_head : embedding).transpose();
+    return out;
+  }
+  Matrix<Scalar> logits(const std::vector<Index>& ids) const { return run(ids).logits; }
+
+  /// The residual stream entering layer 0: embedding rows (scaled), plus positions.
+  Matrix<Scalar> embed(const std::vector<Index>& ids) const {
+    constexpr const char* where = "DecoderModel::run";
+    const auto n = static_cast<Index>(ids.size());
+    if (positions.size() && n > positions.rows())
+      detail::invalid(where, "the text has ", n, " tokens, more than the model's ", positions.rows(), " positions (n_positions)");
+    Matrix<Scalar> x(n, d_model());
+    for (Index t = 0; t < n; ++t) {
+      const Index id = ids[static_cast<std::size_t>(t)];
+      if (id < 0 || id >= vocab_size()) detail::invalid(where, "token ", t, " has id ", id, ", not in [0, ", vocab_size(), ")");
+      x.row(t) = embedding.row(id) * static_cast<Scalar>(embedding_scale);
+      if (positions.size()) x.row(t) += positions.row(t);
+    }
+    return x;
+  }
+
+ private:
+  Matrix<Scalar> run_block(Index l, Matrix<Scalar> x, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
+    const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    x = at(p + "hook_resid_pre", std::move(x), options, out);
+    const Matrix<Scalar> a = at(p + "attn_in", b.attention_norm.apply(x), options, out);
+    record_attention(b.attention, a, p, options, out);
+    const auto iv = options.interventions.find(l);
+    Matrix<Scalar> attn = at(p + "attn.output", b.attention.forward(a, {}, iv == options.interventions.end() ? nullptr : &iv->second),
+                             options, out);
+    if (b.post_attention_norm) attn = b.post_attention_norm->apply(attn);
+    x = at(p + "hook_resid_mid", x + at(p + "hook_attn_out", std::move(attn), options, out), options, out);
+    const Matrix<Scalar> m = at(p + "mlp_in", b.mlp_norm.apply(x), options, out);
+    Routing<Scalar> routing;
+    Matrix<Scalar> mlp = b.experts ? b.experts->forward(m, &routing) : b.mlp.forward(m);
+    if (b.experts && options.hooks.count(p + "mlp.routing")) out.routing[l] = std::move(routing);
+    mlp = at(p + "mlp.output", std::move(mlp), options, out);
+    if (b.post_mlp_norm) mlp = b.post_mlp_norm->apply(mlp);
+    return at(p + "hook_resid_post", x + at(p + "hook_mlp_out", std::move(mlp), options, out), options, out);
+  }
+
+  /// The attention hooks that need the layer's intermediates: the trace (patterns, q, k, v) only
+  /// when one of those is asked for; Z from the fused path.
+  void record_attention(const MultiHeadAttention<Scalar>& attention, const Matrix<Scalar>& a, const std::string& p,
+                        const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
+    if (options.hooks.count(p + "attn.hook_z")) out.hooks[p + "attn.hook_z"] = attention.head_outputs(a);
+    const bool traced = options.hooks.count(p + "attn.q") || options.hooks.count(p + "attn.k") || options.hooks.count(p + "attn.v") ||
+                        options.hooks.count(p + "attn.hook_pattern");
+    if (!traced) return;
+    const MultiHeadTrace<Scalar> t = attention.trace(a);
+    const Index n = a.rows(), d = attention.d_head(), H = attention.n_heads(), G = attention.n_kv_heads();
+    Matrix<Scalar> q(n, H * d), k(n, G * d), v(n, G * d), pattern(n, H * n);
+    for (Index h = 0; h < H; ++h) {
+      const auto& head = t.heads[static_cast<std::size_t>(h)];
+      q.middleCols(h * d, d) = head.q_rotated, pattern.middleCols(h * n, n) = head.weights;
+      const Index g = attention.kv_head_of(h);
+      k.middleCols(g * d, d) = head.k_rotated, v.middleCols(g * d, d) = head.v;
+    }
+    const std::pair<const char*, Matrix<Scalar>*> parts[] = {{"attn.q", &q}, {"attn.k", &k}, {"attn.v", &v}, {"attn.hook_pattern", &pattern}};
+    for (const auto& [name, m] : parts)
+      if (options.hooks.count(p + name)) out.hooks[p + name] = std::move(*m);
+  }
+
+  /// The stream at hook `name`: patched if asked, recorded if asked; returned for the next step.
+  Matrix<Scalar> at(const std::string& name, Matrix<Scalar> value, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
+    const auto patch = options.patches.find(name);
+    if (patch != options.patches.end()) {
+      if (patch->second.rows() != value.rows() || patch->second.cols() != value.cols())
+        detail::invalid("DecoderModel::run", "the patch for ", name, " is ", patch->second.rows(), "x", patch->second.cols(),
+                        ", the stream there is ", value.rows(), "x", value.cols());
+      value = patch->second;
+    }
+    if (options.hooks.count(name)) out.hooks[name] = value;
+    return value;
+  }
+
+  void check_options(const RunOptions<Scalar>& options) const {
+    const std::vector<std::string> known = hook_names();
+    const auto is_known = [&](const std::string& name) {
+      if (std::find(known.begin(), known.end(), name) != known.end()) return true;
+      for (Index l = 0; l < n_layers(); ++l)
+        if (name == "blocks." + std::to_string(l) + ".mlp.routing" && blocks[static_cast<std::size_t>(l)].experts) return true;
+      return false;
+    };
+    for (const std::string& h : options.hooks)
+      if (!is_known(h)) detail::invalid("DecoderModel::run", "no hook \"", h, "\" in this model (hook_names() lists them)");
+    for (const auto& [name, value] : options.patches)
+      if (!is_known(name) || name.find("attn.q") != std::string::npos || name.find("attn.k") != std::string::npos ||
+          name.find("attn.v") != std::string::npos || name.find("hook_pattern") != std::string::npos || name.find("hook_z") != std::string::npos)
+        detail::invalid("DecoderModel::run", "cannot patch \"", name, "\": patch the residual stream's hooks, or a head's Z through interventions");
+    for (const auto& [l, iv] : options.interventions)
+      if (l < 0 || l >= n_layers()) detail::invalid("DecoderModel::run", "interventions for layer ", l, ", the model has ", n_layers());
+  }
+};
+
+}  // namespace headwise::model
