@@ -133,3 +133,34 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
       "intermediate_size": 8, "vocab_size": 4, "hidden_act": "gelu"})";
   CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("hidden_act \"gelu\" is not one the model code has for llama"));
 }
+
+TEMPLATE_TEST_CASE("Decoding token by token equals the whole forward's logits bit for bit; generation", "[model][fixture][decode]",
+                   float, double) {
+  for (const char* folder : {"gpt2-model-tiny", "llama-model-tiny", "qwen3moe-model-tiny", "gemma3-model-tiny"}) {
+    CAPTURE(folder);
+    const auto model = io::load_decoder_model<TestType>(headwise_test::data_path(folder));
+    const io::SafetensorsFile ref = headwise_test::load_fixture(std::string(folder) + "/model-reference.safetensors");
+    const std::vector<Index> ids = ids_of(ref, "input_ids");
+    const Matrix<TestType> whole = model.logits(ids);
+    auto caches = model.make_caches(static_cast<Index>(ids.size()));
+    Matrix<TestType> decoded(whole.rows(), whole.cols());
+    const std::size_t prompt = 5;  // a prompt of 5, then one token at a time
+    decoded.topRows(prompt) = model.decode(std::vector<Index>(ids.begin(), ids.begin() + prompt), caches);
+    for (std::size_t t = prompt; t < ids.size(); ++t) decoded.row(Index(t)) = model.decode({ids[t]}, caches);
+    CHECK_THAT(headwise_test::as_double(decoded), headwise_test::IsExactly(whole));
+    // Greedy generation: each new token the argmax of the forward over everything before it.
+    const std::vector<Index> generated = model.generate(std::vector<Index>(ids.begin(), ids.begin() + prompt), 4);
+    std::vector<Index> sequence(ids.begin(), ids.begin() + prompt);
+    for (const Index next : generated) {
+      Index best = 0;
+      model.logits(sequence).row(Index(sequence.size()) - 1).maxCoeff(&best);
+      CHECK(next == best);
+      sequence.push_back(next);
+    }
+    typename model::DecoderModel<TestType>::Sampling sampled;
+    sampled.temperature = 0.8, sampled.top_k = 5, sampled.seed = 7;
+    CHECK(model.generate(ids, 3, sampled) == model.generate(ids, 3, sampled));  // the seed fixes the draw
+    sampled.top_k = 1;
+    CHECK(model.generate(ids, 3, sampled) == model.generate(ids, 3));  // top-1 sampling is greedy
+  }
+}

@@ -21,7 +21,10 @@
 #include <utility>
 #include <vector>
 
+#include <random>
+
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/tile_product.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/types.hpp"
@@ -56,6 +59,15 @@ struct Norm {
 /// The MLP's activation: gelu_new / gelu_pytorch_tanh (the tanh approximation), or SiLU.
 enum class Activation { gelu_tanh, silu };
 
+/// A B by the deterministic product (a row of the result never depends on the other rows: what
+/// decoding token by token needs to equal the forward bit for bit).
+template <class Scalar>
+Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b) {
+  Matrix<Scalar> c;
+  headwise::detail::product<Scalar>(a, b, c, 1);
+  return c;
+}
+
 template <class Scalar>
 Scalar activate(Activation a, Scalar u) {
   if (a == Activation::silu) return u / (Scalar(1) + std::exp(-u));
@@ -72,16 +84,16 @@ struct FeedForward {
   RowVector<Scalar> b_up, b_down;
 
   Matrix<Scalar> forward(const Matrix<Scalar>& m) const {
-    Matrix<Scalar> h = m * w_up;
+    Matrix<Scalar> h = times<Scalar>(m, w_up);
     if (b_up.size()) h.rowwise() += b_up;
     const Activation a = activation;
     if (w_gate.size()) {
-      const Matrix<Scalar> g = m * w_gate;
+      const Matrix<Scalar> g = times<Scalar>(m, w_gate);
       h.array() *= g.unaryExpr([a](Scalar u) { return activate(a, u); }).array();
     } else {
       h = h.unaryExpr([a](Scalar u) { return activate(a, u); });
     }
-    Matrix<Scalar> out = h * w_down;
+    Matrix<Scalar> out = times<Scalar>(h, w_down);
     if (b_down.size()) out.rowwise() += b_down;
     return out;
   }
@@ -107,7 +119,7 @@ struct MixtureOfExperts {
   bool normalise_top_k = true;
 
   Matrix<Scalar> forward(const Matrix<Scalar>& m, Routing<Scalar>* routing = nullptr) const {
-    const Matrix<Scalar> logits = m * router;
+    const Matrix<Scalar> logits = times<Scalar>(m, router);
     const Index E = logits.cols(), n = m.rows();
     Matrix<Scalar> out = Matrix<Scalar>::Zero(n, m.cols());
     if (routing) routing->logits = logits, routing->experts.resize(n, top_k), routing->weights.resize(n, top_k);
@@ -122,7 +134,7 @@ struct MixtureOfExperts {
       for (Index j = 0; j < top_k; ++j) {
         const Index e = order[static_cast<std::size_t>(j)];
         const Scalar w = normalise_top_k ? p(e) / chosen : p(e) / total;
-        out.row(t) += w * experts[static_cast<std::size_t>(e)].forward(m.row(t));
+        out.row(t) += w * experts[static_cast<std::size_t>(e)].forward(Matrix<Scalar>(m.row(t)));
         if (routing) routing->experts(t, j) = e, routing->weights(t, j) = w;
       }
     }
@@ -197,28 +209,101 @@ class DecoderModel {
     Matrix<Scalar> x = embed(ids);
     for (Index l = 0; l < n_layers(); ++l) x = run_block(l, std::move(x), options, out);
     Matrix<Scalar> last = at("ln_final.out", final_norm.apply(x), options, out);
-    out.logits = last * (lm_head.size() ? lm_head : embedding).transpose();
+    out.logits = head_of(last);
     return out;
   }
   Matrix<Scalar> logits(const std::vector<Index>& ids) const { return run(ids).logits; }
 
-  /// The residual stream entering layer 0: embedding rows (scaled), plus positions.
-  Matrix<Scalar> embed(const std::vector<Index>& ids) const {
+  // ---- Decoding and generation ----
+  /// One KV cache per layer, with room for `capacity` tokens.
+  std::vector<KvCache<Scalar>> make_caches(Index capacity) const {
+    std::vector<KvCache<Scalar>> caches;
+    for (const Block<Scalar>& b : blocks) caches.push_back(b.attention.make_cache(capacity));
+    return caches;
+  }
+  /// The logits of the tokens ids that follow the caches' tokens (appended to every cache): bitwise
+  /// the matching rows of logits() on the whole sequence, for any split into chunks.
+  Matrix<Scalar> decode(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches) const {
+    if (static_cast<Index>(caches.size()) != n_layers())
+      detail::invalid("DecoderModel::decode", caches.size(), " caches for ", n_layers(), " layers (make_caches)");
+    const Index first = caches.empty() ? 0 : caches.front().size();
+    Matrix<Scalar> x = embed(ids, first);
+    for (Index l = 0; l < n_layers(); ++l) {
+      const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
+      if (caches[static_cast<std::size_t>(l)].size() != first)
+        detail::invalid("DecoderModel::decode", "the caches hold different numbers of tokens (layer ", l, ")");
+      Matrix<Scalar> attn = b.attention.forward_incremental(b.attention_norm.apply(x), caches[static_cast<std::size_t>(l)]);
+      x = finish_block(b, std::move(x), std::move(attn));
+    }
+    return head_of(final_norm.apply(x));
+  }
+  /// Greedy decoding (temperature 0), or sampling from softmax(logits / temperature) over the
+  /// top_k most likely tokens (0: all) with a seeded generator; `count` new tokens after the prompt.
+  struct Sampling {
+    double temperature = 0.0;
+    Index top_k = 0;
+    unsigned seed = 0;
+  };
+  std::vector<Index> generate(const std::vector<Index>& prompt, Index count, const Sampling& sampling = {}) const {
+    if (prompt.empty()) detail::invalid("DecoderModel::generate", "the prompt is empty");
+    if (count < 0 || !(sampling.temperature >= 0.0) || sampling.top_k < 0)
+      detail::invalid("DecoderModel::generate", "count, temperature and top_k must be >= 0");
+    std::vector<KvCache<Scalar>> caches = make_caches(static_cast<Index>(prompt.size()) + count);
+    std::mt19937_64 rng(sampling.seed);
+    std::vector<Index> out;
+    Matrix<Scalar> logits = decode(prompt, caches);
+    for (Index i = 0; i < count; ++i) {
+      out.push_back(choose(logits.row(logits.rows() - 1), sampling, rng));
+      if (i + 1 < count) logits = decode({out.back()}, caches);
+    }
+    return out;
+  }
+
+  /// The residual stream entering layer 0: embedding rows (scaled), plus positions first ...
+  Matrix<Scalar> embed(const std::vector<Index>& ids, Index first = 0) const {
     constexpr const char* where = "DecoderModel::run";
     const auto n = static_cast<Index>(ids.size());
-    if (positions.size() && n > positions.rows())
-      detail::invalid(where, "the text has ", n, " tokens, more than the model's ", positions.rows(), " positions (n_positions)");
+    if (positions.size() && first + n > positions.rows())
+      detail::invalid(where, "the text has ", first + n, " tokens, more than the model's ", positions.rows(), " positions (n_positions)");
     Matrix<Scalar> x(n, d_model());
     for (Index t = 0; t < n; ++t) {
       const Index id = ids[static_cast<std::size_t>(t)];
       if (id < 0 || id >= vocab_size()) detail::invalid(where, "token ", t, " has id ", id, ", not in [0, ", vocab_size(), ")");
       x.row(t) = embedding.row(id) * static_cast<Scalar>(embedding_scale);
-      if (positions.size()) x.row(t) += positions.row(t);
+      if (positions.size()) x.row(t) += positions.row(first + t);
     }
     return x;
   }
 
  private:
+  /// x + post(attn), then the MLP half of the block (decoding's path; run_block records hooks).
+  Matrix<Scalar> finish_block(const Block<Scalar>& b, Matrix<Scalar> x, Matrix<Scalar> attn) const {
+    if (b.post_attention_norm) attn = b.post_attention_norm->apply(attn);
+    x += attn;
+    const Matrix<Scalar> m = b.mlp_norm.apply(x);
+    Matrix<Scalar> mlp = b.experts ? b.experts->forward(m) : b.mlp.forward(m);
+    if (b.post_mlp_norm) mlp = b.post_mlp_norm->apply(mlp);
+    return x + mlp;
+  }
+  /// The LM head: x (lm_head or the embedding)ᵀ.
+  Matrix<Scalar> head_of(const Matrix<Scalar>& x) const {
+    return times<Scalar>(x, Matrix<Scalar>((lm_head.size() ? lm_head : embedding).transpose()));
+  }
+  static Index choose(const Eigen::Ref<const RowVector<Scalar>>& logits, const Sampling& s, std::mt19937_64& rng) {
+    Index best = 0;
+    logits.maxCoeff(&best);
+    if (s.temperature == 0.0) return best;
+    std::vector<Index> order(static_cast<std::size_t>(logits.size()));
+    std::iota(order.begin(), order.end(), Index(0));
+    const std::size_t k = s.top_k ? std::min<std::size_t>(static_cast<std::size_t>(s.top_k), order.size()) : order.size();
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                      [&](Index a, Index b) { return logits(a) > logits(b) || (logits(a) == logits(b) && a < b); });
+    std::vector<double> weights(k);
+    for (std::size_t j = 0; j < k; ++j) weights[j] = std::exp((double(logits(order[j])) - double(logits(best))) / s.temperature);
+    std::discrete_distribution<std::size_t> pick(weights.begin(), weights.end());
+    return order[pick(rng)];
+  }
+
   Matrix<Scalar> run_block(Index l, Matrix<Scalar> x, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
     const std::string p = "blocks." + std::to_string(l) + ".";
