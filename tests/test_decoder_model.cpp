@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "headwise/interpret/model_head_scores.hpp"
 #include "headwise/io/decoder_model.hpp"
 #include "headwise/text/byte_level_bpe.hpp"
 #include "support/catch.hpp"
@@ -163,4 +164,27 @@ TEMPLATE_TEST_CASE("Decoding token by token equals the whole forward's logits bi
     sampled.top_k = 1;
     CHECK(model.generate(ids, 3, sampled) == model.generate(ids, 3));  // top-1 sampling is greedy
   }
+}
+
+TEST_CASE("Head studies over a whole model: the scores from PyTorch's patterns, a table and a page", "[model][fixture][interpret]") {
+  const auto model = io::load_decoder_model<double>(headwise_test::data_path("gpt2-model-tiny"));
+  const io::SafetensorsFile ref = headwise_test::load_fixture("gpt2-model-tiny/model-reference.safetensors");
+  const std::vector<Index> ids = ids_of(ref, "input_ids");
+  const interpret::ModelHeadScores s = interpret::score_model_heads(model, ids, 10, 3);
+  const std::vector<int> tokens(ids.begin(), ids.end());
+  for (Index l = 0; l < model.n_layers(); ++l)
+    for (Index h = 0; h < 4; ++h) {
+      const Matrix<double> p = ref.slice<double>("blocks." + std::to_string(l) + ".attn.hook_pattern.f64", h);
+      CHECK(s.previous_token(l, h) == Approx(interpret::previous_token_score(p)).epsilon(1e-12));
+      CHECK(s.first_token(l, h) == Approx(interpret::first_token_score(p)).epsilon(1e-12));
+      CHECK(s.duplicate_token(l, h) == Approx(interpret::duplicate_token_score(p, tokens)).epsilon(1e-12));  // "John" repeats
+      CHECK(std::abs(s.sink_mass(l, h)) < 1e-12);  // GPT-2 has no sinks
+      CHECK((s.induction(l, h) >= 0.0 && s.induction(l, h) <= 1.0));
+    }
+  CHECK(s.induction.sum() > 0.0);
+  const std::string table = interpret::head_score_table(s);
+  CHECK_THAT(table, Catch::Contains("previous token") && Catch::Contains("2.3 "));
+  const std::string page = interpret::head_score_page(s, "gpt2-model-tiny");
+  CHECK_THAT(page, Catch::StartsWith("<!DOCTYPE html>") && Catch::Contains("induction score of every head"));
+  CHECK_THROWS_WITH(interpret::score_model_heads(model, {1}), Catch::Contains("the text has 1 tokens: at least 2 are needed"));
 }

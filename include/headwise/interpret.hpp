@@ -1,8 +1,9 @@
-// headwise's tools for studying heads one at a time: inspection from the fast path, head-type
+// headwise's tools for studying heads: inspection from the fast path, head-type scores (per pattern and over a whole model),
 // scores and SVG heatmaps. Interventions are part of the layer (head_interventions.hpp).
 #pragma once
 
 #include "headwise/interpret/attribution.hpp"
 #include "headwise/interpret/head_scores.hpp"
 #include "headwise/interpret/inspection.hpp"
+#include "headwise/interpret/model_head_scores.hpp"
 #include "headwise/interpret/svg_heatmap.hpp"
