@@ -1,5 +1,5 @@
-// headwise's tools for studying heads: inspection from the fast path, head-type scores (per pattern and over a whole model),
-// scores and SVG heatmaps. Interventions are part of the layer (head_interventions.hpp).
+// headwise's tools for studying heads: inspection from the fast path, head-type scores (of one
+// pattern, and of every head of a whole model) and SVG heatmaps. Interventions are part of the layer (head_interventions.hpp).
 #pragma once
 
 #include "headwise/interpret/attribution.hpp"
