@@ -5,6 +5,7 @@
 // run of the model that records every layer's (O(layers heads n²) memory for that run).
 #pragma once
 
+#include <algorithm>
 #include <iomanip>
 #include <random>
 #include <sstream>
@@ -61,7 +62,7 @@ ModelHeadScores score_model_heads(const model::DecoderModel<Scalar>& m, const st
       const Matrix<Scalar> p = text[static_cast<std::size_t>(l)].middleCols(h * n, n);
       s.previous_token(l, h) = previous_token_score(p), s.first_token(l, h) = first_token_score(p);
       s.duplicate_token(l, h) = duplicate_token_score(p, tokens);
-      s.sink_mass(l, h) = 1.0 - p.template cast<double>().rowwise().sum().mean();  // what sinks took (0 without)
+      s.sink_mass(l, h) = std::max(0.0, 1.0 - p.template cast<double>().rowwise().sum().mean());  // what sinks took (0 without; no -0.0000 from rounding)
     }
   if (induction_length == 0) return s;
   std::mt19937_64 rng(seed);

@@ -1,0 +1,60 @@
+// Example 8: a whole model from text. Tokenize a sentence, run the model, print the most likely
+// next tokens, score every head of every layer (previous-token, duplicate-token, induction on a
+// repeated random sequence, first-token, sink mass) and write a page of layer x head heatmaps.
+//
+//   08_study_a_model [checkpoint folder] ["text"] [tokenizer folder] [page.html]
+//
+// The checkpoint folder holds config.json and model.safetensors (GPT-2, Llama, Qwen2/3,
+// Qwen3-MoE, Mistral, Gemma 3); the tokenizer folder tokenizer.json (or GPT-2's vocab.json and
+// merges.txt), by default the checkpoint folder itself. Without arguments: the tests' tiny GPT-2
+// with GPT-2's real tokenizer, on "When Mary and John went to the store, John gave a drink to".
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <headwise/interpret/model_head_scores.hpp>
+#include <headwise/io/decoder_model.hpp>
+#include <headwise/text/byte_level_bpe.hpp>
+
+using headwise::Index;
+
+namespace {
+headwise::text::BpeTokenizer tokenizer_in(const std::string& folder) {
+  if (std::ifstream(folder + "/tokenizer.json").good()) return headwise::text::BpeTokenizer::from_tokenizer_json(folder + "/tokenizer.json");
+  return headwise::text::BpeTokenizer::from_files(folder + "/vocab.json", folder + "/merges.txt");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string folder = argc > 1 ? argv[1] : HEADWISE_EXAMPLE_DATA_DIR "/gpt2-model-tiny";
+  const std::string text = argc > 2 ? argv[2] : "When Mary and John went to the store, John gave a drink to";
+  const std::string tokenizer_folder = argc > 3 ? argv[3] : argc > 1 ? folder : HEADWISE_EXAMPLE_DATA_DIR "/gpt2-tokenizer";
+  const std::string page = argc > 4 ? argv[4] : "heads.html";
+  try {
+    const auto bpe = tokenizer_in(tokenizer_folder);
+    const auto model = headwise::io::load_decoder_model<float>(folder);
+    const std::vector<Index> ids = bpe.encode(text);
+    std::printf("%s: %ld layers, d_model %ld, vocabulary %ld; \"%s\" is %zu tokens\n", folder.c_str(), long(model.n_layers()),
+                long(model.d_model()), long(model.vocab_size()), text.c_str(), ids.size());
+    if (ids.size() < 2) throw std::invalid_argument("the text must be at least 2 tokens");
+    const headwise::Matrix<float> logits = model.logits(ids);
+    std::vector<Index> order(static_cast<std::size_t>(logits.cols()));
+    std::iota(order.begin(), order.end(), Index(0));
+    const auto last = logits.row(logits.rows() - 1);
+    std::partial_sort(order.begin(), order.begin() + 5, order.end(), [&](Index a, Index b) { return last(a) > last(b); });
+    std::printf("most likely next tokens:");
+    for (int i = 0; i < 5; ++i) std::printf(" \"%s\" (%.3f)", bpe.decode({order[static_cast<std::size_t>(i)]}).c_str(), double(last(order[static_cast<std::size_t>(i)])));
+    std::printf("\n\n");
+    const auto scores = headwise::interpret::score_model_heads(model, ids, /*induction_length=*/20, /*seed=*/0);
+    std::printf("%s\n", headwise::interpret::head_score_table(scores).c_str());
+    std::ofstream(page) << headwise::interpret::head_score_page(scores, folder + ": \"" + text + "\"");
+    std::printf("wrote %s\n", page.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
