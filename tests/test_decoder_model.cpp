@@ -41,8 +41,10 @@ void check_model(const std::string& folder) {
   const std::vector<Index> ids = ids_of(ref, "input_ids");
   model::RunOptions<Scalar> options;
   for (const std::string& h : model.hook_names()) options.hooks.insert(h);
-  for (Index l = 0; l < model.n_layers(); ++l)
+  for (Index l = 0; l < model.n_layers(); ++l) {
+    options.hooks.insert("blocks." + std::to_string(l) + ".attn.statistics");
     if (model.blocks[static_cast<std::size_t>(l)].experts) options.hooks.insert("blocks." + std::to_string(l) + ".mlp.routing");
+  }
   const auto run = model.run(ids, options);
   const auto tol = headwise_test::tolerance<Scalar>();
   CHECK_THAT(run.logits.template cast<double>(), IsNear(ref.matrix<double>("logits.f64"), tol));
@@ -60,6 +62,11 @@ void check_model(const std::string& folder) {
       CHECK_THAT(run.hooks.at(p + h).template cast<double>(), IsNear(headwise_test::side_by_side<double>(ref, p + h + ".f64"), tol));
     }
     CHECK_THAT(run.hooks.at(p + "attn.hook_z").template cast<double>(), IsNear(rows_of(ref, p + "attn.hook_z.f64"), tol));
+    // Per-row statistics of every head from the fused kernel: the first-token mass is PyTorch's pattern's column 0.
+    const auto& stats = run.statistics.at(l);
+    for (Index h = 0; h < stats.first_token_mass.rows(); ++h)
+      CHECK_THAT(Matrix<double>(stats.first_token_mass.row(h).template cast<double>()),
+                 IsNear(Matrix<double>(ref.slice<double>(p + "attn.hook_pattern.f64", h).col(0).transpose()), tol));
     if (model.blocks[static_cast<std::size_t>(l)].experts) {
       const auto& routing = run.routing.at(l);
       CHECK_THAT(routing.logits.template cast<double>(), IsNear(ref.matrix<double>(p + "mlp.router_logits.f64"), tol));

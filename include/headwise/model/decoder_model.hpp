@@ -170,6 +170,7 @@ struct ModelRun {
   Matrix<Scalar> logits;                         ///< (n, vocab)
   std::map<std::string, Matrix<Scalar>> hooks;   ///< what RunOptions::hooks asked for
   std::map<Index, Routing<Scalar>> routing;      ///< sparse blocks, when "blocks.L.mlp.routing" is asked for
+  std::map<Index, RowStatistics<Scalar>> statistics;  ///< per layer, the fused kernel's, when "blocks.L.attn.statistics" is asked for
 };
 
 template <class Scalar>
@@ -190,7 +191,8 @@ class DecoderModel {
   /// attn.k, attn.v (after norms and RoPE, (n, heads d_head) side by side), attn.hook_pattern
   /// ((n, heads n): head h's pattern in columns [h n, (h+1) n)), attn.hook_z, attn.output,
   /// hook_attn_out, hook_resid_mid, mlp_in, mlp.output, hook_mlp_out, hook_resid_post; and
-  /// "ln_final.out".
+  /// "ln_final.out". Besides these, "blocks.L.attn.statistics" (the fused kernel's per-row
+  /// statistics, into ModelRun::statistics) and, on sparse blocks, "blocks.L.mlp.routing".
   std::vector<std::string> hook_names() const {
     static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.q", "attn.k", "attn.v", "attn.hook_pattern",
                                       "attn.hook_z", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in",
@@ -309,7 +311,7 @@ class DecoderModel {
     const std::string p = "blocks." + std::to_string(l) + ".";
     x = at(p + "hook_resid_pre", std::move(x), options, out);
     const Matrix<Scalar> a = at(p + "attn_in", b.attention_norm.apply(x), options, out);
-    record_attention(b.attention, a, p, options, out);
+    record_attention(l, b.attention, a, p, options, out);
     const auto iv = options.interventions.find(l);
     Matrix<Scalar> attn = at(p + "attn.output", b.attention.forward(a, {}, iv == options.interventions.end() ? nullptr : &iv->second),
                              options, out);
@@ -324,26 +326,31 @@ class DecoderModel {
     return at(p + "hook_resid_post", x + at(p + "hook_mlp_out", std::move(mlp), options, out), options, out);
   }
 
-  /// The attention hooks that need the layer's intermediates: the trace (patterns, q, k, v) only
-  /// when one of those is asked for; Z from the fused path.
-  void record_attention(const MultiHeadAttention<Scalar>& attention, const Matrix<Scalar>& a, const std::string& p,
+  /// The attention hooks that need the layer's intermediates. Z, q, k, v and the statistics come
+  /// from one fused run (O(n d_model)); only hook_pattern runs the trace and holds (n, n) matrices.
+  void record_attention(Index l, const MultiHeadAttention<Scalar>& attention, const Matrix<Scalar>& a, const std::string& p,
                         const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
-    if (options.hooks.count(p + "attn.hook_z")) out.hooks[p + "attn.hook_z"] = attention.head_outputs(a);
-    const bool traced = options.hooks.count(p + "attn.q") || options.hooks.count(p + "attn.k") || options.hooks.count(p + "attn.v") ||
-                        options.hooks.count(p + "attn.hook_pattern");
-    if (!traced) return;
-    const MultiHeadTrace<Scalar> t = attention.trace(a);
-    const Index n = a.rows(), d = attention.d_head(), H = attention.n_heads(), G = attention.n_kv_heads();
-    Matrix<Scalar> q(n, H * d), k(n, G * d), v(n, G * d), pattern(n, H * n);
-    for (Index h = 0; h < H; ++h) {
-      const auto& head = t.heads[static_cast<std::size_t>(h)];
-      q.middleCols(h * d, d) = head.q_rotated, pattern.middleCols(h * n, n) = head.weights;
-      const Index g = attention.kv_head_of(h);
-      k.middleCols(g * d, d) = head.k_rotated, v.middleCols(g * d, d) = head.v;
+    const auto asked = [&](const char* name) { return options.hooks.count(p + name) != 0; };
+    if (asked("attn.hook_z") || asked("attn.q") || asked("attn.k") || asked("attn.v") || asked("attn.statistics")) {
+      Matrix<Scalar> q, k, v;
+      PackedKeysValues<Scalar> kv(0, 1, 1, 1);
+      HeadOutputExtras<Scalar> extras;
+      extras.statistics = asked("attn.statistics");
+      if (asked("attn.q")) extras.q = &q;
+      if (asked("attn.k") || asked("attn.v")) extras.keys_values = &kv;
+      AttentionResult<Scalar> r = attention.attend_heads(a, {}, extras);
+      if (extras.keys_values) headwise::detail::unpack(kv, k, v);
+      if (extras.statistics) out.statistics[l] = std::move(r.statistics);
+      const std::pair<const char*, Matrix<Scalar>*> parts[] = {{"attn.hook_z", &r.z}, {"attn.q", &q}, {"attn.k", &k}, {"attn.v", &v}};
+      for (const auto& [name, m] : parts)
+        if (asked(name)) out.hooks[p + name] = std::move(*m);
     }
-    const std::pair<const char*, Matrix<Scalar>*> parts[] = {{"attn.q", &q}, {"attn.k", &k}, {"attn.v", &v}, {"attn.hook_pattern", &pattern}};
-    for (const auto& [name, m] : parts)
-      if (options.hooks.count(p + name)) out.hooks[p + name] = std::move(*m);
+    if (!asked("attn.hook_pattern")) return;
+    const MultiHeadTrace<Scalar> t = attention.trace(a);
+    const Index n = a.rows();
+    Matrix<Scalar> pattern(n, attention.n_heads() * n);
+    for (Index h = 0; h < attention.n_heads(); ++h) pattern.middleCols(h * n, n) = t.heads[static_cast<std::size_t>(h)].weights;
+    out.hooks[p + "attn.hook_pattern"] = std::move(pattern);
   }
 
   /// The stream at hook `name`: patched if asked, recorded if asked; returned for the next step.
@@ -364,14 +371,17 @@ class DecoderModel {
     const auto is_known = [&](const std::string& name) {
       if (std::find(known.begin(), known.end(), name) != known.end()) return true;
       for (Index l = 0; l < n_layers(); ++l)
-        if (name == "blocks." + std::to_string(l) + ".mlp.routing" && blocks[static_cast<std::size_t>(l)].experts) return true;
+        if ((name == "blocks." + std::to_string(l) + ".mlp.routing" && blocks[static_cast<std::size_t>(l)].experts) ||
+            name == "blocks." + std::to_string(l) + ".attn.statistics")
+          return true;
       return false;
     };
     for (const std::string& h : options.hooks)
       if (!is_known(h)) detail::invalid("DecoderModel::run", "no hook \"", h, "\" in this model (hook_names() lists them)");
     for (const auto& [name, value] : options.patches)
       if (!is_known(name) || name.find("attn.q") != std::string::npos || name.find("attn.k") != std::string::npos ||
-          name.find("attn.v") != std::string::npos || name.find("hook_pattern") != std::string::npos || name.find("hook_z") != std::string::npos)
+          name.find("attn.v") != std::string::npos || name.find("hook_pattern") != std::string::npos ||
+          name.find("hook_z") != std::string::npos || name.find("statistics") != std::string::npos || name.find("routing") != std::string::npos)
         detail::invalid("DecoderModel::run", "cannot patch \"", name, "\": patch the residual stream's hooks, or a head's Z through interventions");
     for (const auto& [l, iv] : options.interventions)
       if (l < 0 || l >= n_layers()) detail::invalid("DecoderModel::run", "interventions for layer ", l, ", the model has ", n_layers());

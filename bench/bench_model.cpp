@@ -1,0 +1,103 @@
+// A whole decoder model at GPT-2 small's shapes (d_model 768, 12 heads of 64, 12 layers, MLP 3072,
+// vocabulary 50257), float32, random weights built here (no checkpoint): the prefill of n tokens,
+// a decoding step after a context of n, and the 12 attention layers alone on the same input, in one
+// binary, so that the share spent in attention is a ratio of two figures taken side by side.
+//
+// GFLOPs counted as the useful work: per token 2 x (the layer's weights: 4 d² attention
+// projections + 2 d 4d MLP) x layers + 2 d vocab for the LM head, plus the causal attention
+// 2 x 2 x (n (n + 1) / 2) x d per layer; a decoding step at context n: its one token's share.
+#include <random>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "headwise/model/decoder_model.hpp"
+
+namespace {
+
+using headwise::Index;
+using Mat = headwise::Matrix<float>;
+using Row = headwise::RowVector<float>;
+constexpr Index d = 768, heads = 12, layers = 12, inner = 3072, vocab = 50257;
+
+Mat random_matrix(Index rows, Index cols, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  Mat m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+  return m;
+}
+
+const headwise::model::DecoderModel<float>& gpt2_small_shaped() {
+  static const headwise::model::DecoderModel<float> model = [] {
+    std::mt19937 rng(1);
+    headwise::model::DecoderModel<float> m;
+    m.embedding = random_matrix(vocab, d, rng, 0.02f), m.positions = random_matrix(1024, d, rng, 0.01f);
+    using Norm = headwise::model::Norm<float>;
+    Norm ln;
+    ln.kind = Norm::Kind::layer_norm, ln.eps = 1e-5, ln.weight = Row::Ones(d), ln.bias = Row::Zero(d);
+    for (Index l = 0; l < layers; ++l) {
+      headwise::MultiHeadWeights<float> w;
+      w.w_q = random_matrix(d, d, rng, 0.02f), w.w_k = random_matrix(d, d, rng, 0.02f), w.w_v = random_matrix(d, d, rng, 0.02f);
+      w.w_o = random_matrix(d, d, rng, 0.02f);
+      headwise::model::FeedForward<float> mlp;
+      mlp.activation = headwise::model::Activation::gelu_tanh;
+      mlp.w_up = random_matrix(d, inner, rng, 0.02f), mlp.w_down = random_matrix(inner, d, rng, 0.02f);
+      m.blocks.push_back({ln, headwise::MultiHeadAttention<float>(heads, std::move(w)), std::nullopt, ln, std::move(mlp), std::nullopt,
+                          std::nullopt});
+    }
+    m.final_norm = ln;
+    return m;
+  }();
+  return model;
+}
+
+std::vector<Index> tokens(Index n) {
+  std::vector<Index> ids(static_cast<std::size_t>(n));
+  for (Index t = 0; t < n; ++t) ids[static_cast<std::size_t>(t)] = (t * 7919) % vocab;
+  return ids;
+}
+
+double model_flops(Index n) {
+  const double per_token = 2.0 * double(layers) * (4.0 * d * d + 2.0 * d * inner) + 2.0 * d * vocab;
+  return per_token * double(n) + 4.0 * double(layers) * double(d) * double(n) * double(n + 1) / 2.0;
+}
+
+void BM_ModelPrefill(benchmark::State& state) {
+  const auto& model = gpt2_small_shaped();
+  const std::vector<Index> ids = tokens(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(model.logits(ids).data());
+  state.counters["tokens/s"] = benchmark::Counter(double(ids.size()), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPs"] = benchmark::Counter(model_flops(state.range(0)) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ModelPrefill)->ArgName("n")->Arg(128)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// The attention layers alone (projections, fused attention, W_O) on the same n tokens.
+void BM_ModelAttentionOnly(benchmark::State& state) {
+  const auto& model = gpt2_small_shaped();
+  std::mt19937 rng(2);
+  const Mat x = random_matrix(state.range(0), d, rng, 1.0f);
+  for (auto _ : state)
+    for (const auto& b : model.blocks) benchmark::DoNotOptimize(b.attention.forward(x).data());
+}
+BENCHMARK(BM_ModelAttentionOnly)->ArgName("n")->Arg(128)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// One decoding step after a prompt of n tokens (the caches refilled outside the timing).
+void BM_ModelDecodeStep(benchmark::State& state) {
+  const auto& model = gpt2_small_shaped();
+  const Index n = state.range(0);
+  const std::vector<Index> prompt = tokens(n);
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto caches = model.make_caches(n + 1);
+    model.decode(prompt, caches);
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(model.decode({42}, caches).data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPs"] = benchmark::Counter((model_flops(n + 1) - model_flops(n)) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ModelDecodeStep)->ArgName("context")->Arg(1023)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+}  // namespace
+
+BENCHMARK_MAIN();
