@@ -16,7 +16,7 @@ using headwise_test::IsNear;
 
 TEMPLATE_TEST_CASE("decoding in random chunks is bitwise equal to the full forward", "[kv-cache][property]",
                    float, double) {
-  const unsigned seed = GENERATE(1u, 2u, 3u, 4u);
+  const unsigned seed = GENERATE(1u, 3u);  // n = 187 and 261: across several key tiles
   const Index n_kv_heads = GENERATE(4, 2, 1);  // multi-head, grouped-query, multi-query
   CAPTURE(seed, n_kv_heads);
   std::mt19937 rng(seed);
