@@ -46,6 +46,7 @@ const headwise::model::DecoderModel<float>& gpt2_small_shaped() {
                           std::nullopt});
     }
     m.final_norm = ln;
+    m.unembedding = m.embedding.transpose();  // tied, as GPT-2's
     return m;
   }();
   return model;

@@ -91,6 +91,7 @@ model::DecoderModel<Scalar> load_gpt2_model(const std::string& folder, const std
                         norm_of<Scalar>(t, h + "ln_2", d, Kind::layer_norm, eps), std::move(mlp), std::nullopt, std::nullopt});
   }
   m.final_norm = norm_of<Scalar>(t, p + "ln_f", d, Kind::layer_norm, eps);
+  m.unembedding = m.embedding.transpose();  // tied
   return m;
 }
 
@@ -170,7 +171,7 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   }
   m.final_norm = norm_of<Scalar>(t, "model.norm", d, kind, eps);
   const bool tied = r.boolean("tie_word_embeddings", gemma);  // the config classes' defaults
-  if (!tied) m.lm_head = t.matrix<Scalar>("lm_head.weight", vocab, d);
+  m.unembedding = tied ? Matrix<Scalar>(m.embedding.transpose()) : Matrix<Scalar>(t.matrix<Scalar>("lm_head.weight", vocab, d).transpose());
   return m;
 }
 

@@ -2,7 +2,7 @@
 // token embeddings (GPT-2 adds learned positions; Gemma multiplies by sqrt(d_model)); per block a
 // norm, the attention layer, an optional norm of its output (Gemma 3), a norm, the MLP (GPT-2's
 // gelu_new MLP, SwiGLU, GeGLU, or Qwen3-MoE's top-k experts), an optional norm of its output; then
-// the final norm and the LM head (tied to the embedding or not). A run records the residual stream
+// the final norm and the LM head (W_U, tied to the embedding or not). A run records the residual stream
 // at TransformerLens's hook names, only the hooks asked for: no (n, n) pattern is held unless one is.
 //
 //   auto model = headwise::io::load_decoder_model<float>("gpt2/");
@@ -64,7 +64,7 @@ enum class Activation { gelu_tanh, silu };
 template <class Scalar>
 Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b) {
   Matrix<Scalar> c;
-  headwise::detail::product<Scalar>(a, b, c, 1);
+  headwise::detail::product<Scalar>(a, b, c, headwise::detail::thread_count(0, "DecoderModel"));  // (any count: the same bits)
   return c;
 }
 
@@ -181,7 +181,9 @@ class DecoderModel {
   double embedding_scale = 1.0;    ///< Gemma: sqrt(d_model), rounded to Scalar
   std::vector<Block<Scalar>> blocks;
   Norm<Scalar> final_norm;
-  Matrix<Scalar> lm_head;          ///< (vocab, d_model); empty: tied, the embedding
+  /// W_U, (d_model, vocab): logits = x W_U. The LM head transposed, or the embedding's transpose
+  /// where they are tied (a second copy, kept so that a decoding step reads W_U row by row).
+  Matrix<Scalar> unembedding;
 
   Index vocab_size() const { return embedding.rows(); }
   Index d_model() const { return embedding.cols(); }
@@ -287,9 +289,12 @@ class DecoderModel {
     if (b.post_mlp_norm) mlp = b.post_mlp_norm->apply(mlp);
     return x + mlp;
   }
-  /// The LM head: x (lm_head or the embedding)ᵀ.
+  /// The LM head: x W_U.
   Matrix<Scalar> head_of(const Matrix<Scalar>& x) const {
-    return times<Scalar>(x, Matrix<Scalar>((lm_head.size() ? lm_head : embedding).transpose()));
+    if (unembedding.rows() != d_model() || unembedding.cols() != vocab_size())
+      detail::invalid("DecoderModel::run", "unembedding is ", unembedding.rows(), "x", unembedding.cols(), ", expected ", d_model(), "x",
+                      vocab_size(), " (d_model, vocab)");
+    return times<Scalar>(x, unembedding);
   }
   static Index choose(const Eigen::Ref<const RowVector<Scalar>>& logits, const Sampling& s, std::mt19937_64& rng) {
     Index best = 0;
