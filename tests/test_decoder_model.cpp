@@ -2,7 +2,9 @@
 // and every residual-stream hook (TransformerLens's names), GPT-2 from the tokenizer's ids, Qwen3-MoE's
 // routing, GPT-2's reference interventions (a zero ablation and a patch of one head's Z); and what
 // a run or a loader refuses by name.
+#include <cmath>
 #include <filesystem>
+#include <type_traits>
 #include <fstream>
 #include <map>
 #include <string>
@@ -103,6 +105,24 @@ TEMPLATE_TEST_CASE("GPT-2 from text, and the reference interventions: a head abl
   patch.interventions.emplace(0, HeadInterventions<TestType>(4));
   patch.interventions.at(0).patch(1, ref.matrix<TestType>("interventions.patch.source_z.f64"));
   CHECK_THAT(model.run(ids, patch).logits.template cast<double>(), IsNear(ref.matrix<double>("interventions.patch.logits.f64"), tol));
+  // The loss of next tokens, from PyTorch's logits (log-softmax here in the test) and from the model's.
+  const Matrix<double> reference = ref.matrix<double>("logits.f64");
+  double expected_loss = 0;
+  for (Index t = 0; t + 1 < reference.rows(); ++t) {
+    const double top = reference.row(t).maxCoeff();
+    expected_loss += top + std::log((reference.row(t).array() - top).exp().sum()) - reference(t, ids[std::size_t(t) + 1]);
+  }
+  expected_loss /= double(reference.rows() - 1);
+  CHECK(model::next_token_loss(model.logits(ids), ids) == Approx(expected_loss).epsilon(std::is_same_v<TestType, float> ? 1e-5 : 1e-12));
+  CHECK_THROWS_WITH(model::next_token_loss(model.logits(ids), {1}), Catch::Contains("logits for 14 tokens and 1 ids"));
+  // Patching the residual stream: the last layer's output taken from the source run makes the
+  // logits the source run's, whatever came before.
+  model::RunOptions<TestType> record;
+  record.hooks = {"blocks.2.hook_resid_post"};
+  const auto source_run = model.run(ids_of(ref, "interventions.patch.source_input_ids"), record);
+  model::RunOptions<TestType> patched;
+  patched.patches["blocks.2.hook_resid_post"] = source_run.hooks.at("blocks.2.hook_resid_post");
+  CHECK_THAT(headwise_test::as_double(model.run(ids, patched).logits), headwise_test::IsExactly(source_run.logits));
   // The source run's Z of layer 0, head 1, recorded by the model itself, is the reference's.
   model::RunOptions<TestType> source;
   source.hooks = {"blocks.0.attn.hook_z"};

@@ -173,6 +173,23 @@ struct ModelRun {
   std::map<Index, RowStatistics<Scalar>> statistics;  ///< per layer, the fused kernel's, when "blocks.L.attn.statistics" is asked for
 };
 
+/// The mean cross-entropy of next tokens (nats): row t of logits (n, vocab) predicts ids[t + 1],
+/// -log softmax(logits_t)[ids[t + 1]] averaged over t < n - 1 (the loss a language model trains on).
+template <class Scalar>
+double next_token_loss(const Matrix<Scalar>& logits, const std::vector<Index>& ids) {
+  if (logits.rows() != static_cast<Index>(ids.size()) || ids.size() < 2)
+    detail::invalid("next_token_loss", "logits for ", logits.rows(), " tokens and ", ids.size(), " ids (at least 2, one row each)");
+  double total = 0;
+  for (Index t = 0; t + 1 < logits.rows(); ++t) {
+    const Index next = ids[static_cast<std::size_t>(t) + 1];
+    if (next < 0 || next >= logits.cols()) detail::invalid("next_token_loss", "id ", next, " is not in [0, ", logits.cols(), ")");
+    const double top = double(logits.row(t).maxCoeff());
+    const double lse = top + std::log((logits.row(t).template cast<double>().array() - top).exp().sum());
+    total += lse - double(logits(t, next));
+  }
+  return total / double(logits.rows() - 1);
+}
+
 template <class Scalar>
 class DecoderModel {
  public:
