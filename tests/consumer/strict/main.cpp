@@ -7,6 +7,7 @@
 #include <headwise/headwise.hpp>
 #include <headwise/interpret.hpp>
 #include <headwise/io/gpt2.hpp>
+#include <headwise/io/decoder_model.hpp>
 #include <headwise/io/llama.hpp>
 #include <headwise/text/byte_level_bpe.hpp>
 
@@ -46,7 +47,13 @@ int main(int argc, char** argv) {
     const std::string folder = argv[1];
     const auto llama = headwise::io::load_llama_attention_layers<float>(folder);
     const auto gpt2 = headwise::io::load_gpt2_attention_layers<double>(folder);
-    return static_cast<int>(llama.size() + gpt2.size());
+    const auto model = headwise::io::load_decoder_model<float>(folder);
+    const auto run = model.run({0, 1});
+    const auto next = model.generate({0, 1}, 2);
+    const auto scores = headwise::interpret::score_model_heads(model, {0, 1, 0, 1});
+    const std::string page = headwise::interpret::head_score_page(scores, "strict");
+    return static_cast<int>(llama.size() + gpt2.size() + next.size() + page.size() +
+                            static_cast<std::size_t>(run.logits.rows()));
   }
   // A three-token byte-level BPE: "ab" merges to one token and decodes back.
   const auto bpe = headwise::text::BpeTokenizer::from_tokenizer_json_text(
