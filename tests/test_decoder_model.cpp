@@ -141,8 +141,10 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   model::RunOptions<float> p;
   p.patches["blocks.0.hook_resid_mid"] = Matrix<float>::Zero(3, 48);
   CHECK_THROWS_WITH(model.run({1, 2}, p), Catch::Contains("the patch for blocks.0.hook_resid_mid is 3x48, the stream there is 2x48"));
-  CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gemma2-tiny")),
-                    Catch::Contains("model_type \"gemma2\" has attention headwise loads, but no whole-model code yet"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gemma4-tiny")),
+                    Catch::Contains("model_type \"gemma4_text\" has attention headwise loads, but the model code lacks per-layer inputs"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gpt-oss-tiny")),
+                    Catch::Contains("the model code lacks gpt-oss's experts"));
   // A Llama checkpoint without one MLP tensor.
   const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/model-missing-mlp";
   std::filesystem::create_directories(folder);
@@ -160,6 +162,95 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
       "intermediate_size": 8, "vocab_size": 4, "hidden_act": "gelu"})";
   CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("hidden_act \"gelu\" is not one the model code has for llama"));
+  std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+      "intermediate_size": 8, "vocab_size": 4, "hidden_act": "silu", "mlp_bias": true})";
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("\"mlp_bias\" = true: the model code reads MLPs without biases"));
+  std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+      "intermediate_size": 8, "vocab_size": 4, "hidden_act": "silu", "final_logit_softcapping": 30.0})";
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("\"final_logit_softcapping\" is set, which llama does not apply"));
+}
+
+namespace {
+/// HF's RMSNorm, w x / sqrt(mean(x²) + eps) per row (Gemma: (1 + w)), from the checkpoint's weight.
+Matrix<double> rms_norm(const Matrix<double>& x, const io::SafetensorsFile& f, const std::string& name, double eps, bool gemma) {
+  const Eigen::RowVectorXd w = f.row_vector<double>(name).array() + (gemma ? 1.0 : 0.0);
+  Matrix<double> y(x.rows(), x.cols());
+  for (Index t = 0; t < x.rows(); ++t) y.row(t) = x.row(t) / std::sqrt(x.row(t).squaredNorm() / double(x.cols()) + eps);
+  return y.array().rowwise() * w.array();
+}
+/// x W^T for an nn.Linear weight W [out, in].
+Matrix<double> linear(const Matrix<double>& x, const io::SafetensorsFile& f, const std::string& name) {
+  return x * f.matrix<double>(name).transpose();
+}
+}  // namespace
+
+// No whole-model references exist for these families: their attention layers are checked against
+// PyTorch through the whole-model loader, and the rest of each block (where its norms sit, its MLP,
+// Gemma 2's soft-cap) against Hugging Face's formulas written out here from the raw tensors.
+TEMPLATE_TEST_CASE("Whole models of Gemma 2, SmolLM3, OLMo 2, Ministral 3 and Phi-3: their attention is PyTorch's, their "
+                   "blocks Hugging Face's formulas, decoding the forward",
+                   "[model][fixture][families]", float, double) {
+  for (const char* folder : {"gemma2-tiny", "smollm3-tiny", "olmo2-tiny", "ministral3-tiny", "phi3-tiny"}) {
+    CAPTURE(folder);
+    const std::string name(folder);
+    const bool gemma = name == "gemma2-tiny", post_only = name == "olmo2-tiny", phi3 = name == "phi3-tiny";
+    const auto model = io::load_decoder_model<TestType>(headwise_test::data_path(folder));
+    const io::SafetensorsFile ref = headwise_test::load_fixture(name + "/attention-reference.safetensors");
+    const io::SafetensorsFile weights = headwise_test::load_fixture(name + "/model.safetensors");
+    const auto tol = headwise_test::tolerance<TestType>();
+    for (Index l = 0; l < model.n_layers(); ++l) {  // each block's attention layer on PyTorch's input
+      const std::string p = "layers." + std::to_string(l) + ".attn.";
+      CHECK_THAT(model.blocks[std::size_t(l)].attention.forward(ref.matrix<TestType>(p + "input")).template cast<double>(),
+                 IsNear(ref.matrix<double>(p + "output.f64"), tol));
+    }
+    std::vector<Index> ids;
+    for (Index t = 0; t < 24; ++t) ids.push_back((7 * t + 3) % model.vocab_size());
+    model::RunOptions<TestType> options;
+    for (const std::string& h : model.hook_names()) options.hooks.insert(h);
+    const auto run = model.run(ids, options);
+    const auto hook = [&](const std::string& h) { return headwise_test::as_double(run.hooks.at(h)); };
+    const double eps = gemma ? 1e-6 : name == "ministral3-tiny" || phi3 ? 1e-5 : 1e-6;
+    for (Index l = 0; l < model.n_layers(); ++l) {
+      CAPTURE(l);
+      const std::string b = "blocks." + std::to_string(l) + ".", w = "model.layers." + std::to_string(l) + ".";
+      const Matrix<double> x = hook(b + "hook_resid_pre");
+      CHECK_THAT(hook(b + "attn_in"), IsNear(post_only ? x : rms_norm(x, weights, w + "input_layernorm.weight", eps, gemma), tol));
+      const Matrix<double> attn = hook(b + "attn.output");
+      const Matrix<double> mid =
+          x + (gemma || post_only ? rms_norm(attn, weights, w + "post_attention_layernorm.weight", eps, gemma) : attn);
+      CHECK_THAT(hook(b + "hook_resid_mid"), IsNear(mid, tol));
+      const std::string mlp_norm = gemma ? "pre_feedforward_layernorm" : "post_attention_layernorm";
+      const Matrix<double> m = post_only ? mid : rms_norm(mid, weights, w + mlp_norm + ".weight", eps, gemma);
+      CHECK_THAT(hook(b + "mlp_in"), IsNear(m, tol));
+      Matrix<double> gate, up;
+      if (phi3) {  // Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1)
+        const Matrix<double> both = linear(m, weights, w + "mlp.gate_up_proj.weight");
+        gate = both.leftCols(both.cols() / 2), up = both.rightCols(both.cols() / 2);
+      } else {
+        gate = linear(m, weights, w + "mlp.gate_proj.weight"), up = linear(m, weights, w + "mlp.up_proj.weight");
+      }
+      const Matrix<double> act = gemma ? Matrix<double>(0.5 * gate.array() * (1 + (std::sqrt(2 / std::acos(-1.0)) * (gate.array() + 0.044715 * gate.array().cube())).tanh()))
+                                       : Matrix<double>(gate.array() / (1 + (-gate.array()).exp()));
+      const Matrix<double> mlp = linear(Matrix<double>(act.array() * up.array()), weights, w + "mlp.down_proj.weight");
+      CHECK_THAT(hook(b + "mlp.output"), IsNear(mlp, tol));
+      const Matrix<double> post = gemma || post_only ? rms_norm(mlp, weights, w + "post_feedforward_layernorm.weight", eps, gemma) : mlp;
+      CHECK_THAT(hook(b + "hook_resid_post"), IsNear(mid + post, tol));
+    }
+    const Matrix<double> last = rms_norm(hook("blocks." + std::to_string(model.n_layers() - 1) + ".hook_resid_post"), weights,
+                                         "model.norm.weight", eps, gemma);
+    Matrix<double> logits = linear(last, weights, weights.contains("lm_head.weight") ? "lm_head.weight" : "model.embed_tokens.weight");
+    if (gemma) logits = 30.0 * (logits.array() / 30.0).tanh();  // final_logit_softcapping 30
+    CHECK_THAT(headwise_test::as_double(run.logits), IsNear(logits, tol));
+    // The embedding: Gemma's times sqrt(d_model).
+    const Matrix<double> embedded = weights.matrix<double>("model.embed_tokens.weight").row(ids[1]) * (gemma ? std::sqrt(64.0) : 1.0);
+    CHECK_THAT(Matrix<double>(hook("blocks.0.hook_resid_pre").row(1)), IsNear(embedded, tol));
+    // Decoding: a prompt of 5, then token by token, bitwise the forward.
+    auto caches = model.make_caches(Index(ids.size()));
+    Matrix<TestType> decoded(run.logits.rows(), run.logits.cols());
+    decoded.topRows(5) = model.decode(std::vector<Index>(ids.begin(), ids.begin() + 5), caches);
+    for (std::size_t t = 5; t < ids.size(); ++t) decoded.row(Index(t)) = model.decode({ids[t]}, caches);
+    CHECK_THAT(headwise_test::as_double(decoded), headwise_test::IsExactly(run.logits));
+  }
 }
 
 TEMPLATE_TEST_CASE("Decoding token by token equals the whole forward's logits bit for bit; generation", "[model][fixture][decode]",

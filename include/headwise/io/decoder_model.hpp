@@ -1,9 +1,12 @@
 // Loading whole decoder models (model/decoder_model.hpp) from Hugging Face checkpoint folders:
-// GPT-2 (GPT2LMHeadModel), and from the attention loader's table the families whose MLP headwise
-// has: llama, qwen2, qwen3, qwen3_moe, mistral (SwiGLU; Qwen3-MoE's sparse blocks) and
-// gemma3_text (GeGLU, its four norms, the embedding scale). The attention layers come from
-// io/gpt2.hpp and io/llama.hpp; here the embeddings, norms, MLPs and the LM head. A family, an
-// activation or a setting the model code does not cover (a final soft-cap, say) is refused by name.
+// GPT-2 (GPT2LMHeadModel), and from the attention loader's table (io/llama.hpp, Family::model) the
+// families whose blocks headwise has: llama, qwen2, qwen3, qwen3_moe, mistral, ministral,
+// ministral3, smollm3, phi3 (SwiGLU; Qwen3-MoE's sparse blocks; Phi-3's fused gate_up_proj),
+// gemma2 and gemma3_text (GeGLU, four norms, the embedding scale, Gemma 2's final soft-cap) and
+// olmo2 (norms after attention and MLP only). The attention layers come from io/gpt2.hpp and
+// io/llama.hpp; here the embeddings, norms, MLPs and the LM head. A family, an activation or a
+// setting the model code does not cover is refused by name (gemma4_text, gpt_oss, llama4_text and
+// qwen3_next say what they lack).
 #pragma once
 
 #include <cmath>
@@ -95,21 +98,29 @@ model::DecoderModel<Scalar> load_gpt2_model(const std::string& folder, const std
   return m;
 }
 
-/// A dense gated MLP model.layers.L.mlp.{gate,up,down}_proj, or expert E's under mlp.experts.E.
+/// A dense gated MLP under `prefix`: {gate,up,down}_proj, or Phi-3's gate_up_proj (the gate's
+/// rows first) and down_proj.
 template <class Scalar>
 model::FeedForward<Scalar> gated_mlp(const ModelTensors& t, const std::string& prefix, std::uint64_t d, std::uint64_t inner,
-                                     model::Activation a) {
+                                     model::Activation a, bool fused_gate_up = false) {
   model::FeedForward<Scalar> f;
   f.activation = a;
-  f.w_gate = t.linear<Scalar>(prefix + "gate_proj.weight", inner, d);
-  f.w_up = t.linear<Scalar>(prefix + "up_proj.weight", inner, d);
+  if (fused_gate_up) {
+    const Matrix<Scalar> gate_up = t.linear<Scalar>(prefix + "gate_up_proj.weight", 2 * inner, d);
+    f.w_gate = gate_up.leftCols(static_cast<Index>(inner));
+    f.w_up = gate_up.rightCols(static_cast<Index>(inner));
+  } else {
+    f.w_gate = t.linear<Scalar>(prefix + "gate_proj.weight", inner, d);
+    f.w_up = t.linear<Scalar>(prefix + "up_proj.weight", inner, d);
+  }
   f.w_down = t.linear<Scalar>(prefix + "down_proj.weight", d, inner);
   return f;
 }
 
 /// Layer L's MLP: Qwen3-MoE's sparse block where L is sparse, else the dense gated MLP.
 template <class Scalar>
-void read_mlp(const ConfigReader& r, const ModelTensors& t, Index l, std::uint64_t d, model::Activation a, model::Block<Scalar>& b) {
+void read_mlp(const ConfigReader& r, const ModelTensors& t, const WholeModel& shape, Index l, std::uint64_t d, model::Activation a,
+              model::Block<Scalar>& b) {
   const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
   const Index experts = r.has("num_experts") ? r.integer("num_experts") : 0;
   bool sparse = experts > 0 && (l + 1) % r.integer("decoder_sparse_step", 1) == 0;
@@ -117,7 +128,7 @@ void read_mlp(const ConfigReader& r, const ModelTensors& t, Index l, std::uint64
     for (const auto& v : r.json().at("mlp_only_layers"))
       if (v.is_number_integer() && v.get<Index>() == l) sparse = false;
   if (!sparse) {
-    b.mlp = gated_mlp<Scalar>(t, p, d, static_cast<std::uint64_t>(r.integer("intermediate_size")), a);
+    b.mlp = gated_mlp<Scalar>(t, p, d, static_cast<std::uint64_t>(r.integer("intermediate_size")), a, shape.fused_gate_up);
     return;
   }
   model::MixtureOfExperts<Scalar> moe;
@@ -130,47 +141,59 @@ void read_mlp(const ConfigReader& r, const ModelTensors& t, Index l, std::uint64
   b.experts = std::move(moe);
 }
 
-/// The Llama-style families: RMSNorms (Gemma's (1 + w) and its extra norms), gated MLPs, an LM
-/// head or the tied embedding.
+/// The settings of a Llama-style family's config that the model code reads or refuses.
+inline void check_model_config(const ConfigReader& r, const std::string& type, const WholeModel& shape) {
+  if (shape.norms == WholeModel::Norms::none)
+    r.fail("model_type \"" + type + "\" has attention headwise loads, but the model code lacks " + shape.missing +
+           ": load its attention layers (io/llama.hpp)");
+  const char* act_key = shape.gemma ? "hidden_activation" : "hidden_act";
+  const std::string act = r.string(act_key);
+  if (act != (shape.gemma ? "gelu_pytorch_tanh" : "silu"))
+    r.fail(std::string(act_key) + " \"" + act + "\" is not one the model code has for " + type);
+  if (r.boolean("mlp_bias", false)) r.fail("\"mlp_bias\" = true: the model code reads MLPs without biases");
+  if (r.has("num_experts") && type != "qwen3_moe") r.fail("\"num_experts\" is set: only qwen3_moe's experts are read");
+  if (r.has("final_logit_softcapping") && !shape.gemma)
+    r.fail("\"final_logit_softcapping\" is set, which " + type + " does not apply");
+}
+
+/// The Llama-style families, arranged as the loader table (io/llama.hpp, WholeModel) says: RMSNorms
+/// before, before and after, or after the attention and the MLP (Gemma's (1 + w) form), gated MLPs
+/// or Qwen3-MoE's experts, an LM head or the tied embedding, Gemma 2's final soft-cap.
 template <class Scalar>
 model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, const std::string& config_text) {
   const LlamaConfig config = parse_llama_config(config_text, folder + "/config.json");
   const ConfigReader r(config_text, "model config", folder + "/config.json");
-  const std::string& type = config.model_type;
-  const bool gemma = type == "gemma3_text";
-  if (!gemma && type != "llama" && type != "qwen2" && type != "qwen3" && type != "qwen3_moe" && type != "mistral")
-    r.fail("model_type \"" + type + "\" has attention headwise loads, but no whole-model code yet (llama, qwen2, qwen3, qwen3_moe, "
-           "mistral, gemma3_text)");
-  const std::string act = r.string(gemma ? "hidden_activation" : "hidden_act");
-  if (act != (gemma ? "gelu_pytorch_tanh" : "silu"))
-    r.fail(std::string(gemma ? "hidden_activation" : "hidden_act") + " \"" + act + "\" is not one the model code has for " + type);
-  if (r.has("final_logit_softcapping")) r.fail("\"final_logit_softcapping\" is set, which the model code does not apply");
+  const WholeModel& shape = family_of(config.model_type)->model;
+  check_model_config(r, config.model_type, shape);
   const Checkpoint checkpoint = Checkpoint::open(folder);
   const ModelTensors t(checkpoint, "headwise: model: " + folder + ": ");
   const auto d = static_cast<std::uint64_t>(config.hidden_size), vocab = static_cast<std::uint64_t>(r.integer("vocab_size"));
   const double eps = r.number(r.json(), "rms_norm_eps", 1e-6);
   using Kind = typename model::Norm<Scalar>::Kind;
-  const Kind kind = gemma ? Kind::rms_offset : Kind::rms;
-  const model::Activation a = gemma ? model::Activation::gelu_tanh : model::Activation::silu;
+  using N = WholeModel::Norms;
+  const Kind kind = shape.gemma ? Kind::rms_offset : Kind::rms;
+  const model::Activation a = shape.gemma ? model::Activation::gelu_tanh : model::Activation::silu;
+  const auto norm = [&](const std::string& name) { return norm_of<Scalar>(t, name, d, kind, eps); };
   model::DecoderModel<Scalar> m;
   m.embedding = t.matrix<Scalar>("model.embed_tokens.weight", vocab, d);
-  if (gemma) m.embedding_scale = static_cast<double>(static_cast<Scalar>(std::sqrt(double(config.hidden_size))));
+  if (shape.gemma) m.embedding_scale = static_cast<double>(static_cast<Scalar>(std::sqrt(double(config.hidden_size))));
+  if (shape.gemma && r.has("final_logit_softcapping")) m.logit_softcap = r.number(r.json(), "final_logit_softcapping", 0.0);
   for (Index l = 0; l < config.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    model::Block<Scalar> b{norm_of<Scalar>(t, p + "input_layernorm", d, kind, eps), load_llama_attention<Scalar>(checkpoint, config, l),
-                           std::nullopt, {}, {}, std::nullopt, std::nullopt};
-    if (gemma) {
-      b.post_attention_norm = norm_of<Scalar>(t, p + "post_attention_layernorm", d, kind, eps);
-      b.mlp_norm = norm_of<Scalar>(t, p + "pre_feedforward_layernorm", d, kind, eps);
-      b.post_mlp_norm = norm_of<Scalar>(t, p + "post_feedforward_layernorm", d, kind, eps);
-    } else {
-      b.mlp_norm = norm_of<Scalar>(t, p + "post_attention_layernorm", d, kind, eps);
+    model::Block<Scalar> b{std::nullopt, load_llama_attention<Scalar>(checkpoint, config, l), std::nullopt, std::nullopt, {},
+                           std::nullopt, std::nullopt};
+    if (shape.norms != N::after) b.attention_norm = norm(p + "input_layernorm");
+    if (shape.norms == N::before) b.mlp_norm = norm(p + "post_attention_layernorm");  // (Llama's name for its MLP's norm)
+    if (shape.norms == N::before_and_after) b.mlp_norm = norm(p + "pre_feedforward_layernorm");
+    if (shape.norms != N::before) {
+      b.post_attention_norm = norm(p + "post_attention_layernorm");
+      b.post_mlp_norm = norm(p + "post_feedforward_layernorm");
     }
-    read_mlp<Scalar>(r, t, l, d, a, b);
+    read_mlp<Scalar>(r, t, shape, l, d, a, b);
     m.blocks.push_back(std::move(b));
   }
-  m.final_norm = norm_of<Scalar>(t, "model.norm", d, kind, eps);
-  const bool tied = r.boolean("tie_word_embeddings", gemma);  // the config classes' defaults
+  m.final_norm = norm("model.norm");
+  const bool tied = r.boolean("tie_word_embeddings", shape.tied);
   m.unembedding = tied ? Matrix<Scalar>(m.embedding.transpose()) : Matrix<Scalar>(t.matrix<Scalar>("lm_head.weight", vocab, d).transpose());
   return m;
 }

@@ -539,32 +539,48 @@ inline void read_qwen3_next(const ConfigReader& r, LlamaConfig& c) {
   refuse_unread(r, "use_sliding_window", c.model_type);
 }
 
-/// One family: its model_type and what it reads.
+/// What the whole-model loader (io/decoder_model.hpp) builds around a family's attention layers.
+struct WholeModel {
+  /// Where the block's RMSNorms sit: before attention and MLP (Llama), before and after both
+  /// (Gemma 2 and 3), after only (OLMo 2); none: no whole-model code for the family.
+  enum class Norms { none, before, before_and_after, after };
+  Norms norms = Norms::none;
+  bool gemma = false;             ///< (1 + w) norms, embeddings times sqrt(d_model), `hidden_activation`
+  bool tied = false;              ///< tie_word_embeddings where the config leaves it out (its config class's default)
+  bool fused_gate_up = false;     ///< Phi-3: one mlp.gate_up_proj [2 inner, d], the gate's rows first
+  const char* missing = nullptr;  ///< what the model code lacks, where norms is none
+};
+
+/// One family: its model_type, what it reads, and its whole model.
 struct Family {
   const char* model_type;
   void (*read)(const ConfigReader&, LlamaConfig&);
   const char* rope_key;  ///< a key of its RoPE object besides the rope_type's own, or null
   bool rope_by_layer_type = false;  ///< its RoPE differs by layer type (read by `read`, not before it)
+  WholeModel model = {};
 };
 
 inline const Family* family_of(const std::string& model_type) {
+  using N = WholeModel::Norms;
   static const Family families[] = {
-      {"llama", read_llama, nullptr},
-      {"qwen2", read_qwen2, nullptr},
-      {"qwen3", read_qwen3, nullptr},
-      {"qwen3_moe", read_qwen3, nullptr},
-      {"mistral", read_mistral, nullptr},
-      {"ministral", read_mistral, nullptr},
-      {"ministral3", read_ministral3, "llama_4_scaling_beta"},
-      {"gemma2", read_gemma2, nullptr},
-      {"gemma3_text", read_gemma3, nullptr, true},
-      {"gemma4_text", read_gemma4, nullptr, true},
-      {"gpt_oss", read_gpt_oss, nullptr},
-      {"phi3", read_phi3, nullptr},
-      {"llama4_text", read_llama4, nullptr},
-      {"smollm3", read_smollm3, nullptr},
-      {"olmo2", read_olmo2, nullptr},
-      {"qwen3_next", read_qwen3_next, nullptr},
+      {"llama", read_llama, nullptr, false, {N::before}},
+      {"qwen2", read_qwen2, nullptr, false, {N::before}},
+      {"qwen3", read_qwen3, nullptr, false, {N::before}},
+      {"qwen3_moe", read_qwen3, nullptr, false, {N::before}},
+      {"mistral", read_mistral, nullptr, false, {N::before}},
+      {"ministral", read_mistral, nullptr, false, {N::before}},
+      {"ministral3", read_ministral3, "llama_4_scaling_beta", false, {N::before}},
+      {"gemma2", read_gemma2, nullptr, false, {N::before_and_after, true, true}},
+      {"gemma3_text", read_gemma3, nullptr, true, {N::before_and_after, true, true}},
+      {"gemma4_text", read_gemma4, nullptr, true, {N::none, false, false, false, "per-layer inputs (PLE) and layer scalars"}},
+      {"gpt_oss", read_gpt_oss, nullptr, false, {N::none, false, false, false, "gpt-oss's experts (a biased router, clamped SwiGLU)"}},
+      {"phi3", read_phi3, nullptr, false, {N::before, false, false, true}},
+      {"llama4_text", read_llama4, nullptr, false,
+       {N::none, false, false, false, "Llama 4's experts (a sigmoid router and a shared expert)"}},
+      {"smollm3", read_smollm3, nullptr, false, {N::before, false, true}},
+      {"olmo2", read_olmo2, nullptr, false, {N::after}},
+      {"qwen3_next", read_qwen3_next, nullptr, false,
+       {N::none, false, false, false, "its linear-attention (Gated DeltaNet) layers and gated experts"}},
   };
   for (const Family& f : families)
     if (model_type == f.model_type) return &f;

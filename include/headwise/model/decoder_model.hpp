@@ -1,8 +1,9 @@
 // A whole decoder model around headwise's attention layers, one block type with small parts:
 // token embeddings (GPT-2 adds learned positions; Gemma multiplies by sqrt(d_model)); per block a
-// norm, the attention layer, an optional norm of its output (Gemma 3), a norm, the MLP (GPT-2's
-// gelu_new MLP, SwiGLU, GeGLU, or Qwen3-MoE's top-k experts), an optional norm of its output; then
-// the final norm and the LM head (W_U, tied to the embedding or not). A run records the residual stream
+// norm before the attention layer and one after it, a norm before the MLP (GPT-2's gelu_new MLP,
+// SwiGLU, GeGLU, or Qwen3-MoE's top-k experts) and one after it, each present or not (GPT-2 and
+// Llama norm before, Gemma 2 and 3 before and after, OLMo 2 after only); then the final norm, the
+// LM head (W_U, tied to the embedding or not) and Gemma 2's soft-cap of the logits. A run records the residual stream
 // at TransformerLens's hook names, only the hooks asked for: no (n, n) pattern is held unless one is.
 //
 //   auto model = headwise::io::load_decoder_model<float>("gpt2/");
@@ -142,17 +143,24 @@ struct MixtureOfExperts {
   }
 };
 
-/// One block: x += post_attention(attention(attention_norm(x))); x += post_mlp(mlp(mlp_norm(x))).
+/// One block: x += post_attention(attention(attention_norm(x))); x += post_mlp(mlp(mlp_norm(x))),
+/// where an absent norm passes its input through.
 template <class Scalar>
 struct Block {
-  Norm<Scalar> attention_norm;
+  std::optional<Norm<Scalar>> attention_norm;       ///< absent in OLMo 2
   MultiHeadAttention<Scalar> attention;
-  std::optional<Norm<Scalar>> post_attention_norm;  ///< Gemma 3
-  Norm<Scalar> mlp_norm;
+  std::optional<Norm<Scalar>> post_attention_norm;  ///< Gemma 2 and 3, OLMo 2
+  std::optional<Norm<Scalar>> mlp_norm;             ///< absent in OLMo 2
   FeedForward<Scalar> mlp;                          ///< the dense MLP, unless `experts` is set
   std::optional<MixtureOfExperts<Scalar>> experts;  ///< Qwen3-MoE's sparse blocks
-  std::optional<Norm<Scalar>> post_mlp_norm;        ///< Gemma 3
+  std::optional<Norm<Scalar>> post_mlp_norm;        ///< Gemma 2 and 3, OLMo 2
 };
+
+/// x through `norm`, or x itself where the block has no norm there.
+template <class Scalar>
+Matrix<Scalar> normed(const std::optional<Norm<Scalar>>& norm, Matrix<Scalar> x) {
+  return norm ? norm->apply(x) : x;
+}
 
 /// What a run records and changes.
 template <class Scalar>
@@ -196,6 +204,7 @@ class DecoderModel {
   Matrix<Scalar> embedding;        ///< (vocab, d_model)
   Matrix<Scalar> positions;        ///< (n_positions, d_model): GPT-2's learned positions; empty: none
   double embedding_scale = 1.0;    ///< Gemma: sqrt(d_model), rounded to Scalar
+  double logit_softcap = 0.0;      ///< Gemma 2: logits = cap tanh(logits / cap); 0: none
   std::vector<Block<Scalar>> blocks;
   Norm<Scalar> final_norm;
   /// W_U, (d_model, vocab): logits = x W_U. The LM head transposed, or the embedding's transpose
@@ -253,7 +262,7 @@ class DecoderModel {
       const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
       if (caches[static_cast<std::size_t>(l)].size() != first)
         detail::invalid("DecoderModel::decode", "the caches hold different numbers of tokens (layer ", l, ")");
-      Matrix<Scalar> attn = b.attention.forward_incremental(b.attention_norm.apply(x), caches[static_cast<std::size_t>(l)]);
+      Matrix<Scalar> attn = b.attention.forward_incremental(normed(b.attention_norm, x), caches[static_cast<std::size_t>(l)]);
       x = finish_block(b, std::move(x), std::move(attn));
     }
     return head_of(final_norm.apply(x));
@@ -299,19 +308,23 @@ class DecoderModel {
  private:
   /// x + post(attn), then the MLP half of the block (decoding's path; run_block records hooks).
   Matrix<Scalar> finish_block(const Block<Scalar>& b, Matrix<Scalar> x, Matrix<Scalar> attn) const {
-    if (b.post_attention_norm) attn = b.post_attention_norm->apply(attn);
-    x += attn;
-    const Matrix<Scalar> m = b.mlp_norm.apply(x);
-    Matrix<Scalar> mlp = b.experts ? b.experts->forward(m) : b.mlp.forward(m);
-    if (b.post_mlp_norm) mlp = b.post_mlp_norm->apply(mlp);
-    return x + mlp;
+    x += normed(b.post_attention_norm, std::move(attn));
+    const Matrix<Scalar> m = normed(b.mlp_norm, x);
+    return x + normed(b.post_mlp_norm, b.experts ? b.experts->forward(m) : b.mlp.forward(m));
   }
-  /// The LM head: x W_U.
+  /// The LM head: x W_U, soft-capped where the model says so.
   Matrix<Scalar> head_of(const Matrix<Scalar>& x) const {
     if (unembedding.rows() != d_model() || unembedding.cols() != vocab_size())
       detail::invalid("DecoderModel::run", "unembedding is ", unembedding.rows(), "x", unembedding.cols(), ", expected ", d_model(), "x",
                       vocab_size(), " (d_model, vocab)");
-    return times<Scalar>(x, unembedding);
+    if (!(logit_softcap >= 0.0 && std::isfinite(logit_softcap)))
+      detail::invalid("DecoderModel::run", "logit_softcap is ", logit_softcap, " (0: none, or a positive cap)");
+    Matrix<Scalar> logits = times<Scalar>(x, unembedding);
+    if (logit_softcap > 0.0) {
+      const auto cap = static_cast<Scalar>(logit_softcap);
+      logits = logits.unaryExpr([cap](Scalar u) { return std::tanh(u / cap) * cap; });
+    }
+    return logits;
   }
   static Index choose(const Eigen::Ref<const RowVector<Scalar>>& logits, const Sampling& s, std::mt19937_64& rng) {
     Index best = 0;
@@ -332,19 +345,19 @@ class DecoderModel {
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
     const std::string p = "blocks." + std::to_string(l) + ".";
     x = at(p + "hook_resid_pre", std::move(x), options, out);
-    const Matrix<Scalar> a = at(p + "attn_in", b.attention_norm.apply(x), options, out);
+    const Matrix<Scalar> a = at(p + "attn_in", normed(b.attention_norm, x), options, out);
     record_attention(l, b.attention, a, p, options, out);
     const auto iv = options.interventions.find(l);
     Matrix<Scalar> attn = at(p + "attn.output", b.attention.forward(a, {}, iv == options.interventions.end() ? nullptr : &iv->second),
                              options, out);
-    if (b.post_attention_norm) attn = b.post_attention_norm->apply(attn);
+    attn = normed(b.post_attention_norm, std::move(attn));
     x = at(p + "hook_resid_mid", x + at(p + "hook_attn_out", std::move(attn), options, out), options, out);
-    const Matrix<Scalar> m = at(p + "mlp_in", b.mlp_norm.apply(x), options, out);
+    const Matrix<Scalar> m = at(p + "mlp_in", normed(b.mlp_norm, x), options, out);
     Routing<Scalar> routing;
     Matrix<Scalar> mlp = b.experts ? b.experts->forward(m, &routing) : b.mlp.forward(m);
     if (b.experts && options.hooks.count(p + "mlp.routing")) out.routing[l] = std::move(routing);
     mlp = at(p + "mlp.output", std::move(mlp), options, out);
-    if (b.post_mlp_norm) mlp = b.post_mlp_norm->apply(mlp);
+    mlp = normed(b.post_mlp_norm, std::move(mlp));
     return at(p + "hook_resid_post", x + at(p + "hook_mlp_out", std::move(mlp), options, out), options, out);
   }
 
