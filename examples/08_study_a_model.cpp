@@ -1,11 +1,13 @@
 // Example 8: a whole model from text. Tokenize a sentence, run the model, print the most likely
 // next tokens, score every head of every layer (previous-token, duplicate-token, induction on a
-// repeated random sequence, first-token, sink mass) and write a page of layer x head heatmaps.
+// repeated random sequence, first-token, sink mass), measure two signed effects of every head (how
+// zero-ablating it changes the loss of the next tokens; its direct attribution to the top next
+// token's logit against the runner-up's) and write a page of layer x head heatmaps.
 //
 //   08_study_a_model [checkpoint folder] ["text"] [tokenizer folder] [page.html]
 //
 // The checkpoint folder holds config.json and model.safetensors (GPT-2, Llama, Qwen2/3,
-// Qwen3-MoE, Mistral, Gemma 3); the tokenizer folder tokenizer.json (or GPT-2's vocab.json and
+// Qwen3-MoE, Mistral, Ministral 3, SmolLM3, Phi-3, Gemma 2/3, OLMo 2); the tokenizer folder tokenizer.json (or GPT-2's vocab.json and
 // merges.txt), by default the checkpoint folder itself. Without arguments: the tests' tiny GPT-2
 // with GPT-2's real tokenizer, on "When Mary and John went to the store, John gave a drink to".
 #include <algorithm>
@@ -48,9 +50,19 @@ int main(int argc, char** argv) {
     std::printf("most likely next tokens:");
     for (int i = 0; i < 5; ++i) std::printf(" \"%s\" (%.3f)", bpe.decode({order[static_cast<std::size_t>(i)]}).c_str(), double(last(order[static_cast<std::size_t>(i)])));
     std::printf("\n\n");
-    const auto scores = headwise::interpret::score_model_heads(model, ids, /*induction_length=*/20, /*seed=*/0);
-    std::printf("%s\n", headwise::interpret::head_score_table(scores).c_str());
-    std::ofstream(page) << headwise::interpret::head_score_page(scores, folder + ": \"" + text + "\"");
+    namespace hi = headwise::interpret;
+    const auto scores = hi::score_model_heads(model, ids, /*induction_length=*/20, /*seed=*/0);
+    const auto loss = [&](const headwise::Matrix<float>& l) { return headwise::model::next_token_loss(l, ids); };
+    std::vector<hi::HeadEffect> effects{{"ablation: loss change", hi::head_ablation_effects(model, ids, loss)}};
+    hi::LogitDirection top;  // the top next token's logit against the runner-up's
+    top.token = order[0], top.baseline = order[1];
+    try {
+      effects.push_back({"direct logit attr.", hi::direct_logit_attribution(model, ids, top)});
+    } catch (const std::invalid_argument& e) {
+      std::printf("(no direct logit attribution: %s)\n", e.what());
+    }
+    std::printf("%s\n", hi::head_score_table(scores, effects).c_str());
+    hi::write_file(page, hi::head_score_page(scores, folder + ": \"" + text + "\"", effects));
     std::printf("wrote %s\n", page.c_str());
     return 0;
   } catch (const std::exception& e) {

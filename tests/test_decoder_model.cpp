@@ -306,3 +306,52 @@ TEST_CASE("Head studies over a whole model: the scores from PyTorch's patterns, 
   CHECK_THAT(page, Catch::StartsWith("<!DOCTYPE html>") && Catch::Contains("induction score of every head"));
   CHECK_THROWS_WITH(interpret::score_model_heads(model, {1}), Catch::Contains("the text has 1 tokens: at least 2 are needed"));
 }
+
+TEST_CASE("Signed head effects over a whole model: ablation effects from PyTorch's ablated logits, direct logit attribution "
+          "from PyTorch's Z, on a diverging page", "[model][fixture][interpret]") {
+  const auto model = io::load_decoder_model<double>(headwise_test::data_path("gpt2-model-tiny"));
+  const io::SafetensorsFile ref = headwise_test::load_fixture("gpt2-model-tiny/model-reference.safetensors");
+  const std::vector<Index> ids = ids_of(ref, "input_ids");
+  const Index last = Index(ids.size()) - 1, token = ids[3], baseline = ids[1];  // " John" against " Mary"
+  const auto logit_difference = [&](const Matrix<double>& logits) { return logits(last, token) - logits(last, baseline); };
+  // Zero-ablating head 1.2 (the fixture's ablation): the change PyTorch's two runs show.
+  const Matrix<double> effects = interpret::head_ablation_effects(model, ids, logit_difference);
+  CHECK(effects(1, 2) == Approx(logit_difference(ref.matrix<double>("interventions.zero_ablate.logits.f64")) -
+                                logit_difference(ref.matrix<double>("logits.f64"))).epsilon(1e-10));
+  const Matrix<double> mean_effects = interpret::head_ablation_effects(model, ids, logit_difference, interpret::Ablation::mean);
+  CHECK((mean_effects.array() != effects.array()).any());
+  // Direct logit attribution: Z_h W_O[h] of PyTorch's run through ln_f with its scale frozen at
+  // PyTorch's final residual (TransformerLens's apply_ln_to_stack), written out here.
+  interpret::LogitDirection direction;
+  direction.token = token, direction.baseline = baseline;
+  const Matrix<double> dla = interpret::direct_logit_attribution(model, ids, direction);
+  const io::SafetensorsFile weights = headwise_test::load_fixture("gpt2-model-tiny/model.safetensors");
+  const Eigen::RowVectorXd x = ref.matrix<double>("blocks.2.hook_resid_post.f64").row(last);
+  const double sigma = std::sqrt((x.array() - x.mean()).square().mean() + 1e-5);
+  const Matrix<double> wte = weights.matrix<double>("transformer.wte.weight");
+  const Eigen::RowVectorXd u = (wte.row(token) - wte.row(baseline)).array() * weights.row_vector<double>("transformer.ln_f.weight").array();
+  for (Index l = 0; l < 3; ++l) {
+    const Matrix<double> z = rows_of(ref, "blocks." + std::to_string(l) + ".attn.hook_z.f64");
+    const Matrix<double> w_o = weights.matrix<double>("transformer.h." + std::to_string(l) + ".attn.c_proj.weight");  // Conv1D [in, out]
+    for (Index h = 0; h < 4; ++h) {
+      CAPTURE(l, h);
+      const Eigen::RowVectorXd c = z.row(last).segment(h * 12, 12) * w_o.middleRows(h * 12, 12);
+      CHECK(dla(l, h) == Approx((c.array() - c.mean()).matrix().dot(u) / sigma).epsilon(1e-10).margin(1e-12));
+    }
+  }
+  // The table and the page show them signed: a diverging scale, red cells for negative values.
+  const interpret::ModelHeadScores s = interpret::score_model_heads(model, ids);
+  const std::vector<interpret::HeadEffect> shown{{"ablation effect", effects}, {"direct logit attribution", dla}};
+  CHECK_THAT(interpret::head_score_table(s, shown), Catch::Contains("direct logit attribution") && Catch::Contains("-") &&
+                                                       Catch::Contains("+"));
+  const std::string page = interpret::head_score_page(s, "signed", shown);
+  CHECK_THAT(page, Catch::Contains("ablation effect of every head") && Catch::Contains("red: below 0, blue: above 0"));
+  CHECK_THAT(page, Catch::Contains("fill=\"rgb(255,"));  // some effect is negative
+  CHECK_THROWS_WITH(interpret::head_score_page(s, "bad", {{"wrong", Matrix<double>::Zero(2, 2)}}),
+                    Catch::Contains("the effect \"wrong\" is 2x2, the scores are 3x4 (layers x heads)"));
+  direction.token = 50257;
+  CHECK_THROWS_WITH(interpret::direct_logit_attribution(model, ids, direction), Catch::Contains("token 50257 is not in [0, 50257)"));
+  const auto gemma = io::load_decoder_model<double>(headwise_test::data_path("gemma3-model-tiny"));
+  CHECK_THROWS_WITH(interpret::direct_logit_attribution(gemma, {1, 2, 3}, interpret::LogitDirection{}),
+                    Catch::Contains("block 0 norms its attention output"));
+}

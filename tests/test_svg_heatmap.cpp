@@ -1,4 +1,5 @@
 // The SVG heatmap, read back with a real XML parser (libxml2): every cell is there with its value.
+#include <limits>
 #include <string>
 
 #include <libxml/parser.h>
@@ -65,4 +66,26 @@ TEST_CASE("the SVG heatmap parses as XML and holds every cell and its value", "[
   CHECK_THAT(page, Catch::Matchers::Contains("<figcaption>head 0.0</figcaption>"));
   REQUIRE_THROWS_WITH(interpret::svg_heatmap(a, {"a"}, {"a", "b", "c"}, "t"),
                       "headwise: svg_heatmap: labels for 1 rows and 3 columns, the weights are 3x3");
+}
+
+TEST_CASE("the diverging scale: red below zero, white at zero, blue above, symmetric; non-finite values refused", "[interpret][svg]") {
+  Matrix<double> e(1, 4);
+  e << -2, 0, 1, 2;
+  interpret::Shading diverging;
+  diverging.scale = interpret::Shading::Scale::diverging;
+  const std::string svg = interpret::svg_heatmap(e, {"layer 0"}, {"a", "b", "c", "d"}, "effects", 30, diverging);
+  CHECK_THAT(svg, Catch::Contains("data-col=\"0\" data-value=\"-2\"") && Catch::Contains("fill=\"rgb(255,55,55)\""));   // -limit: deep red
+  CHECK_THAT(svg, Catch::Contains("fill=\"rgb(255,255,255)\""));                                                         // 0: white
+  CHECK_THAT(svg, Catch::Contains("fill=\"rgb(155,155,255)\"") && Catch::Contains("fill=\"rgb(55,55,255)\""));          // +limit/2, +limit
+  CHECK_THAT(svg, Catch::Contains("full colour at |value| 2"));
+  diverging.limit = 4;  // a given limit: 2 is half way
+  CHECK_THAT(interpret::svg_heatmap(e, {"layer 0"}, {"a", "b", "c", "d"}, "effects", 30, diverging),
+             Catch::Contains("fill=\"rgb(255,155,155)\""));
+  e(0, 2) = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(interpret::svg_heatmap(e, {"layer 0"}, {"a", "b", "c", "d"}, "effects", 30, diverging),
+                    Catch::Contains("the value at row 0, column 2 is nan (not finite)"));
+  CHECK_THROWS_WITH(interpret::svg_heatmap(e, {"layer 0"}, {"a", "b", "c", "d"}, "effects"), Catch::Contains("(not finite)"));
+  diverging.limit = -1;
+  CHECK_THROWS_WITH(interpret::svg_heatmap(Matrix<double>(Matrix<double>::Zero(1, 1)), {"a"}, {"b"}, "t", 30, diverging),
+                    Catch::Contains("the shading's limit is -1"));
 }

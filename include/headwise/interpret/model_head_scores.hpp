@@ -1,11 +1,15 @@
 // Head studies over a whole model: for every layer and head, the previous-token, duplicate-token,
 // first-token and sink-mass scores on a text, and the induction score on a repeated random sequence
-// (as the literature measures it: a perfect induction head scores 1), in one call; a table, and an
-// HTML page with a layer x head heatmap per score (svg_heatmap.hpp). The patterns come from one
-// run of the model that records every layer's (O(layers heads n²) memory for that run).
+// (as the literature measures it: a perfect induction head scores 1), in one call; signed per-head
+// effects: each head's ablation effect on a metric of the logits (a patching effect) and its direct
+// logit attribution (a contribution); a table, and an HTML page with a layer x head heatmap per
+// score (svg_heatmap.hpp; [0, 1] scores in blue, signed effects on a diverging red-blue scale). The
+// patterns come from one run of the model that records every layer's (O(layers heads n²) memory for
+// that run).
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <random>
 #include <sstream>
@@ -79,29 +83,144 @@ ModelHeadScores score_model_heads(const model::DecoderModel<Scalar>& m, const st
   return s;
 }
 
-/// A plain-text table: one row per layer and head, one column per score.
-inline std::string head_score_table(const ModelHeadScores& s) {
+/// A signed quantity per layer and head, for the table and the page (a diverging colour scale): a
+/// patching effect, a direct contribution.
+struct HeadEffect {
+  std::string name;
+  Matrix<double> values;  ///< (layers, heads)
+};
+
+/// What an ablated head's Z becomes: zero, or its mean over the text's positions in the clean run.
+enum class Ablation { zero, mean };
+
+/// The effect of ablating each head alone on metric(logits) (a callable taking the (n, vocab)
+/// logits, returning a double: a logit difference, a loss): metric(ablated) - metric(clean), per
+/// layer and head, one run of the model per head.
+template <class Scalar, class Metric>
+Matrix<double> head_ablation_effects(const model::DecoderModel<Scalar>& m, const std::vector<Index>& ids, const Metric& metric,
+                                     Ablation ablation = Ablation::zero) {
+  const Index L = m.n_layers(), H = L ? m.blocks.front().attention.n_heads() : 0;
+  model::RunOptions<Scalar> record;
+  if (ablation == Ablation::mean)
+    for (Index l = 0; l < L; ++l) record.hooks.insert("blocks." + std::to_string(l) + ".attn.hook_z");
+  const model::ModelRun<Scalar> clean = m.run(ids, record);
+  const double baseline = static_cast<double>(metric(clean.logits));
+  Matrix<double> effects(L, H);
+  for (Index l = 0; l < L; ++l)
+    for (Index h = 0; h < H; ++h) {
+      model::RunOptions<Scalar> o;
+      HeadInterventions<Scalar> iv(m.blocks[static_cast<std::size_t>(l)].attention.n_heads());
+      if (ablation == Ablation::zero) {
+        iv.ablate(h);
+      } else {
+        const Matrix<Scalar>& z = clean.hooks.at("blocks." + std::to_string(l) + ".attn.hook_z");
+        const Index d = z.cols() / iv.n_heads();
+        iv.ablate_with_mean(h, z.middleCols(h * d, d).colwise().mean());
+      }
+      o.interventions.emplace(l, std::move(iv));
+      effects(l, h) = static_cast<double>(metric(m.run(ids, o).logits)) - baseline;
+    }
+  return effects;
+}
+
+/// Which logit direct attribution measures: logit(token) - logit(baseline) at `position`
+/// (-1: the last; baseline -1: logit(token) alone).
+struct LogitDirection {
+  Index token = 0;
+  Index baseline = -1;
+  Index position = -1;
+};
+
+/// Direct logit attribution: what each head's output at the position, Z_h W_O[h], adds to the
+/// direction's logit difference straight through the final norm, its scale frozen at the clean
+/// run's (as TransformerLens's apply_ln_to_stack does): the heads' shares of the logit, without the
+/// paths through later layers. Refused where a block norms its attention output (Gemma, OLMo 2:
+/// the heads' outputs are not a sum there) or the logits are soft-capped.
+template <class Scalar>
+Matrix<double> direct_logit_attribution(const model::DecoderModel<Scalar>& m, const std::vector<Index>& ids, const LogitDirection& d) {
+  constexpr const char* where = "direct_logit_attribution";
+  const Index n = static_cast<Index>(ids.size()), L = m.n_layers(), position = d.position < 0 ? n - 1 : d.position;
+  if (position < 0 || position >= n) detail::invalid(where, "position ", d.position, " is not one of the ", n, " tokens");
+  if (d.token < 0 || d.token >= m.vocab_size()) detail::invalid(where, "token ", d.token, " is not in [0, ", m.vocab_size(), ")");
+  if (d.baseline < -1 || d.baseline >= m.vocab_size())
+    detail::invalid(where, "baseline ", d.baseline, " is not in [0, ", m.vocab_size(), ") (or -1: none)");
+  if (m.logit_softcap > 0) detail::invalid(where, "the logits are soft-capped: not a sum of the heads' parts");
+  if (L == 0) return Matrix<double>(0, 0);
+  model::RunOptions<Scalar> o;
+  for (Index l = 0; l < L; ++l) {
+    if (m.blocks[static_cast<std::size_t>(l)].post_attention_norm)
+      detail::invalid(where, "block ", l, " norms its attention output: the heads' outputs are not a sum there");
+    o.hooks.insert("blocks." + std::to_string(l) + ".attn.hook_z");
+  }
+  const std::string last = "blocks." + std::to_string(L - 1) + ".hook_resid_post";
+  o.hooks.insert(last);
+  const model::ModelRun<Scalar> run = m.run(ids, o);
+  // The final norm, linear with its scale frozen: c -> (c - mean(c) for LayerNorm) / sigma ∘ w.
+  const model::Norm<Scalar>& f = m.final_norm;
+  const bool centred = f.kind == model::Norm<Scalar>::Kind::layer_norm;
+  const Eigen::RowVectorXd x = run.hooks.at(last).row(position).template cast<double>();
+  const double mean = centred ? x.mean() : 0.0;
+  const double sigma = std::sqrt((x.array() - mean).square().mean() + f.eps);
+  Eigen::RowVectorXd w = f.weight.template cast<double>();
+  if (f.kind == model::Norm<Scalar>::Kind::rms_offset) w.array() += 1.0;
+  Eigen::VectorXd u = m.unembedding.col(d.token).template cast<double>();
+  if (d.baseline >= 0) u -= m.unembedding.col(d.baseline).template cast<double>();
+  const Eigen::VectorXd direction = (w.transpose().array() * u.array()).matrix() / sigma;  // the logit of c: (c - mean(c)) · direction
+  const Index H = m.blocks.front().attention.n_heads();
+  Matrix<double> out(L, H);
+  for (Index l = 0; l < L; ++l) {
+    const MultiHeadAttention<Scalar>& a = m.blocks[static_cast<std::size_t>(l)].attention;
+    const Eigen::RowVectorXd z = run.hooks.at("blocks." + std::to_string(l) + ".attn.hook_z").row(position).template cast<double>();
+    for (Index h = 0; h < H; ++h) {
+      const Eigen::RowVectorXd c = z.segment(h * a.d_head(), a.d_head()) * a.w_o().middleRows(h * a.d_head(), a.d_head()).template cast<double>();
+      out(l, h) = (c.array() - (centred ? c.mean() : 0.0)).matrix().dot(direction.transpose());
+    }
+  }
+  return out;
+}
+
+/// Each effect is (layers, heads) as the scores are.
+inline void check_head_effects(const ModelHeadScores& s, const std::vector<HeadEffect>& effects, const char* where) {
+  for (const HeadEffect& e : effects)
+    if (e.values.rows() != s.previous_token.rows() || e.values.cols() != s.previous_token.cols())
+      detail::invalid(where, "the effect \"", e.name, "\" is ", e.values.rows(), "x", e.values.cols(), ", the scores are ",
+                      s.previous_token.rows(), "x", s.previous_token.cols(), " (layers x heads)");
+}
+
+/// A plain-text table: one row per layer and head, one column per score, then one per effect.
+inline std::string head_score_table(const ModelHeadScores& s, const std::vector<HeadEffect>& effects = {}) {
+  check_head_effects(s, effects, "head_score_table");
+  const auto width = [](const std::string& name) { return static_cast<int>(std::max<std::size_t>(17, name.size() + 2)); };
   std::ostringstream out;
   out << std::left << std::setw(8) << "head";
   for (const auto& [name, m] : s.named()) out << std::right << std::setw(17) << name;
+  for (const HeadEffect& e : effects) out << std::right << std::setw(width(e.name)) << e.name;
   out << "\n" << std::fixed << std::setprecision(4);
   for (Index l = 0; l < s.previous_token.rows(); ++l)
     for (Index h = 0; h < s.previous_token.cols(); ++h) {
       out << std::left << std::setw(8) << (std::to_string(l) + "." + std::to_string(h));
       for (const auto& [name, m] : s.named()) out << std::right << std::setw(17) << (*m)(l, h);
+      for (const HeadEffect& e : effects) out << std::right << std::setw(width(e.name)) << std::showpos << e.values(l, h) << std::noshowpos;
       out << "\n";
     }
   return out.str();
 }
 
-/// An HTML page with one layer x head heatmap per score.
-inline std::string head_score_page(const ModelHeadScores& s, const std::string& title) {
+/// An HTML page with one layer x head heatmap per score ([0, 1], blue), then one per signed effect
+/// (red below zero, blue above, symmetric about zero).
+inline std::string head_score_page(const ModelHeadScores& s, const std::string& title, const std::vector<HeadEffect>& effects = {}) {
+  check_head_effects(s, effects, "head_score_page");
   std::vector<std::string> layers, heads;
   for (Index l = 0; l < s.previous_token.rows(); ++l) layers.push_back("layer " + std::to_string(l));
   for (Index h = 0; h < s.previous_token.cols(); ++h) heads.push_back("head " + std::to_string(h));
   std::vector<std::pair<std::string, std::string>> figures;
   for (const auto& [name, m] : s.named())
     figures.emplace_back(name + " score of every head (rows: layers, columns: heads)", svg_heatmap(*m, layers, heads, name));
+  Shading diverging;
+  diverging.scale = Shading::Scale::diverging;
+  for (const HeadEffect& e : effects)
+    figures.emplace_back(e.name + " of every head (rows: layers, columns: heads; red below zero, blue above)",
+                         svg_heatmap(e.values, layers, heads, e.name, 34, diverging));
   return html_page(title, figures);
 }
 
