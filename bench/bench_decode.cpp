@@ -6,7 +6,8 @@
 // A step must read every cached key and value once: 2 * context * n_kv_heads * d_head * 4 bytes.
 // The counter `KV_GBps` is that amount over the step's time; `BM_StreamTriad`'s `GBps` is the
 // floor it is compared with (bench/RESULTS.md). Up to context 4096 the GPT-2 cache (24 MiB) fits a 32 MiB L3:
-// the DRAM triad is then a conservative floor.
+// the DRAM triad is then a conservative floor. And DeepSeek-V3's multi-head latent attention: the
+// absorbed step over the latent cache against the expanded step over per-head keys and values.
 #include <algorithm>
 #include <random>
 #include <vector>
@@ -87,6 +88,73 @@ void BM_DecodeStepGqa(benchmark::State& state) { decode_step(state, 32, 8, 128);
 BENCHMARK(BM_DecodeStepGqa)
     ->ArgNames({"context", "threads", "split"})
     ->ArgsProduct({{4096, 16384, 65536}, {1, 2}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// Multi-head latent attention at DeepSeek-V3's shapes: 128 heads; kv_lora_rank 512, qk_rope 64,
+// qk_nope 128, v_head 128. A block of 4096 random tokens, appended again and again, fills a cache of
+// `context` tokens (a bandwidth benchmark: what is read matters, not what it says).
+constexpr Index mla_heads = 128, mla_rank = 512, mla_rope = 64, mla_nope = 128, mla_v = 128;
+
+// The absorbed step: the 128 heads' absorbed queries (q_nope W_UK | RoPE(q_pe), 576 wide) folded
+// into rows over one latent key/value head (keys [c_kv | RoPE(k_pe)], values c_kv stored once in
+// the keys): the cache, context x 576 floats, read once for all heads. W_UK and W_UV (applied
+// before and after, 2 x 128 x 128 x 512 floats) are the layer's weights, read by any form.
+void BM_DecodeStepLatent(benchmark::State& state) {
+  const Index context = state.range(0), width = mla_rank + mla_rope;
+  headwise::AttentionOptions options;
+  options.threads = static_cast<int>(state.range(1));
+  options.query_rows_per_position = mla_heads;
+  headwise::PackedKeysValues<float> latent(context, 1, width, mla_rank, headwise::ValueStorage::key_prefix);
+  const Mat block = random_matrix(std::min<Index>(4096, context), width, 1);
+  for (Index t = 0; t < context; t += block.rows()) latent.append(block.topRows(std::min(block.rows(), context - t)));
+  const Mat q = random_matrix(mla_heads, width, 3) * 0.05f;
+  headwise::AttentionCall call;
+  call.options = &options;
+  for (auto _ : state) {
+    auto r = headwise::attend<float>(q, latent, call);
+    benchmark::DoNotOptimize(r.z.data());
+    benchmark::ClobberMemory();
+  }
+  const double bytes = double(context) * double(width) * sizeof(float);
+  state.counters["KV_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["KV_MiB"] = bytes / (1 << 20);
+}
+BENCHMARK(BM_DecodeStepLatent)
+    ->ArgNames({"context", "threads"})
+    ->ArgsProduct({{4096, 16384, 65536}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// The expanded step (Hugging Face's form, a cache of the per-head keys and values): 128 key/value
+// heads, keys 192 wide (nope 128 + rope 64), values 128: context x 128 x 320 floats a step.
+void BM_DecodeStepLatentExpanded(benchmark::State& state) {
+  const Index context = state.range(0), d_k = mla_nope + mla_rope;
+  headwise::AttentionOptions options;
+  options.threads = static_cast<int>(state.range(1));
+  headwise::PackedKeysValues<float> cache(context, mla_heads, d_k, mla_v);
+  const Index rows = std::min<Index>(1024, context);
+  const Mat keys = random_matrix(rows, mla_heads * d_k, 1), values = random_matrix(rows, mla_heads * mla_v, 2);
+  for (Index t = 0; t < context; t += rows) {
+    const Index m = std::min(rows, context - t);
+    cache.append(keys.topRows(m), values.topRows(m), 2);
+  }
+  const Mat q = random_matrix(1, mla_heads * d_k, 3) * 0.05f;
+  headwise::AttentionCall call;
+  call.heads = {mla_heads, mla_heads};
+  call.options = &options;
+  for (auto _ : state) {
+    auto r = headwise::attend<float>(q, cache, call);
+    benchmark::DoNotOptimize(r.z.data());
+    benchmark::ClobberMemory();
+  }
+  const double bytes = double(context) * double(mla_heads) * double(d_k + mla_v) * sizeof(float);
+  state.counters["KV_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["KV_MiB"] = bytes / (1 << 20);
+}
+BENCHMARK(BM_DecodeStepLatentExpanded)
+    ->ArgNames({"context", "threads"})
+    ->ArgsProduct({{4096, 16384, 65536}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -23,6 +23,8 @@ def encode(dtype, values):
         return b"".join(struct.pack("<e", v) for v in values)
     if dtype == "BF16":
         return b"".join(struct.pack("<f", v)[2:] for v in values)
+    if dtype in ("F8_E4M3", "F8_E5M2"):  # every byte pattern in turn: subnormals, NaN, inf
+        return bytes((37 * i + 1) % 256 for i in range(len(values)))
     if dtype in ("I64", "I32"):
         return b"".join(struct.pack("<q" if dtype == "I64" else "<i", int(v)) for v in values)
     return bytes(int(v) & 1 for v in values)
@@ -55,7 +57,7 @@ def write(folder, name, data):
 
 def main():
     s = "seeds/safetensors"
-    for dtype in ("F32", "F64", "F16", "BF16"):
+    for dtype in ("F32", "F64", "F16", "BF16", "F8_E4M3", "F8_E5M2"):
         write(s, f"gpt2-layer-{dtype.lower()}.safetensors", safetensors(gpt2_layer(dtype), {"format": "pt"}))
     write(s, "gpt2-layer-prefixed.safetensors", safetensors(gpt2_layer("F32", "transformer.")))
     two = gpt2_layer("F32")
@@ -121,6 +123,20 @@ def main():
     write(m, "llama-tiny-bf16.bin", json.dumps(tiny).encode() + b"\0" + safetensors(
         {k: ("BF16", shape) for k, (_, shape) in layer.items()}))
     write(m, "qwen2-bias.bin", json.dumps({**tiny, "model_type": "qwen2"}).encode() + b"\0" + safetensors(qwen))
+    # DeepSeek-V3's latent attention, FP8 with 4 x 4 block scales (kv_a_proj_with_mqa left in BF16).
+    deepseek = {"model_type": "deepseek_v3", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+                "q_lora_rank": 4, "kv_lora_rank": 4, "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2,
+                "rope_theta": 10000, "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 16,
+                "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+                "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                        "weight_block_size": [4, 4]}}
+    mla = {p + "q_a_proj.weight": ("F8_E4M3", [4, 8]), p + "q_a_proj.weight_scale_inv": ("F32", [1, 2]),
+           p + "q_a_layernorm.weight": ("BF16", [4]), p + "q_b_proj.weight": ("F8_E4M3", [8, 4]),
+           p + "q_b_proj.weight_scale_inv": ("F32", [2, 1]), p + "kv_a_proj_with_mqa.weight": ("BF16", [6, 8]),
+           p + "kv_a_layernorm.weight": ("BF16", [4]), p + "kv_b_proj.weight": ("F8_E4M3", [8, 4]),
+           p + "kv_b_proj.weight_scale_inv": ("F32", [2, 1]), p + "o_proj.weight": ("F8_E4M3", [8, 4]),
+           p + "o_proj.weight_scale_inv": ("F32", [2, 1])}
+    write(m, "deepseek-fp8.bin", json.dumps(deepseek).encode() + b"\0" + safetensors(mla))
 
     # The stress run's inputs (issue 18): each once broke the loader.
     r = "regressions/llama_config"

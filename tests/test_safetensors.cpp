@@ -130,8 +130,33 @@ TEST_CASE("safetensors: hand-made malformed headers", "[safetensors][errors]") {
   CHECK_THAT(error(R"({"__metadata__":{"k":1}})", 0), Contains("__metadata__ entry \"k\" is not a string"));
   CHECK_THAT(error(R"({"a":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", 4), Contains("no error"));
   CHECK(error("{}", 0) == "no error");
-  const SafetensorsFile f8(headwise_test::file_with_header(R"({"a":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", std::vector<unsigned char>(4)), "m");
-  REQUIRE_THROWS_WITH(f8.values<float>("a"), Contains("has dtype F8_E4M3, which headwise cannot convert"));
+}
+
+// The values of OCP's FP8 formats (the OCP 8-bit floating point specification's tables, and
+// PyTorch's float8_e4m3fn / float8_e5m2): sign, subnormals, the largest finite, NaN and inf.
+TEST_CASE("FP8 E4M3 (e4m3fn) and E5M2 convert exactly", "[safetensors][fp8]") {
+  const auto read = [&](const char* dtype, const std::vector<unsigned char>& bytes) {
+    const std::string header = std::string(R"({"a":{"dtype":")") + dtype + R"(","shape":[12],"data_offsets":[0,12]}})";
+    return SafetensorsFile(headwise_test::file_with_header(header, bytes), "m").values<double>("a");
+  };
+  // E4M3: S.EEEE.MMM, bias 7.
+  const std::vector<double> e4m3 = read("F8_E4M3", {0x00, 0x01, 0x07, 0x08, 0x38, 0x3c, 0x7e, 0x7f, 0x80, 0xb8, 0xfe, 0xff});
+  const double e4m3_expected[] = {0.0, 0x1p-9, 7 * 0x1p-9, 0x1p-6, 1.0, 1.5, 448.0};
+  for (std::size_t i = 0; i < 7; ++i) CHECK(e4m3[i] == e4m3_expected[i]);
+  CHECK(std::isnan(e4m3[7]));  // S.1111.111: NaN (e4m3fn has no infinities)
+  CHECK((e4m3[8] == 0.0 && std::signbit(e4m3[8])));
+  CHECK(e4m3[9] == -1.0);
+  CHECK(e4m3[10] == -448.0);
+  CHECK(std::isnan(e4m3[11]));
+  // E5M2: S.EEEEE.MM, bias 15, IEEE's infinities and NaNs.
+  const std::vector<double> e5m2 = read("F8_E5M2", {0x00, 0x01, 0x07, 0x08, 0x38, 0x3c, 0x7b, 0x7c, 0x7d, 0xfc, 0xbc, 0x80});
+  const double e5m2_expected[] = {0.0, 0x1p-16, 1.75 * 0x1p-14, 0x1p-13, 0.5, 1.0, 57344.0};
+  for (std::size_t i = 0; i < 7; ++i) CHECK(e5m2[i] == e5m2_expected[i]);
+  CHECK((std::isinf(e5m2[7]) && e5m2[7] > 0));
+  CHECK(std::isnan(e5m2[8]));
+  CHECK((std::isinf(e5m2[9]) && e5m2[9] < 0));
+  CHECK(e5m2[10] == -1.0);
+  CHECK((e5m2[11] == 0.0 && std::signbit(e5m2[11])));
 }
 
 TEST_CASE("an open file is mapped: copies share it and outlive the original", "[safetensors]") {

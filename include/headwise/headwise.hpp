@@ -23,3 +23,4 @@
 #include "headwise/head_sum.hpp"
 #include "headwise/kernels/fused_attention_backward.hpp"
 #include "headwise/attention_backward.hpp"
+#include "headwise/multi_head_latent_attention.hpp"

@@ -17,6 +17,8 @@ namespace headwise {
 
 template <class Scalar>
 class MultiHeadAttention;
+template <class Scalar>
+class MultiHeadLatentAttention;
 
 /// What filled a cache: the rotary embedding of the layer (none for a layer without one) and the
 /// sliding window its calls used (none for no window).
@@ -36,12 +38,19 @@ class KvCache {
  public:
   /// Room for `capacity` tokens of n_kv_heads heads of width d_head.
   KvCache(Index capacity, Index n_kv_heads, Index d_head) : store_(capacity, n_kv_heads, d_head, d_head) {}
+  /// Room for `capacity` tokens of n_kv_heads heads, keys of width d_head and values of d_v, the
+  /// values kept on their own or as the keys' first d_v components (a latent cache:
+  /// MultiHeadLatentAttention::make_cache).
+  KvCache(Index capacity, Index n_kv_heads, Index d_head, Index d_v, ValueStorage values)
+      : store_(capacity, n_kv_heads, d_head, d_v, values) {}
 
   /// Tokens held (the position the next token will take).
   Index size() const { return store_.size(); }
   Index capacity() const { return store_.capacity(); }
   Index n_kv_heads() const { return store_.n_kv_heads(); }
   Index d_head() const { return store_.d_head(); }
+  Index d_v() const { return store_.d_v(); }
+  bool values_are_keys() const { return store_.values_are_keys(); }
   /// What filled the cache through a layer's forward_incremental; unset while it is empty, or if
   /// only append() filled it.
   const std::optional<KvCacheOrigin>& origin() const { return origin_; }
@@ -63,6 +72,8 @@ class KvCache {
   void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v) {
     store_.append(k, v);
   }
+  /// Appends the keys of m tokens to a cache whose values are the keys' first d_v components.
+  void append(const Eigen::Ref<const Matrix<Scalar>>& k) { store_.append(k); }
 
   /// Key j of key/value head h, component c; value likewise: for inspection. Throws
   /// std::invalid_argument unless h < n_kv_heads(), j < size() and c < d_head().
@@ -74,6 +85,7 @@ class KvCache {
 
  private:
   friend class MultiHeadAttention<Scalar>;
+  friend class MultiHeadLatentAttention<Scalar>;
   PackedKeysValues<Scalar>& store() { return store_; }
 
   PackedKeysValues<Scalar> store_;

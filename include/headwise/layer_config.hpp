@@ -42,6 +42,9 @@ struct LayerConfig {
 
 /// The options of one call of a layer with `layer`: the call's, completed by the layer's.
 inline AttentionOptions options_with_layer(const AttentionOptions& call, const LayerConfig& layer) {
+  if (call.query_rows_per_position != 1)
+    detail::invalid("MultiHeadAttention", "query_rows_per_position = ", call.query_rows_per_position,
+                    ": a layer's rows are its tokens (the layer lays out its own attention call)");
   AttentionOptions options = call;
   if (!options.window) options.window = layer.window;
   if (!options.chunk) options.chunk = layer.chunk;

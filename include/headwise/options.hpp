@@ -29,6 +29,11 @@ struct AttentionOptions {
   std::optional<Index> first_query_position;
   /// The absolute position of the first key (key j at first_key_position + j). >= 0.
   Index first_key_position = 0;
+  /// Consecutive query rows that share one position: the query heads of one shared key/value
+  /// head folded into rows (row r is the query at position first + r / query_rows_per_position),
+  /// so that one pass over the keys serves them all (multi-head latent attention's absorbed form).
+  /// >= 1, dividing n_q; per-head options (ALiBi slopes, sinks) need the heads unfolded (1).
+  Index query_rows_per_position = 1;
 
   // Which keys a query sees, besides the causal mask (positions are absolute; see key_range.hpp).
   /// Sliding window: the query at position i sees key j iff 0 <= i - j < window. Needs causal; > 0.

@@ -1,7 +1,8 @@
 // ScoreRule: one call's masks and score modifiers (AttentionOptions, checked against the call's
 // sizes), applied the same way by the step-by-step path and by the fused kernel.
 //
-// For query row i (at position n_k - n_q + i) the rule gives
+// For query row i (at position n_k - n_q + i; with query_rows_per_position r > 1, rows come in
+// groups of r at one position, n_k - n_q / r + i / r) the rule gives
 //   keys(i)                the contiguous keys it may see: causal, sliding window, chunk, its packed
 //                          sequence, narrowed to the first and last key a mask, padding or -inf
 //                          bias leaves (a key range outside every row's is never computed);
@@ -58,7 +59,8 @@ class ScoreRule {
   /// are: they must outlive it, as a call's options outlive the call.
   ScoreRule(const AttentionOptions& options, Index n_q, Index n_k, Index n_heads, const char* where)
       : options_(options), n_q_(n_q), n_k_(n_k), first_key_(options.first_key_position),
-        first_query_(options.first_query_position ? *options.first_query_position : first_key_ + n_k - n_q) {
+        rows_per_position_(std::max<Index>(options.query_rows_per_position, 1)),
+        first_query_(options.first_query_position ? *options.first_query_position : first_key_ + n_k - n_q / rows_per_position_) {
     check(where, n_heads);
     per_row_ = options.mask.size() || options.bias.size();
     hides_ = per_row_ || options.key_valid.size();
@@ -90,7 +92,7 @@ class ScoreRule {
   Index n_q() const { return n_q_; }
   Index n_k() const { return n_k_; }
   /// The absolute position of query row i (by default aligned to the end of the keys).
-  Index position(Index i) const { return first_query_ + i; }
+  Index position(Index i) const { return first_query_ + i / rows_per_position_; }
   /// The absolute position of key 0.
   Index first_key() const { return first_key_; }
   /// The keys query row i may see, as indices 0 .. n_k - 1 of the call's keys (some inside may
@@ -200,6 +202,14 @@ class ScoreRule {
 
   void check(const char* where, Index n_heads) const {
     const AttentionOptions& o = options_;
+    if (o.query_rows_per_position < 1)
+      detail::invalid(where, "query_rows_per_position must be >= 1, got ", o.query_rows_per_position);
+    if (o.query_rows_per_position > 1 && n_q_ % o.query_rows_per_position != 0)
+      detail::invalid(where, "n_q = ", n_q_, " query rows are not whole groups of query_rows_per_position = ",
+                      o.query_rows_per_position);
+    if (o.query_rows_per_position > 1 && (o.alibi_slopes.size() || o.sinks.size()))
+      detail::invalid(where, "query_rows_per_position = ", o.query_rows_per_position,
+                      " folds heads into rows: ALiBi slopes and sinks are per head and need them unfolded");
     if (o.window && *o.window <= 0) detail::invalid(where, "window must be > 0, got ", *o.window);
     if (o.first_key_position < 0 || o.first_key_position > detail::max_position)
       detail::invalid(where, "first_key_position must be >= 0 and <= 2^62, got ", o.first_key_position);
@@ -235,7 +245,7 @@ class ScoreRule {
 
 
   const AttentionOptions& options_;
-  Index n_q_, n_k_, first_key_, first_query_;
+  Index n_q_, n_k_, first_key_, rows_per_position_, first_query_;
   bool per_row_ = false, hides_ = false, modifies_ = false;
   std::vector<KeyRange> ranges_;
   bool monotone_ = true;  // ranges_[i].begin and .end never decrease with i

@@ -12,6 +12,7 @@
 #include "headwise/detail/errors.hpp"
 #include "headwise/head_sum.hpp"
 #include "headwise/multi_head_attention.hpp"
+#include "headwise/multi_head_latent_attention.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::interpret {
@@ -25,9 +26,10 @@ struct Attribution {
 };
 
 /// clean, corrupted: (n, d_model) inputs of the same length; direction: (n, d_model), the metric's
-/// gradient with respect to the layer's output.
-template <class Scalar>
-Attribution<Scalar> attribution_patching(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& clean,
+/// gradient with respect to the layer's output. Any layer with head_outputs, w_o and b_o
+/// (MultiHeadAttention, MultiHeadLatentAttention).
+template <class Layer, class Scalar>
+Attribution<Scalar> attribution_patching(const Layer& layer, const Matrix<Scalar>& clean,
                                          const Matrix<Scalar>& corrupted, const Matrix<Scalar>& direction,
                                          const AttentionOptions& options = {}) {
   constexpr const char* where = "attribution_patching";
@@ -35,7 +37,7 @@ Attribution<Scalar> attribution_patching(const MultiHeadAttention<Scalar>& layer
     detail::invalid(where, "clean is ", clean.rows(), "x", clean.cols(), ", corrupted ", corrupted.rows(), "x",
                     corrupted.cols(), " and direction ", direction.rows(), "x", direction.cols(), ": expected (n, ",
                     layer.d_model(), ") each");
-  const Index H = layer.n_heads(), d = layer.d_head();
+  const Index H = layer.n_heads(), d = layer.w_o().rows() / H;  // the width of a head's Z
   const Matrix<Scalar> z_clean = layer.head_outputs(clean, options), z_corrupt = layer.head_outputs(corrupted, options);
   HeadSum<Scalar> sum(layer.w_o(), layer.b_o(), H);  // the backward from the metric to Z
   sum.forward(z_clean);

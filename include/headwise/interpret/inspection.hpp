@@ -13,6 +13,7 @@
 #include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/multi_head_attention.hpp"
+#include "headwise/multi_head_latent_attention.hpp"
 #include "headwise/options.hpp"
 #include "headwise/types.hpp"
 
@@ -39,9 +40,10 @@ struct Inspection {
   PackedKeysValues<Scalar> keys_values{0, 1, 1, 1};  ///< the keys and values, packed
   AttentionOptions options;                          ///< the options of the run
   Index n_heads = 0, n_kv_heads = 0, d_head = 0;
+  Index d_v = 0;  ///< the width of a head's Z (d_head, but v_head_dim in a latent attention layer)
 
-  /// Head h's Z: (n, d_head).
-  Matrix<Scalar> z_head(Index h) const { return attention.z.middleCols(checked(h, "z_head") * d_head, d_head); }
+  /// Head h's Z: (n, d_v).
+  Matrix<Scalar> z_head(Index h) const { return attention.z.middleCols(checked(h, "z_head") * d_v, d_v); }
 
   /// Rows `rows` of head h's attention pattern, exactly, from the saved logsumexp:
   /// p_ij = exp(s_ij - lse_i), s_ij = q_i . k_j / divisor modified by the run's rule (cap, ALiBi,
@@ -93,7 +95,7 @@ Inspection<Scalar> inspect(const MultiHeadAttention<Scalar>& layer,
   run.options = layer.options_for(options);  // the layer's window, cap, slopes, sinks too
   run.n_heads = layer.n_heads();
   run.n_kv_heads = layer.n_kv_heads();
-  run.d_head = layer.d_head();
+  run.d_head = run.d_v = layer.d_head();
   HeadOutputExtras<Scalar> extras;
   extras.logsumexp = true, extras.statistics = true;
   extras.q = &run.q;
@@ -110,13 +112,41 @@ Inspection<Scalar> inspect(const MultiHeadAttention<Scalar>& layer,
   return run;
 }
 
-/// ‖Z_h W_O[h]‖ for every head and row, without forming Z_h W_O[h]: the squared norm of row i is
-/// z_i G_h z_iᵀ with G_h = W_O[h] W_O[h]ᵀ (d_head x d_head). z: (n, n_heads d_head) -> (n_heads, n).
-/// Ranks heads by direct effect at O(n n_heads d_head²) instead of O(n n_heads d_head d_model)
-/// time and O(n n_heads) memory instead of (n, n_heads, d_model).
+/// inspect() on a latent attention layer: its fast path (the absorbed queries as q, (n, n_heads
+/// latent_width); the latent as one key/value head), every head's Z (n, n_heads v_head_dim), the
+/// logsumexp and statistics per head; pattern(h) gives head h's exact rows as for any layer.
 template <class Scalar>
-Matrix<Scalar> contribution_norms(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& z) {
-  const Index d = layer.d_head(), n_heads = layer.n_heads();
+Inspection<Scalar> inspect(const MultiHeadLatentAttention<Scalar>& layer,
+                           const Eigen::Ref<const Matrix<typename detail::NonDeduced<Scalar>::type>>& x,
+                           const AttentionOptions& options = {},
+                           const HeadInterventions<Scalar>* interventions = nullptr) {
+  Inspection<Scalar> run;
+  run.options = options;
+  run.options.divisor = options.divisor ? *options.divisor : layer.divisor();
+  run.n_heads = layer.n_heads(), run.n_kv_heads = 1, run.d_head = layer.latent_width(), run.d_v = layer.v_head_dim();
+  HeadOutputExtras<Scalar> extras;
+  extras.logsumexp = true, extras.statistics = true;
+  extras.q = &run.q;
+  extras.keys_values = &run.keys_values;
+  run.attention = layer.attend_heads(x, options, extras);
+  Matrix<Scalar> z = run.attention.z;
+  if (interventions) {
+    if (interventions->n_heads() != layer.n_heads())
+      detail::invalid("inspect", "interventions for ", interventions->n_heads(), " heads, the layer has ", layer.n_heads());
+    interventions->apply(z);
+  }
+  run.output = layer.project_heads(z);
+  return run;
+}
+
+/// ‖Z_h W_O[h]‖ for every head and row, without forming Z_h W_O[h]: the squared norm of row i is
+/// z_i G_h z_iᵀ with G_h = W_O[h] W_O[h]ᵀ (d x d, d the width of a head's Z). z: (n, n_heads d)
+/// -> (n_heads, n). Ranks heads by direct effect at O(n n_heads d²) instead of O(n n_heads d
+/// d_model) time and O(n n_heads) memory instead of (n, n_heads, d_model). Any layer with
+/// n_heads() and w_o_block(h) (MultiHeadAttention, MultiHeadLatentAttention).
+template <class Layer, class Scalar>
+Matrix<Scalar> contribution_norms(const Layer& layer, const Matrix<Scalar>& z) {
+  const Index n_heads = layer.n_heads(), d = layer.w_o().rows() / n_heads;
   if (z.cols() != n_heads * d)
     detail::invalid("contribution_norms", "z has ", z.cols(), " columns, expected n_heads d_head = ", n_heads * d);
   Matrix<Scalar> norms(n_heads, z.rows());

@@ -165,6 +165,7 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   const ConfigReader r(config_text, "model config", folder + "/config.json");
   const WholeModel& shape = family_of(config.model_type)->model;
   check_model_config(r, config.model_type, shape);
+  if (config.fp8) r.fail("quantization_config: FP8 weights are read by the attention loaders, not yet by the model code (MLPs, embeddings)");
   const Checkpoint checkpoint = Checkpoint::open(folder);
   const ModelTensors t(checkpoint, "headwise: model: " + folder + ": ");
   const auto d = static_cast<std::uint64_t>(config.hidden_size), vocab = static_cast<std::uint64_t>(r.integer("vocab_size"));

@@ -78,6 +78,21 @@ struct LlamaConfig {
   /// Gemma 4's num_kv_shared_layers: the last this many layers read the keys and values of the last
   /// earlier layer of their type.
   Index kv_shared_layers = 0;
+  /// Multi-head latent attention (DeepSeek-V3, Kimi K2): the latent's shape. Set for those
+  /// families only; their layers load as MultiHeadLatentAttention (io/latent_attention.hpp).
+  struct Latent {
+    Index q_lora_rank = 0;  ///< 0 (q_lora_rank null): a plain q_proj
+    Index kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+    bool rope_interleave = true;
+  };
+  std::optional<Latent> latent;
+  /// FP8 weights in blocks (quantization_config: fp8, weight_block_size): weight (i, j) is
+  /// fp8(i, j) times weight_scale_inv(i / rows, j / cols).
+  struct Fp8Blocks {
+    Index rows = 128, cols = 128;
+    bool e5m2 = false;  ///< fmt "e5m2"; else "e4m3"
+  };
+  std::optional<Fp8Blocks> fp8;
 
   /// Layer L's type (range-checked).
   LayerType type_of(Index layer) const {
@@ -551,12 +566,65 @@ struct WholeModel {
   const char* missing = nullptr;  ///< what the model code lacks, where norms is none
 };
 
+/// quantization_config as DeepSeek-V3 and Hugging Face's FineGrainedFP8Config write it: quant_method
+/// "fp8", fmt "e4m3" (or "e5m2"), activation_scheme "dynamic", weight_block_size [rows, cols],
+/// modules_to_not_convert (those tensors are stored unquantized and read as they are). Anything
+/// else (another method, per-tensor scales, a key it does not know) is refused by name.
+inline LlamaConfig::Fp8Blocks parse_fp8_blocks(const ConfigReader& r) {
+  const nlohmann::json& q = r.json().at("quantization_config");
+  const auto refuse = [&](const std::string& what) { r.fail("quantization_config: " + what + " (" + q.dump() + ")"); };
+  if (!q.is_object()) refuse("not an object");
+  for (const auto& item : q.items())
+    if (item.key() != "quant_method" && item.key() != "fmt" && item.key() != "activation_scheme" && item.key() != "weight_block_size" &&
+        item.key() != "modules_to_not_convert")
+      refuse("\"" + item.key() + "\" is not a key headwise reads");
+  if (!q.contains("quant_method") || q.at("quant_method") != "fp8")
+    refuse("quant_method is not \"fp8\": only FP8 block-scaled weights are read");
+  LlamaConfig::Fp8Blocks b;
+  if (q.contains("fmt") && q.at("fmt") != "e4m3" && q.at("fmt") != "e5m2") refuse("fmt is neither \"e4m3\" nor \"e5m2\"");
+  b.e5m2 = q.contains("fmt") && q.at("fmt") == "e5m2";
+  if (q.contains("activation_scheme") && q.at("activation_scheme") != "dynamic")
+    refuse("activation_scheme is not \"dynamic\": static activation scales are not read");
+  const auto it = q.find("weight_block_size");
+  const auto positive = [](const nlohmann::json& v) { return v.is_number_integer() && v.get<Index>() > 0 && v.get<Index>() <= (Index(1) << 30); };
+  if (it == q.end() || !it->is_array() || it->size() != 2 || !positive((*it)[0]) || !positive((*it)[1]))
+    refuse("weight_block_size is not two integers [rows, cols] in [1, 2^30] (per-tensor FP8 scales are not read)");
+  b.rows = (*it)[0].get<Index>(), b.cols = (*it)[1].get<Index>();
+  return b;
+}
+
+/// DeepSeek-V3 (and Kimi K2, the same layer): multi-head latent attention. RoPE over the
+/// qk_rope_head_dim rotated components; the divisor sqrt(qk_nope + qk_rope) over YaRN's
+/// mscale(factor, mscale_all_dim)² where the config gives mscale_all_dim, as Hugging Face scales.
+inline void read_deepseek_v3(const ConfigReader& r, LlamaConfig& c) {
+  LlamaConfig::Latent l;
+  l.q_lora_rank = r.has("q_lora_rank") ? r.integer("q_lora_rank") : 0;
+  l.kv_lora_rank = r.integer("kv_lora_rank"), l.qk_nope_head_dim = r.integer("qk_nope_head_dim");
+  l.qk_rope_head_dim = r.integer("qk_rope_head_dim"), l.v_head_dim = r.integer("v_head_dim");
+  l.rope_interleave = r.boolean("rope_interleave", true);
+  for (const Index size : {l.kv_lora_rank, l.qk_rope_head_dim, l.v_head_dim})
+    if (size <= 0 || size > (Index(1) << 30)) r.fail("kv_lora_rank, qk_rope_head_dim and v_head_dim must be in [1, 2^30]");
+  if (l.q_lora_rank < 0 || l.q_lora_rank > (Index(1) << 30) || l.qk_nope_head_dim < 0 || l.qk_nope_head_dim > (Index(1) << 30))
+    r.fail("q_lora_rank and qk_nope_head_dim must be in [0, 2^30]");
+  if (r.boolean("attention_bias", false)) r.fail("\"attention_bias\" = true: the latent projections' biases are not read");
+  c.rope = parse_rope(r, l.qk_rope_head_dim);
+  c.head_dim = l.qk_nope_head_dim + l.qk_rope_head_dim;
+  double divisor = std::sqrt(double(c.head_dim));
+  const RopeScaling& s = c.rope.scaling;
+  if (s.type != RopeScaling::Type::none && s.mscale_all_dim && *s.mscale_all_dim != 0 && s.factor > 1) {
+    const double mscale = 0.1 * *s.mscale_all_dim * std::log(s.factor) + 1;
+    divisor /= mscale * mscale;
+  }
+  c.divisor = divisor;
+  c.latent = l;
+}
+
 /// One family: its model_type, what it reads, and its whole model.
 struct Family {
   const char* model_type;
   void (*read)(const ConfigReader&, LlamaConfig&);
   const char* rope_key;  ///< a key of its RoPE object besides the rope_type's own, or null
-  bool rope_by_layer_type = false;  ///< its RoPE differs by layer type (read by `read`, not before it)
+  bool rope_by_layer_type = false;  ///< its RoPE is read by `read`, not before it (it differs by layer type, or covers part of a head)
   WholeModel model = {};
 };
 
@@ -581,6 +649,8 @@ inline const Family* family_of(const std::string& model_type) {
       {"olmo2", read_olmo2, nullptr, false, {N::after}},
       {"qwen3_next", read_qwen3_next, nullptr, false,
        {N::none, false, false, false, "its linear-attention (Gated DeltaNet) layers and gated experts"}},
+      {"deepseek_v3", read_deepseek_v3, nullptr, true, {N::none, false, false, false, "DeepSeek's experts (a grouped sigmoid router)"}},
+      {"kimi_k2", read_deepseek_v3, nullptr, true, {N::none, false, false, false, "DeepSeek's experts (a grouped sigmoid router)"}},
   };
   for (const Family& f : families)
     if (model_type == f.model_type) return &f;
@@ -595,13 +665,10 @@ inline LlamaConfig parse_llama_config(const std::string& text, const std::string
   LlamaConfig c;
   c.model_type = r.string("model_type");
   const detail::Family* family = detail::family_of(c.model_type);
-  if (c.model_type == "deepseek_v3")
-    r.fail("model_type \"deepseek_v3\" is multi-head latent attention, which this loader does not read yet");
   if (!family)
     r.fail("model_type \"" + c.model_type + "\" is not one this loader reads (llama, qwen2, qwen3, qwen3_moe, mistral, ministral, ministral3, "
-           "gemma2, gemma3_text, gemma4_text, gpt_oss, phi3, llama4_text, smollm3, olmo2, qwen3_next)");
-  if (r.has("quantization_config"))
-    r.fail("\"quantization_config\" = " + r.json().at("quantization_config").dump() + ": quantized weights are not read by this loader");
+           "gemma2, gemma3_text, gemma4_text, gpt_oss, phi3, llama4_text, smollm3, olmo2, qwen3_next, deepseek_v3, kimi_k2)");
+  if (r.has("quantization_config")) c.fp8 = detail::parse_fp8_blocks(r);
   c.hidden_size = r.integer("hidden_size");
   c.n_heads = r.integer("num_attention_heads");
   c.n_kv_heads = r.integer("num_key_value_heads", c.n_heads);
@@ -619,7 +686,7 @@ inline LlamaConfig parse_llama_config(const std::string& text, const std::string
   if (widest > double(Index(1) << 62)) r.fail("the projections (heads x head_dim) are wider than 2^62 columns");
   try {  // a theta or scaling out of range is refused here, by name (each rotary embedding once)
     RopeConfig full = c.rope;
-    full.d_head = c.full_head_dim ? c.full_head_dim : c.head_dim;
+    full.d_head = c.latent ? c.latent->qk_rope_head_dim : c.full_head_dim ? c.full_head_dim : c.head_dim;
     RotaryEmbedding::check(full);
     if (c.sliding_rope) RotaryEmbedding::check(*c.sliding_rope);
   } catch (const std::invalid_argument& e) {
@@ -635,17 +702,23 @@ namespace detail {
 /// Reads one layer's self_attn tensors, checking each one's shape.
 class LayerTensors {
  public:
-  LayerTensors(const Checkpoint& model, Index layer)
+  LayerTensors(const Checkpoint& model, Index layer, std::optional<LlamaConfig::Fp8Blocks> fp8 = std::nullopt)
       : model_(model), where_("headwise: llama: " + model.folder() + ": "),
-        prefix_("model.layers." + std::to_string(layer) + ".self_attn.") {}
+        prefix_("model.layers." + std::to_string(layer) + ".self_attn."), fp8_(fp8) {}
   const std::string& where() const { return where_; }
   bool has(const std::string& name) const { return model_.contains(prefix_ + name); }
-  /// nn.Linear weight `name`.weight [out, in], as (in, out).
+  /// nn.Linear weight `name`.weight [out, in], as (in, out); an FP8 one times its block scales
+  /// (`name`.weight_scale_inv, [ceil(out / rows), ceil(in / cols)]).
   template <class Scalar>
   Matrix<Scalar> weight(const std::string& name, std::uint64_t out, std::uint64_t in) const {
     const std::string key = prefix_ + name + ".weight";
     check(key, {out, in}, " (inconsistent with the config's head counts)");
-    return model_.file_of(key).matrix<Scalar>(key).transpose();
+    Matrix<Scalar> w = model_.file_of(key).matrix<Scalar>(key);
+    const Dtype dtype = model_.file_of(key).info(key).dtype;
+    if (dtype == Dtype::F8_E4M3 || dtype == Dtype::F8_E5M2) apply_block_scales(key, dtype, w);
+    else if (model_.contains(key + "_scale_inv"))
+      throw SafetensorsError(where_ + "tensor \"" + key + "_scale_inv\" scales \"" + key + "\", which is " + dtype_name(dtype) + ", not FP8");
+    return w.transpose();
   }
   /// `name`.bias [size], or empty where the checkpoint has none.
   template <class Scalar>
@@ -670,8 +743,27 @@ class LayerTensors {
       throw SafetensorsError(where_ + "tensor \"" + key + "\" has shape " + shape_string(stored) + ", expected " +
                              shape_string(shape) + hint);
   }
+  /// w (out, in) as stored in FP8, times each block's scale, as DeepSeek-V3's checkpoints and
+  /// Hugging Face dequantize: w(i, j) * weight_scale_inv(i / rows, j / cols), edge blocks partial.
+  template <class Scalar>
+  void apply_block_scales(const std::string& key, Dtype dtype, Matrix<Scalar>& w) const {
+    if (!fp8_)
+      throw SafetensorsError(where_ + "tensor \"" + key + "\" is " + dtype_name(dtype) +
+                             ", but the config has no quantization_config (fp8, weight_block_size) saying how it is scaled");
+    if ((dtype == Dtype::F8_E5M2) != fp8_->e5m2)
+      throw SafetensorsError(where_ + "tensor \"" + key + "\" is " + dtype_name(dtype) + ", but quantization_config's fmt says " +
+                             (fp8_->e5m2 ? "e5m2" : "e4m3"));
+    const std::string scale_key = key + "_scale_inv";
+    const auto blocks = [](Index size, Index block) { return static_cast<std::uint64_t>((size + block - 1) / block); };
+    check(scale_key, {blocks(w.rows(), fp8_->rows), blocks(w.cols(), fp8_->cols)}, " (one scale per weight_block_size block)");
+    const Matrix<double> scale = model_.file_of(scale_key).matrix<double>(scale_key);
+    if (!scale.allFinite()) throw SafetensorsError(where_ + "tensor \"" + scale_key + "\" has a scale that is not finite");
+    for (Index i = 0; i < w.rows(); ++i)
+      for (Index j = 0; j < w.cols(); ++j) w(i, j) *= static_cast<Scalar>(scale(i / fp8_->rows, j / fp8_->cols));
+  }
   const Checkpoint& model_;
   std::string where_, prefix_;
+  std::optional<LlamaConfig::Fp8Blocks> fp8_;
 };
 
 /// W_Q, W_K, W_V and their biases as the family stores them: q_proj, k_proj, v_proj; Phi-3's one
@@ -728,7 +820,10 @@ inline void read_layer_tensors(const LayerTensors& t, const LlamaConfig& config,
 /// Layer `layer`'s attention from a checkpoint already open, with its config.
 template <class Scalar>
 MultiHeadAttention<Scalar> load_llama_attention(const Checkpoint& model, const LlamaConfig& config, Index layer) {
-  const detail::LayerTensors t(model, layer);
+  const detail::LayerTensors t(model, layer, config.fp8);
+  if (config.latent)
+    throw SafetensorsError(t.where() + "model_type \"" + config.model_type +
+                           "\" is multi-head latent attention: load it with io::load_latent_attention (io/latent_attention.hpp)");
   if (layer < 0 || layer >= config.n_layers)
     throw SafetensorsError(t.where() + "layer " + std::to_string(layer) + " is out of range [0, " + std::to_string(config.n_layers) + ")");
   const std::string at = "layer " + std::to_string(layer) + ": ";

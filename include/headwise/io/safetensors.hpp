@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
@@ -103,6 +104,22 @@ struct TensorInfo {
 };
 
 namespace detail {
+
+/// An 8-bit float with `mantissa_bits` (3: E4M3, 2: E5M2) and the rest exponent (bias 7 or 15),
+/// exactly in float (every value is exact there). E4M3 as OCP's e4m3fn and PyTorch's
+/// float8_e4m3fn: no infinities, S.1111.111 is NaN, max 448; E5M2 as IEEE: S.11111.00 is inf,
+/// S.11111.xx NaN. Exponent 0 is subnormal: mantissa 2^(1 - bias - mantissa_bits).
+inline float fp8_to_float(std::uint8_t byte, int mantissa_bits) {
+  const int exponent_bits = 7 - mantissa_bits, bias = (1 << (exponent_bits - 1)) - 1;
+  const int exponent = (byte >> mantissa_bits) & ((1 << exponent_bits) - 1), mantissa = byte & ((1 << mantissa_bits) - 1);
+  const float sign = (byte & 0x80u) ? -1.0f : 1.0f;
+  const int top = (1 << exponent_bits) - 1;
+  if (mantissa_bits == 3 && exponent == top && mantissa == 7) return std::numeric_limits<float>::quiet_NaN();
+  if (mantissa_bits == 2 && exponent == top)
+    return mantissa == 0 ? sign * std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), 1 - bias - mantissa_bits);
+  return sign * std::ldexp(static_cast<float>(mantissa + (1 << mantissa_bits)), exponent - bias - mantissa_bits);
+}
 
 inline float half_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
@@ -513,8 +530,8 @@ class SafetensorsFile {
       case Dtype::U32: return each([](const unsigned char* q) { return load<std::uint32_t>(q); });
       case Dtype::I64: return each([](const unsigned char* q) { return load<std::int64_t>(q); });
       case Dtype::U64: return each([](const unsigned char* q) { return load<std::uint64_t>(q); });
-      case Dtype::F8_E5M2:
-      case Dtype::F8_E4M3: break;
+      case Dtype::F8_E4M3: return each([](const unsigned char* q) { return detail::fp8_to_float(*q, 3); });
+      case Dtype::F8_E5M2: return each([](const unsigned char* q) { return detail::fp8_to_float(*q, 2); });
     }
     fail("tensor \"" + t.name + "\" has dtype " + dtype_name(t.dtype) + ", which headwise cannot convert");
   }

@@ -162,6 +162,7 @@ struct FusedScratch {
   std::vector<Scalar> s;          // (tq, tk): scores, then P = exp(scores - max), row r at r tk
   std::vector<KeyRange> spans;    // (tq / R): the keys of the current key tile each sliver sees
   std::vector<Scalar> raw;        // statistics only: one row of scaled scores, kept before exp
+  std::vector<Scalar> v;          // values that are the keys' (PackedKeysValues::values_are_keys): a key tile's, as value panels
   RowStateStore<Scalar> states;   // 0: the rows' state over the shards so far, 1: the current shard's
 
   /// Allocates for tiles of up to `rows` query rows (a multiple of R) and tk keys; throws
@@ -176,6 +177,8 @@ struct FusedScratch {
     scaled.resize(rows, d_head);
     states.allocate(2, rows, call.dv_padded(), call.statistics != nullptr, where);
     if (call.statistics) detail::allocate(raw, std::max(rows, call.tk), Scalar(0), where, "row statistics");
+    if (call.kv.values_are_keys())
+      detail::allocate(v, checked_size<Scalar>(where, "a value tile", call.tk, call.dv_padded()), Scalar(0), where, "a value tile");
   }
 };
 
@@ -351,20 +354,45 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
   }
 }
 
-/// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver, each over the keys its rows
-/// see (w.spans), P read in place from w.s (rows of tk), V from its packed panels.
+/// Where the values are the keys' first d_v components: the values of keys [j0, j0 + cols) of
+/// head g, out of the key panels score_tile has just read (from cache, not memory), into w.v in
+/// the value panels' layout (panel c / W, row j - j0, lane c % W; zero past d_v). A W x W block
+/// transposed per key panel and value panel: 1 / rows of the P V product's work.
 template <class Scalar>
-void value_tile(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows,
-                Index j0, Index g) {
+void values_from_keys(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index j0, Index cols, Index g) {
+  constexpr Index W = TileShape<Scalar>::lanes;
+  using Block = Eigen::Map<Eigen::Matrix<Scalar, W, W, Eigen::RowMajor>>;
+  using ConstBlock = Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, W, Eigen::RowMajor>>;
+  const Index dv = call.kv.d_v(), stride = call.tk * W;
+  for (Index p = 0; p * W < cols; ++p) {
+    const Scalar* panel = call.kv.keys(g) + (j0 / W + p) * call.kv.key_panel_stride();  // row c: component c of W keys
+    for (Index c0 = 0; c0 < dv; c0 += W) {
+      Block out(w.v.data() + c0 / W * stride + p * W * W);  // row: a key, column: a component
+      const Index valid = std::min(W, dv - c0);
+      out.leftCols(valid) = ConstBlock(panel + c0 * W, valid, W).transpose();
+      if (valid < W) out.rightCols(W - valid).setZero();
+    }
+  }
+}
+
+/// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver, each over the keys its rows
+/// see (w.spans), P read in place from w.s (rows of tk), V from its packed panels (or, where the
+/// values are the keys', from w.v).
+template <class Scalar>
+void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
+                Index cols, Index g) {
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const Index dv_padded = call.dv_padded(), stride = call.kv.value_panel_stride();
+  const bool from_keys = call.kv.values_are_keys();
+  if (from_keys) values_from_keys(call, w, j0, cols, g);
+  const Scalar* values = from_keys ? w.v.data() : call.kv.values(g) + j0 * W;  // row j0 of panel 0
+  const Index dv_padded = call.dv_padded(), stride = from_keys ? call.tk * W : call.kv.value_panel_stride();
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
     const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
     for (Index c0 = 0; c0 < dv_padded && !span.empty(); c0 += W)
       micro_kernel_rows<Scalar, ALayout::rows>(nr, span.size(), w.s.data() + r0 * call.tk + span.begin, call.tk,
-                                               call.kv.values(g) + c0 / W * stride + (j0 + span.begin) * W, W,
-                                               st.acc + r0 * dv_padded + c0, dv_padded);
+                                               values + c0 / W * stride + span.begin * W, W, st.acc + r0 * dv_padded + c0,
+                                               dv_padded);
   }
 }
 
@@ -459,7 +487,7 @@ void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, co
     clock.enter(FusedPhase::softmax);
     online_softmax_tile<Policy>(call, w, st, i0, rows, j0, cols, h, whole);
     clock.enter(FusedPhase::values);
-    value_tile(call, w, st, rows, j0, g);
+    value_tile(call, w, st, rows, j0, cols, g);
   }
 }
 

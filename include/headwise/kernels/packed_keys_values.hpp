@@ -6,7 +6,9 @@
 //   keys    Kᵀ in panels of W keys:         panel p = keys [pW, pW + W), d_head x W, row c = dim c
 //   values  V in panels of W value columns: panel q = columns [qW, qW + W), capacity x W, row j = key j
 // Appending token t writes column t % W of key panel t / W and row t of every value panel: no
-// existing entry moves, so appending never reallocates.
+// existing entry moves, so appending never reallocates. A store whose values are the first d_v
+// columns of its keys (ValueStorage::key_prefix: multi-head latent attention's latent, which is
+// both) keeps no value panels: the kernel reads the values out of the key panels.
 #pragma once
 
 #include <algorithm>
@@ -21,24 +23,31 @@
 
 namespace headwise {
 
+/// Where a store's values live: in their own panels, or in the keys, as each key's first d_v
+/// components (the latent of multi-head latent attention is both key and value: stored once).
+enum class ValueStorage { own, key_prefix };
+
 template <class Scalar>
 class PackedKeysValues {
  public:
   static constexpr Index lanes = detail::TileShape<Scalar>::lanes;
 
-  /// Room for `capacity` tokens of n_kv_heads heads, keys of width d_head and values of d_v.
-  PackedKeysValues(Index capacity, Index n_kv_heads, Index d_head, Index d_v)
-      : capacity_(capacity), n_kv_heads_(n_kv_heads), d_head_(d_head), d_v_(d_v) {
+  /// Room for `capacity` tokens of n_kv_heads heads, keys of width d_head and values of d_v (with
+  /// ValueStorage::key_prefix, the keys' first d_v components, d_v <= d_head).
+  PackedKeysValues(Index capacity, Index n_kv_heads, Index d_head, Index d_v, ValueStorage values = ValueStorage::own)
+      : capacity_(capacity), n_kv_heads_(n_kv_heads), d_head_(d_head), d_v_(d_v), storage_(values) {
     constexpr const char* where = "PackedKeysValues";
     if (capacity < 0) detail::invalid(where, "capacity must be >= 0, got ", capacity);
     if (n_kv_heads <= 0) detail::invalid(where, "n_kv_heads must be > 0, got ", n_kv_heads);
     if (d_head <= 0 || d_v <= 0) detail::invalid(where, "d_head and d_v must be > 0, got ", d_head, " and ", d_v);
+    if (values == ValueStorage::key_prefix && d_v > d_head)
+      detail::invalid(where, "values as the keys' first d_v components need d_v <= d_head, got ", d_v, " > ", d_head);
     // Every size is checked before anything is allocated: a capacity near 2^63 must be refused,
     // not wrap around to a small buffer that appending would overrun.
     rows_ = detail::round_up_within(capacity, lanes, detail::max_elements<Scalar>());
     if (rows_ < 0) detail::invalid(where, "capacity ", capacity, " is too large to round up to whole panels");
     key_head_size_ = detail::checked_size<Scalar>(where, "one head's keys", rows_, d_head_);
-    value_head_size_ = detail::checked_size<Scalar>(where, "one head's values", rows_, round_up(d_v_));
+    value_head_size_ = values_are_keys() ? 0 : detail::checked_size<Scalar>(where, "one head's values", rows_, round_up(d_v_));
     const Index key_count = detail::checked_size<Scalar>(where, "the keys", n_kv_heads_, key_head_size_);
     const Index value_count = detail::checked_size<Scalar>(where, "the values", n_kv_heads_, value_head_size_);
     // Not zeroed here: append zeroes each key panel as its first token arrives (the kernel reads a
@@ -53,17 +62,62 @@ class PackedKeysValues {
   Index n_kv_heads() const { return n_kv_heads_; }
   Index d_head() const { return d_head_; }
   Index d_v() const { return d_v_; }
+  /// True if the values are the keys' first d_v components (ValueStorage::key_prefix).
+  bool values_are_keys() const { return storage_ == ValueStorage::key_prefix; }
 
   /// Appends m tokens. k: (m, n_kv_heads d_head), v: (m, n_kv_heads d_v), head by head in columns.
   /// With threads > 1 (0: OpenMP's default; at most detail::max_threads), heads are packed in
   /// parallel (OpenMP); the store is the same either way.
   void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v, int threads = 1) {
     constexpr const char* where = "PackedKeysValues::append";
-    if (k.cols() != n_kv_heads_ * d_head_)
-      detail::invalid(where, "k has ", k.cols(), " columns, expected n_kv_heads d_head = ", n_kv_heads_ * d_head_);
+    if (values_are_keys())
+      detail::invalid(where, "this store's values are its keys' first ", d_v_, " components: append(k) alone");
     if (v.cols() != n_kv_heads_ * d_v_)
       detail::invalid(where, "v has ", v.cols(), " columns, expected n_kv_heads d_v = ", n_kv_heads_ * d_v_);
     if (v.rows() != k.rows()) detail::invalid(where, "k has ", k.rows(), " rows but v has ", v.rows());
+    append_rows(k, &v, threads);
+  }
+  /// Appends m tokens to a store whose values are its keys' first d_v components: k (m, n_kv_heads d_head).
+  void append(const Eigen::Ref<const Matrix<Scalar>>& k, int threads = 1) {
+    if (!values_are_keys())
+      detail::invalid("PackedKeysValues::append", "this store keeps values of their own: append(k, v)");
+    append_rows(k, nullptr, threads);
+  }
+
+  /// Forgets every token from position `size` on (speculative decoding rolls back this way).
+  void truncate(Index size) {
+    if (size < 0 || size > size_)
+      detail::invalid("PackedKeysValues::truncate", "position ", size, " is outside [0, ", size_, "]");
+    size_ = size;
+  }
+  void clear() { size_ = 0; }
+
+  /// Head h's key panels: panel p at keys(h) + p * key_panel_stride().
+  const Scalar* keys(Index h) const { return keys_.data() + h * key_head_size_; }
+  Index key_panel_stride() const { return d_head_ * lanes; }
+  /// Head h's value panels: panel q at values(h) + q * value_panel_stride(), row j at j * lanes.
+  /// Null where the values are the keys' (values_are_keys()): read them from keys(h).
+  const Scalar* values(Index h) const { return values_are_keys() ? nullptr : values_.data() + h * value_head_size_; }
+  Index value_panel_stride() const { return rows_ * lanes; }
+
+  /// Key j of head h, and entry (j, c) of head h's values: for tests and inspection. Throws
+  /// std::invalid_argument unless h < n_kv_heads, j < size() and c < d_head (d_v).
+  Scalar key(Index h, Index j, Index c) const {
+    check_entry("PackedKeysValues::key", h, j, c, d_head_);
+    return keys(h)[(j / lanes) * key_panel_stride() + c * lanes + j % lanes];
+  }
+  Scalar value(Index h, Index j, Index c) const {
+    check_entry("PackedKeysValues::value", h, j, c, d_v_);
+    if (values_are_keys()) return keys(h)[(j / lanes) * key_panel_stride() + c * lanes + j % lanes];
+    return values(h)[(c / lanes) * value_panel_stride() + j * lanes + c % lanes];
+  }
+
+ private:
+  /// append()'s work: checks, then packs the keys (and the values, unless they are the keys').
+  void append_rows(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>* v, int threads) {
+    constexpr const char* where = "PackedKeysValues::append";
+    if (k.cols() != n_kv_heads_ * d_head_)
+      detail::invalid(where, "k has ", k.cols(), " columns, expected n_kv_heads d_head = ", n_kv_heads_ * d_head_);
     if (k.rows() > capacity_ - size_)
       detail::invalid(where, "appending ", k.rows(), " tokens to ", size_, " would exceed the capacity of ",
                       capacity_, " tokens");
@@ -79,42 +133,18 @@ class PackedKeysValues {
     for (int part = 0; part < threads; ++part)  // heads [G part / threads, G (part + 1) / threads)
       for (Index h = n_kv_heads_ * part / threads; h < n_kv_heads_ * (part + 1) / threads; ++h) {
         const auto k_h = k.middleCols(h * d_head_, d_head_);
-        const auto v_h = v.middleCols(h * d_v_, d_v_);
-        finite = finite && detail::all_finite(k_h) && detail::all_finite(v_h);
+        finite = finite && detail::all_finite(k_h);
         append_keys(h, k_h);
+        if (!v) continue;
+        const auto v_h = v->middleCols(h * d_v_, d_v_);
+        finite = finite && detail::all_finite(v_h);
         append_values(h, v_h);
       }
     if (!finite) refuse_non_finite(where, k, v);
     size_ += k.rows();
   }
 
-  /// Forgets every token from position `size` on (speculative decoding rolls back this way).
-  void truncate(Index size) {
-    if (size < 0 || size > size_)
-      detail::invalid("PackedKeysValues::truncate", "position ", size, " is outside [0, ", size_, "]");
-    size_ = size;
-  }
-  void clear() { size_ = 0; }
 
-  /// Head h's key panels: panel p at keys(h) + p * key_panel_stride().
-  const Scalar* keys(Index h) const { return keys_.data() + h * key_head_size_; }
-  Index key_panel_stride() const { return d_head_ * lanes; }
-  /// Head h's value panels: panel q at values(h) + q * value_panel_stride(), row j at j * lanes.
-  const Scalar* values(Index h) const { return values_.data() + h * value_head_size_; }
-  Index value_panel_stride() const { return rows_ * lanes; }
-
-  /// Key j of head h, and entry (j, c) of head h's values: for tests and inspection. Throws
-  /// std::invalid_argument unless h < n_kv_heads, j < size() and c < d_head (d_v).
-  Scalar key(Index h, Index j, Index c) const {
-    check_entry("PackedKeysValues::key", h, j, c, d_head_);
-    return keys(h)[(j / lanes) * key_panel_stride() + c * lanes + j % lanes];
-  }
-  Scalar value(Index h, Index j, Index c) const {
-    check_entry("PackedKeysValues::value", h, j, c, d_v_);
-    return values(h)[(c / lanes) * value_panel_stride() + j * lanes + c % lanes];
-  }
-
- private:
   static Index round_up(Index x) {
     const Index rounded = detail::round_up_within(x, lanes, detail::max_elements<Scalar>());
     if (rounded < 0) detail::invalid("PackedKeysValues", "width ", x, " is too large to round up to whole panels");
@@ -155,14 +185,14 @@ class PackedKeysValues {
   /// an append that met a non-finite k or v: zeroes what it wrote into the key panel it began in
   /// (the kernel reads a panel's columns past size()), then throws naming the first bad entry.
   void refuse_non_finite(const char* where, const Eigen::Ref<const Matrix<Scalar>>& k,
-                         const Eigen::Ref<const Matrix<Scalar>>& v) {
+                         const Eigen::Ref<const Matrix<Scalar>>* v) {
     if (const Index column = size_ % lanes; column != 0)
       for (Index h = 0; h < n_kv_heads_; ++h)
         PanelMap(keys_.data() + h * key_head_size_ + (size_ / lanes) * key_panel_stride(), d_head_, lanes)
             .rightCols(lanes - column)
             .setZero();
     require_finite_rows(where, "k", k, d_head_);
-    require_finite_rows(where, "v", v, d_v_);
+    if (v) require_finite_rows(where, "v", *v, d_v_);
   }
 
   /// Throws naming the first non-finite entry of m (rows to append) by position and head.
@@ -176,6 +206,7 @@ class PackedKeysValues {
   }
 
   Index capacity_, n_kv_heads_, d_head_, d_v_;
+  ValueStorage storage_;
   Index rows_ = 0, key_head_size_ = 0, value_head_size_ = 0, size_ = 0;
   std::vector<Scalar, detail::UninitializedAllocator<Scalar>> keys_, values_;
 };

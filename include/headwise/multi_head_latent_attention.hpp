@@ -1,0 +1,407 @@
+// Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): every head's keys and values come from one
+// compressed latent per token, c_kv (kv_lora_rank wide), and one rotated key part k_pe that all
+// heads share. Per head h, as Hugging Face computes it:
+//   c_q = RMSNorm(x W_q_a)  (or none: a plain W_q);      [q_nope_h | q_pe_h] = c_q W_q_b
+//   [c_kv | k_pe] = x W_kv_a;  c_kv = RMSNorm(c_kv);     [k_nope_h | v_h]   = c_kv W_kv_b
+//   q_h = [q_nope_h | RoPE(q_pe_h)],  k_h = [k_nope_h | RoPE(k_pe)]
+//   Z_h = softmax(q_h k_hᵀ / divisor, causal) v_h,        out = Σ_h Z_h W_O[h] + b_O
+// The teaching view (forward_step_by_step, trace) computes exactly that, head by head. The fast path
+// absorbs W_kv_b into the queries, as DeepSeek's inference does: q_nope_h k_nope_hᵀ =
+// (q_nope_h W_UK_hᵀ) c_kvᵀ, so every head attends over the same keys [c_kv | RoPE(k_pe)]
+// (kv_lora_rank + qk_rope_head_dim wide) with the values c_kv (the keys' first kv_lora_rank
+// components, stored once): one shared key/value head, its query heads folded into rows
+// (AttentionOptions::query_rows_per_position), so that the fused kernel reads the keys once for
+// all heads; then Z_h = z_latent_h W_UV_h. A KV cache (make_cache) holds c_kv and RoPE(k_pe) per
+// token: 576 numbers in DeepSeek-V3, where the expanded form would hold 128 x (192 + 128).
+//
+// The output is still a sum of per-head contributions, Z_h W_O[h]: heads are ablated, patched and
+// inspected as in MultiHeadAttention (interpret/ takes either layer).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "headwise/attend.hpp"
+#include "headwise/attention_head.hpp"
+#include "headwise/detail/errors.hpp"
+#include "headwise/detail/tile_product.hpp"
+#include "headwise/head_interventions.hpp"
+#include "headwise/kv_cache.hpp"
+#include "headwise/multi_head_attention.hpp"
+#include "headwise/options.hpp"
+#include "headwise/rotary_embedding.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise {
+
+/// The weights of a latent attention layer, [in, out] (y = x W), as Hugging Face's
+/// DeepseekV3Attention holds them transposed. Queries: a plain w_q, or (LoRA-style) w_q_a, the
+/// RMSNorm weight q_a_norm and w_q_b. Per head h the query columns [h (nope + rope), (h + 1) (nope
+/// + rope)) are [q_nope | q_pe], the columns of w_kv_b [h (nope + v), (h + 1) (nope + v)) are
+/// [k_nope | v], and the rows [h v, (h + 1) v) of w_o are W_O[h].
+template <class Scalar>
+struct LatentAttentionWeights {
+  Matrix<Scalar> w_q;          ///< (d_model, n_heads (nope + rope)), or empty with w_q_a and w_q_b
+  Matrix<Scalar> w_q_a;        ///< (d_model, q_lora_rank)
+  RowVector<Scalar> q_a_norm;  ///< (1, q_lora_rank)
+  Matrix<Scalar> w_q_b;        ///< (q_lora_rank, n_heads (nope + rope))
+  Matrix<Scalar> w_kv_a;       ///< (d_model, kv_lora_rank + rope): [c_kv | k_pe]
+  RowVector<Scalar> kv_a_norm;  ///< (1, kv_lora_rank)
+  Matrix<Scalar> w_kv_b;       ///< (kv_lora_rank, n_heads (nope + v))
+  Matrix<Scalar> w_o;          ///< (n_heads v, d_model)
+  RowVector<Scalar> b_o;       ///< (1, d_model), or empty for no bias
+};
+
+/// A latent attention layer's shape and settings, by name (as DeepSeek-V3's config names them).
+struct LatentAttentionConfig {
+  Index n_heads = 0;
+  Index qk_nope_head_dim = 0;  ///< the part of each query and key that is not rotated
+  Index qk_rope_head_dim = 0;  ///< the rotated part: k_pe, one for all heads
+  Index v_head_dim = 0;
+  /// RoPE of the rotated part (d_head = qk_rope_head_dim; YaRN with DeepSeek's mscale pair).
+  RopeConfig rope;
+  /// rope_interleave (Hugging Face's DeepSeek-V3): the rotated part's components de-interleaved
+  /// (0, 2, 4, ..., 1, 3, 5, ...) before RoPE's rotate_half; false: rotate_half as they are.
+  bool rope_interleave = true;
+  double norm_eps = 1e-6;         ///< q_a_layernorm and kv_a_layernorm
+  std::optional<double> divisor;  ///< unset: sqrt(nope + rope); DeepSeek's YaRN: that / mscale(f, mscale_all_dim)²
+};
+
+/// Every intermediate of a latent attention layer on one input, the expanded form.
+template <class Scalar>
+struct LatentAttentionTrace {
+  Matrix<Scalar> c_q;   ///< (n, q_lora_rank): the normed query latent (empty with a plain w_q)
+  Matrix<Scalar> c_kv;  ///< (n, kv_lora_rank): the normed key/value latent (what the cache holds)
+  Matrix<Scalar> k_pe;  ///< (n, qk_rope_head_dim): the shared rotated key part (what the cache holds)
+  /// Per head: q = [q_nope | q_pe] and k = [k_nope | k_pe] before RoPE, q_rotated and k_rotated
+  /// as they enter Q Kᵀ, v, the scores, weights and Z (attention_head.hpp's HeadTrace).
+  std::vector<HeadTrace<Scalar>> heads;
+  std::vector<Matrix<Scalar>> contributions;  ///< per head: Z_h W_O[h], (n, d_model)
+  Matrix<Scalar> output;                      ///< (n, d_model)
+};
+
+template <class Scalar>
+class MultiHeadLatentAttention {
+ public:
+  /// Throws std::invalid_argument naming a weight whose shape does not fit the config, or a
+  /// setting out of range.
+  MultiHeadLatentAttention(LatentAttentionWeights<Scalar> w, LatentAttentionConfig config)
+      : config_(std::move(config)), w_(std::move(w)) {
+    check_weights("MultiHeadLatentAttention");
+    rope_.emplace(config_.rope);
+    for (Index h = 0; h < n_heads(); ++h) {  // W_UK_hᵀ and W_UV_h: the blocks of w_kv_b the fast path absorbs
+      w_uk_.push_back(w_.w_kv_b.middleCols(h * (nope() + v()), nope()).transpose());
+      w_uv_.push_back(w_.w_kv_b.middleCols(h * (nope() + v()) + nope(), v()));
+    }
+  }
+
+  Index n_heads() const { return config_.n_heads; }
+  Index d_model() const { return w_.w_kv_a.rows(); }
+  Index kv_lora_rank() const { return w_.kv_a_norm.size(); }
+  Index q_lora_rank() const { return w_.w_q.size() ? 0 : w_.q_a_norm.size(); }  ///< 0: a plain w_q
+  Index qk_nope_head_dim() const { return config_.qk_nope_head_dim; }
+  Index qk_rope_head_dim() const { return config_.qk_rope_head_dim; }
+  Index v_head_dim() const { return config_.v_head_dim; }
+  /// What the cache holds per token, c_kv and RoPE(k_pe): kv_lora_rank + qk_rope_head_dim.
+  Index latent_width() const { return kv_lora_rank() + rope(); }
+  /// What the scores are divided by.
+  double divisor() const { return config_.divisor ? *config_.divisor : std::sqrt(double(nope() + rope())); }
+  const LatentAttentionConfig& config() const { return config_; }
+  const LatentAttentionWeights<Scalar>& weights() const { return w_; }
+  const Matrix<Scalar>& w_o() const { return w_.w_o; }
+  const RowVector<Scalar>& b_o() const { return w_.b_o; }
+  /// W_O[h]: the rows of W_O that head h's Z (v_head_dim wide) meets.
+  auto w_o_block(Index h) const { return w_.w_o.middleRows(checked_head(h, "w_o_block") * v(), v()); }
+
+  /// The layer by the fast path (absorbed, fused): x (n, d_model) -> (n, d_model), positions 0 .. n - 1.
+  Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
+                         const HeadInterventions<Scalar>* interventions = nullptr) const {
+    Matrix<Scalar> z = head_outputs(x, options);
+    return output_of(z, interventions, "MultiHeadLatentAttention::forward");
+  }
+  /// Every head's Z side by side, (n, n_heads v_head_dim), by the fast path.
+  Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
+    return attend_heads(x, options).z;
+  }
+  /// The attention before W_O by the fast path: Z (n, n_heads v_head_dim) and on request the
+  /// logsumexp and statistics (n_heads, n); through extras' pointers the absorbed queries (n,
+  /// n_heads latent_width: head h's [q_nope_h W_UK_hᵀ | RoPE(q_pe_h)], as they meet the latent)
+  /// and the latent keys (one head, values its first kv_lora_rank components).
+  AttentionResult<Scalar> attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
+                                       const HeadOutputExtras<Scalar>& extras = {}) const {
+    constexpr const char* where = "MultiHeadLatentAttention::forward";
+    check_input(x, options, where);
+    const int threads = detail::thread_count(options.threads, where);
+    const Projected p = project(x, 0, threads);
+    PackedKeysValues<Scalar> kv(x.rows(), 1, latent_width(), kv_lora_rank(), ValueStorage::key_prefix);
+    kv.append(p.latent, threads);
+    AttentionResult<Scalar> r = attend_latent(p, kv, options, extras, where);
+    if (extras.keys_values) *extras.keys_values = std::move(kv);
+    return r;
+  }
+
+  /// A cache of the latent for `capacity` tokens: latent_width() numbers per token.
+  KvCache<Scalar> make_cache(Index capacity) const {
+    return KvCache<Scalar>(capacity, 1, latent_width(), kv_lora_rank(), ValueStorage::key_prefix);
+  }
+  /// Decoding: x (m, d_model) the tokens after the cache's, at positions cache.size() .. + m - 1;
+  /// appends their latent and returns their output, bitwise the matching rows of forward() on the
+  /// whole sequence, for any split into chunks and any thread count.
+  Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
+                                     const AttentionOptions& options = {},
+                                     const HeadInterventions<Scalar>* interventions = nullptr) const {
+    constexpr const char* where = "MultiHeadLatentAttention::forward_incremental";
+    check_input(x, options, where);
+    check_cache(cache, x.rows(), where);
+    const int threads = detail::thread_count(options.threads, where);
+    const Projected p = project(x, cache.size(), threads);
+    cache.store().append(p.latent, threads);
+    cache.origin_ = KvCacheOrigin{config_.rope, std::nullopt, std::nullopt, false};
+    Matrix<Scalar> z = attend_latent(p, cache.packed(), options, {}, where).z;
+    return output_of(z, interventions, where);
+  }
+
+  /// The teaching view: the expanded form, head by head (HF's computation), through each head's
+  /// whole pattern. Equal to forward() to rounding.
+  Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
+                                      const HeadInterventions<Scalar>* interventions = nullptr) const {
+    const LatentAttentionTrace<Scalar> t = trace(x, options);
+    Matrix<Scalar> z(x.rows(), n_heads() * v());
+    for (Index h = 0; h < n_heads(); ++h) z.middleCols(h * v(), v()) = t.heads[static_cast<std::size_t>(h)].z;
+    return output_of(z, interventions, "MultiHeadLatentAttention::forward_step_by_step");
+  }
+
+  /// Every intermediate of the expanded form on x (positions 0 .. n - 1).
+  LatentAttentionTrace<Scalar> trace(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
+    constexpr const char* where = "MultiHeadLatentAttention::trace";
+    check_input(x, options, where);
+    const Projected p = project(x, 0, detail::thread_count(options.threads, where));
+    const AttentionOptions all = options_for(options);
+    LatentAttentionTrace<Scalar> t;
+    t.c_q = p.c_q, t.c_kv = p.latent.leftCols(kv_lora_rank()), t.k_pe = p.latent.rightCols(rope());
+    t.output = Matrix<Scalar>::Zero(x.rows(), d_model());
+    for (Index h = 0; h < n_heads(); ++h) {
+      HeadTrace<Scalar> head;
+      const Matrix<Scalar> k_nope = times(t.c_kv, w_.w_kv_b.middleCols(h * (nope() + v()), nope()));
+      head.q = head.q_normed = p.q_unrotated.middleCols(h * (nope() + rope()), nope() + rope());
+      head.q_rotated = p.q.middleCols(h * (nope() + rope()), nope() + rope());
+      head.k.resize(x.rows(), nope() + rope()), head.k_rotated.resize(x.rows(), nope() + rope());
+      head.k << k_nope, p.k_pe_unrotated;
+      head.k_rotated << k_nope, t.k_pe;
+      head.k_normed = head.k;
+      head.v = times(t.c_kv, w_uv_[static_cast<std::size_t>(h)]);
+      detail::trace_scores(head, all, OneHead{h, n_heads()}, where);
+      t.contributions.push_back(times(head.z, w_o_block(h)));
+      t.output += t.contributions.back();
+      t.heads.push_back(std::move(head));
+    }
+    if (w_.b_o.size()) t.output.rowwise() += w_.b_o;
+    return t;
+  }
+
+  /// Z W_O + b_O for every head's Z side by side, z (n, n_heads v_head_dim) -> (n, d_model).
+  Matrix<Scalar> project_heads(const Eigen::Ref<const Matrix<Scalar>>& z) const {
+    return output_of(Matrix<Scalar>(z), nullptr, "project_heads");
+  }
+
+ private:
+  /// A layer input's projections: the queries (n, n_heads (nope + rope)), their rotated parts
+  /// rotated and before, and the latent (n, latent_width): [c_kv normed | RoPE(k_pe)].
+  struct Projected {
+    Matrix<Scalar> c_q, q, q_unrotated, latent, k_pe_unrotated;
+  };
+
+  Index nope() const { return config_.qk_nope_head_dim; }
+  Index rope() const { return config_.qk_rope_head_dim; }
+  Index v() const { return config_.v_head_dim; }
+
+  /// a b by the deterministic product: a row of the result never depends on the other rows (so
+  /// decoding token by token gives the forward's bits).
+  static Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b,
+                              int threads = 1) {
+    Matrix<Scalar> c;
+    detail::product<Scalar>(a, b, c, threads);
+    return c;
+  }
+  /// w x / sqrt(mean(x²) + eps), row by row (Hugging Face's DeepseekV3RMSNorm).
+  Matrix<Scalar> rms_norm(Matrix<Scalar> x, const RowVector<Scalar>& weight) const {
+    for (Index t = 0; t < x.rows(); ++t) {
+      const Scalar inverse = Scalar(1) / std::sqrt(x.row(t).squaredNorm() / Scalar(x.cols()) + static_cast<Scalar>(config_.norm_eps));
+      x.row(t) = (x.row(t) * inverse).cwiseProduct(weight);
+    }
+    return x;
+  }
+  /// RoPE on every head of `part` (m, heads rope) at positions first .. first + m - 1, its
+  /// components de-interleaved first where the layer says so.
+  void rotate(Matrix<Scalar>& part, Index first, int threads) const {
+    if (config_.rope_interleave) {
+      const Matrix<Scalar> given = part;
+      const Index half = rope() / 2;
+      for (Index c0 = 0; c0 < part.cols(); c0 += rope())
+        for (Index i = 0; i < half; ++i)
+          part.col(c0 + i) = given.col(c0 + 2 * i), part.col(c0 + half + i) = given.col(c0 + 2 * i + 1);
+    }
+    rope_->rotate<Scalar>(part, first, threads);
+  }
+
+  Projected project(const Eigen::Ref<const Matrix<Scalar>>& x, Index first, int threads) const {
+    Projected p;
+    if (w_.w_q.size()) {
+      p.q = times(x, w_.w_q, threads);
+    } else {
+      p.c_q = rms_norm(times(x, w_.w_q_a, threads), w_.q_a_norm);
+      p.q = times(p.c_q, w_.w_q_b, threads);
+    }
+    p.q_unrotated = p.q;
+    Matrix<Scalar> q_pe(x.rows(), n_heads() * rope());
+    for (Index h = 0; h < n_heads(); ++h) q_pe.middleCols(h * rope(), rope()) = p.q.middleCols(h * (nope() + rope()) + nope(), rope());
+    rotate(q_pe, first, threads);
+    for (Index h = 0; h < n_heads(); ++h) p.q.middleCols(h * (nope() + rope()) + nope(), rope()) = q_pe.middleCols(h * rope(), rope());
+    p.latent = times(x, w_.w_kv_a, threads);
+    p.latent.leftCols(kv_lora_rank()) = rms_norm(p.latent.leftCols(kv_lora_rank()), w_.kv_a_norm);
+    p.k_pe_unrotated = p.latent.rightCols(rope());
+    Matrix<Scalar> k_pe = p.k_pe_unrotated;
+    rotate(k_pe, first, threads);
+    p.latent.rightCols(rope()) = k_pe;
+    return p;
+  }
+
+  /// The fast path's attention of the projected queries over `kv` (the latent of every token so
+  /// far): the queries absorbed and folded into rows (row t n_heads + h: token t, head h), one
+  /// shared head, then each head's z_latent W_UV_h.
+  AttentionResult<Scalar> attend_latent(const Projected& p, const PackedKeysValues<Scalar>& kv, const AttentionOptions& options,
+                                        const HeadOutputExtras<Scalar>& extras, const char* where) const {
+    const Index n = p.q.rows(), H = n_heads(), L = latent_width(), R = kv_lora_rank();
+    using Strided = Eigen::Map<Matrix<Scalar>, 0, Eigen::OuterStride<>>;
+    Matrix<Scalar> folded(n * H, L);
+    for (Index h = 0; h < H; ++h) {
+      Strided rows(folded.data() + h * L, n, L, Eigen::OuterStride<>(H * L));  // token t's row of head h
+      rows.leftCols(R) = times(p.q.middleCols(h * (nope() + rope()), nope()), w_uk_[static_cast<std::size_t>(h)]);
+      rows.rightCols(rope()) = p.q.middleCols(h * (nope() + rope()) + nope(), rope());
+    }
+    AttentionOptions all = options_for(options);
+    all.query_rows_per_position = H;
+    AttentionCall call;
+    call.heads = {1, 1}, call.options = &all, call.logsumexp = extras.logsumexp, call.statistics = extras.statistics;
+    AttentionResult<Scalar> latent = detail::attend_packed<Scalar>(folded, kv, call, where);
+    AttentionResult<Scalar> out;
+    out.z.resize(n, H * v());
+    for (Index h = 0; h < H; ++h)
+      out.z.middleCols(h * v(), v()) = times(Strided(latent.z.data() + h * R, n, R, Eigen::OuterStride<>(H * R)), w_uv_[static_cast<std::size_t>(h)]);
+    if (extras.logsumexp) out.logsumexp = unfold(latent.logsumexp);
+    if (extras.statistics) unfold_statistics(latent.statistics, out.statistics);
+    if (extras.q) {
+      extras.q->resize(n, H * L);
+      for (Index h = 0; h < H; ++h) extras.q->middleCols(h * L, L) = Strided(folded.data() + h * L, n, L, Eigen::OuterStride<>(H * L));
+    }
+    return out;
+  }
+  /// A folded call's (1, n n_heads) per-row values as (n_heads, n).
+  template <class M>
+  M unfold(const M& folded) const {
+    M out(n_heads(), folded.cols() / n_heads());
+    for (Index t = 0; t < out.cols(); ++t)
+      for (Index h = 0; h < n_heads(); ++h) out(h, t) = folded(0, t * n_heads() + h);
+    return out;
+  }
+  void unfold_statistics(const RowStatistics<Scalar>& folded, RowStatistics<Scalar>& out) const {
+    out.entropy = unfold(folded.entropy), out.first_token_mass = unfold(folded.first_token_mass);
+    out.previous_token_mass = unfold(folded.previous_token_mass), out.max_weight = unfold(folded.max_weight);
+    out.argmax = unfold(folded.argmax), out.sink_mass = unfold(folded.sink_mass);
+  }
+
+  /// The call's options with the layer's divisor; a layer lays its call out itself.
+  AttentionOptions options_for(const AttentionOptions& options) const {
+    AttentionOptions all = options;
+    if (!all.divisor) all.divisor = divisor();
+    return all;
+  }
+
+  Matrix<Scalar> output_of(Matrix<Scalar> z, const HeadInterventions<Scalar>* interventions, const char* where) const {
+    if (z.cols() != n_heads() * v()) detail::invalid(where, "z has ", z.cols(), " columns, expected n_heads v_head_dim = ", n_heads() * v());
+    if (interventions) {
+      if (interventions->n_heads() != n_heads())
+        detail::invalid(where, "interventions for ", interventions->n_heads(), " heads, the layer has ", n_heads());
+      interventions->apply(z);
+    }
+    Matrix<Scalar> out = times(z, w_.w_o);
+    if (w_.b_o.size()) out.rowwise() += w_.b_o;
+    if (!detail::all_finite(out, 1))
+      detail::invalid(where, "the output is not finite: the scores or the output projection overflowed; scale x or the weights down");
+    return out;
+  }
+
+  Index checked_head(Index h, const char* where) const {
+    if (h < 0 || h >= n_heads()) detail::invalid(where, "head ", h, " out of range [0, ", n_heads(), ")");
+    return h;
+  }
+
+  void check_input(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, const char* where) const {
+    if (x.cols() != d_model()) detail::invalid(where, "x has ", x.cols(), " columns, expected d_model = ", d_model());
+    detail::require_finite(where, "x", x);
+    if (options.first_query_position || options.first_key_position != 0 || options.query_rows_per_position != 1)
+      detail::invalid(where, "the layer places its queries and keys itself: first_query_position, first_key_position and "
+                      "query_rows_per_position must be left unset");
+    if (options.mask.size() || options.bias.size() || options.alibi_slopes.size() || options.sinks.size())
+      detail::invalid(where, "masks, biases, ALiBi slopes and sinks are not read by a latent attention layer (its fast path "
+                      "folds the heads into rows)");
+  }
+
+  void check_cache(const KvCache<Scalar>& cache, Index m, const char* where) const {
+    if (!cache.values_are_keys() || cache.n_kv_heads() != 1 || cache.d_head() != latent_width() || cache.d_v() != kv_lora_rank())
+      detail::invalid(where, "the cache is not this layer's latent cache (make_cache): it holds ", cache.n_kv_heads(),
+                      " heads of ", cache.d_head(), ", expected one latent of ", latent_width());
+    if (m > cache.capacity() - cache.size())
+      detail::invalid(where, "appending ", m, " tokens to ", cache.size(), " would exceed the cache's capacity of ", cache.capacity(),
+                      " tokens");
+    if (cache.size() && cache.origin() && cache.origin()->rope != std::optional<RopeConfig>(config_.rope))
+      detail::invalid(where, "the cache was filled by a layer with another rotary embedding");
+  }
+
+  void check_weights(const char* where) const;
+
+  LatentAttentionConfig config_;
+  LatentAttentionWeights<Scalar> w_;
+  std::optional<RotaryEmbedding> rope_;
+  std::vector<Matrix<Scalar>> w_uk_, w_uv_;  // per head: W_UK_hᵀ (nope, kv_lora_rank), W_UV_h (kv_lora_rank, v)
+};
+
+/// Throws naming the first weight whose shape does not fit the config (or that is not finite).
+template <class Scalar>
+void MultiHeadLatentAttention<Scalar>::check_weights(const char* where) const {
+  const LatentAttentionConfig& c = config_;
+  if (c.n_heads <= 0 || c.qk_nope_head_dim < 0 || c.qk_rope_head_dim <= 0 || c.qk_rope_head_dim % 2 || c.v_head_dim <= 0)
+    detail::invalid(where, "n_heads ", c.n_heads, ", qk_nope_head_dim ", c.qk_nope_head_dim, ", qk_rope_head_dim ", c.qk_rope_head_dim,
+                    " and v_head_dim ", c.v_head_dim, ": each must be > 0 (qk_nope >= 0, qk_rope even)");
+  if (c.rope.d_head != c.qk_rope_head_dim)
+    detail::invalid(where, "rope.d_head is ", c.rope.d_head, ", expected qk_rope_head_dim = ", c.qk_rope_head_dim);
+  if (c.divisor && !(*c.divisor > 0.0 && std::isfinite(*c.divisor))) detail::invalid(where, "divisor must be finite and > 0, got ", *c.divisor);
+  if (!(c.norm_eps > 0.0 && std::isfinite(c.norm_eps))) detail::invalid(where, "norm_eps must be finite and > 0, got ", c.norm_eps);
+  const Index d = w_.w_kv_a.rows(), R = w_.kv_a_norm.size(), q_width = c.n_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim);
+  const auto shape = [&](const char* name, const auto& m, Index rows, Index cols) {
+    if (m.rows() != rows || m.cols() != cols)
+      detail::invalid(where, name, " is ", m.rows(), "x", m.cols(), ", expected ", rows, "x", cols);
+    detail::require_finite(where, name, m);
+  };
+  if (d <= 0 || R <= 0) detail::invalid(where, "w_kv_a (d_model, kv_lora_rank + rope) and kv_a_norm (kv_lora_rank) must not be empty");
+  shape("w_kv_a", w_.w_kv_a, d, R + c.qk_rope_head_dim);
+  shape("kv_a_norm", w_.kv_a_norm, 1, R);
+  shape("w_kv_b", w_.w_kv_b, R, c.n_heads * (c.qk_nope_head_dim + c.v_head_dim));
+  if (w_.w_q.size()) {
+    shape("w_q", w_.w_q, d, q_width);
+    if (w_.w_q_a.size() || w_.w_q_b.size()) detail::invalid(where, "both a plain w_q and w_q_a / w_q_b are given: one or the other");
+  } else {
+    const Index Q = w_.q_a_norm.size();
+    if (Q <= 0) detail::invalid(where, "neither w_q nor w_q_a, q_a_norm and w_q_b are given");
+    shape("w_q_a", w_.w_q_a, d, Q);
+    shape("q_a_norm", w_.q_a_norm, 1, Q);
+    shape("w_q_b", w_.w_q_b, Q, q_width);
+  }
+  shape("w_o", w_.w_o, c.n_heads * c.v_head_dim, w_.w_o.cols());
+  if (w_.w_o.cols() != d) detail::invalid(where, "w_o has ", w_.w_o.cols(), " columns, expected d_model = ", d);
+  if (w_.b_o.size()) shape("b_o", w_.b_o, 1, d);
+}
+
+}  // namespace headwise
