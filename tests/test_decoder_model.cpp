@@ -318,8 +318,6 @@ TEST_CASE("Signed head effects over a whole model: ablation effects from PyTorch
   const Matrix<double> effects = interpret::head_ablation_effects(model, ids, logit_difference);
   CHECK(effects(1, 2) == Approx(logit_difference(ref.matrix<double>("interventions.zero_ablate.logits.f64")) -
                                 logit_difference(ref.matrix<double>("logits.f64"))).epsilon(1e-10));
-  const Matrix<double> mean_effects = interpret::head_ablation_effects(model, ids, logit_difference, interpret::Ablation::mean);
-  CHECK((mean_effects.array() != effects.array()).any());
   // Direct logit attribution: Z_h W_O[h] of PyTorch's run through ln_f with its scale frozen at
   // PyTorch's final residual (TransformerLens's apply_ln_to_stack), written out here.
   interpret::LogitDirection direction;
@@ -354,4 +352,19 @@ TEST_CASE("Signed head effects over a whole model: ablation effects from PyTorch
   const auto gemma = io::load_decoder_model<double>(headwise_test::data_path("gemma3-model-tiny"));
   CHECK_THROWS_WITH(interpret::direct_logit_attribution(gemma, {1, 2, 3}, interpret::LogitDirection{}),
                     Catch::Contains("block 0 norms its attention output"));
+  // Mean ablation (on Llama: its small vocabulary keeps the runs cheap): each head's Z replaced by
+  // its mean over the text's positions, as HeadInterventions::ablate_with_mean does it by hand.
+  const auto llama = io::load_decoder_model<double>(headwise_test::data_path("llama-model-tiny"));
+  const std::vector<Index> text = ids_of(headwise_test::load_fixture("llama-model-tiny/model-reference.safetensors"), "input_ids");
+  const auto last_logit = [&](const Matrix<double>& logits) { return logits(logits.rows() - 1, 7); };
+  const Matrix<double> mean_effects = interpret::head_ablation_effects(llama, text, last_logit, interpret::Ablation::mean);
+  model::RunOptions<double> record;
+  record.hooks = {"blocks.1.attn.hook_z"};
+  const auto clean = llama.run(text, record);
+  const Index d = llama.blocks[1].attention.d_head();
+  model::RunOptions<double> by_hand;
+  by_hand.interventions.emplace(1, HeadInterventions<double>(llama.blocks[1].attention.n_heads()));
+  by_hand.interventions.at(1).ablate_with_mean(0, clean.hooks.at("blocks.1.attn.hook_z").leftCols(d).colwise().mean());
+  CHECK(mean_effects(1, 0) == Approx(last_logit(llama.run(text, by_hand).logits) - last_logit(clean.logits)).epsilon(1e-12));
+  CHECK(mean_effects(1, 0) != 0.0);
 }

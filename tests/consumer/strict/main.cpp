@@ -8,6 +8,7 @@
 #include <headwise/interpret.hpp>
 #include <headwise/io/gpt2.hpp>
 #include <headwise/io/decoder_model.hpp>
+#include <headwise/io/latent_attention.hpp>
 #include <headwise/io/llama.hpp>
 #include <headwise/text/byte_level_bpe.hpp>
 
@@ -34,8 +35,21 @@ double exercise() {
   const std::string svg = headwise::interpret::svg_heatmap(pattern, labels, labels, "head 0.1");
   auto shard = headwise::partial_attention<Scalar>(x, x, x, 2, 2, 0, 0);
   headwise::merge_into(shard, shard);
+  // Multi-head latent attention: 2 heads, kv_lora_rank 4, qk_nope 2, qk_rope 2, v_head 2.
+  headwise::LatentAttentionWeights<Scalar> lw;
+  lw.w_q_a = Matrix<Scalar>::Random(8, 4), lw.q_a_norm = headwise::RowVector<Scalar>::Ones(4);
+  lw.w_q_b = Matrix<Scalar>::Random(4, 8), lw.w_kv_a = Matrix<Scalar>::Random(8, 6);
+  lw.kv_a_norm = headwise::RowVector<Scalar>::Ones(4), lw.w_kv_b = Matrix<Scalar>::Random(4, 8), lw.w_o = Matrix<Scalar>::Random(4, 8);
+  headwise::LatentAttentionConfig lc;
+  lc.n_heads = 2, lc.qk_nope_head_dim = 2, lc.qk_rope_head_dim = 2, lc.v_head_dim = 2;
+  lc.rope.d_head = 2;
+  const headwise::MultiHeadLatentAttention<Scalar> mla(lw, lc);
+  auto latent_cache = mla.make_cache(5);
+  const Matrix<Scalar> latent_out = mla.forward(x) - mla.forward_incremental(x, latent_cache) + mla.forward_step_by_step(x);
+  const auto latent_run = headwise::interpret::inspect(mla, x);
+  const Matrix<Scalar> latent_norms = headwise::interpret::contribution_norms(mla, latent_run.attention.z);
   return double((y - decoded).cwiseAbs().maxCoeff() + trace.output(0, 0) + fused.dx(0, 0) + stepwise.dx(0, 0) +
-                shard.z(0, 0)) +
+                shard.z(0, 0) + latent_out(0, 0) + mla.trace(x).output(0, 0) + latent_run.pattern(1)(2, 1) + latent_norms(0, 0)) +
          headwise::interpret::induction_score(pattern, {1, 2, 3, 1, 2}) + double(svg.size()) +
          double(headwise::interpret::contribution_norms(layer, run.attention.z)(0, 0));
 }
@@ -47,12 +61,13 @@ int main(int argc, char** argv) {
     const std::string folder = argv[1];
     const auto llama = headwise::io::load_llama_attention_layers<float>(folder);
     const auto gpt2 = headwise::io::load_gpt2_attention_layers<double>(folder);
+    const auto latent = headwise::io::load_latent_attention_layers<double>(folder);
     const auto model = headwise::io::load_decoder_model<float>(folder);
     const auto run = model.run({0, 1});
     const auto next = model.generate({0, 1}, 2);
     const auto scores = headwise::interpret::score_model_heads(model, {0, 1, 0, 1});
     const std::string page = headwise::interpret::head_score_page(scores, "strict");
-    return static_cast<int>(llama.size() + gpt2.size() + next.size() + page.size() +
+    return static_cast<int>(llama.size() + gpt2.size() + latent.size() + next.size() + page.size() +
                             static_cast<std::size_t>(run.logits.rows()));
   }
   // A three-token byte-level BPE: "ab" merges to one token and decodes back.
