@@ -111,6 +111,7 @@ void BM_DecodeStepLatent(benchmark::State& state) {
   const Mat q = random_matrix(mla_heads, width, 3) * 0.05f;
   headwise::AttentionCall call;
   call.options = &options;
+  if (state.range(2)) call.tiles.key_shard = state.range(2);
   for (auto _ : state) {
     auto r = headwise::attend<float>(q, latent, call);
     benchmark::DoNotOptimize(r.z.data());
@@ -119,10 +120,38 @@ void BM_DecodeStepLatent(benchmark::State& state) {
   const double bytes = double(context) * double(width) * sizeof(float);
   state.counters["KV_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["KV_MiB"] = bytes / (1 << 20);
+  // Useful FLOPs: every head's scores over every key (576 wide) and its mix of the values (512).
+  const double flops = 2.0 * double(mla_heads) * double(context) * double(width + mla_rank);
+  state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeStepLatent)
+    ->ArgNames({"context", "threads", "shard"})
+    ->ArgsProduct({{4096, 16384, 65536, 262144}, {1, 2}, {0, 2048}})  // 262144: 576 MiB, past a 300 MiB LLC; 2048: the layer's shards (0: the kernel's 1024)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// The baseline for the absorbed step's arithmetic: Eigen's GEMM on the same products, S = Q Kᵀ
+// (128 x 576 by 576 x context) and Z = S V (128 x context by context x 512), V the first 512
+// columns of K, nothing fused. The absorbed step does 121 FLOPs per byte of cache: it is bounded
+// by arithmetic, not by bandwidth, so its figure is this ratio.
+void BM_LatentStepGemmBaseline(benchmark::State& state) {
+  const Index context = state.range(0), width = mla_rank + mla_rope;
+  Eigen::setNbThreads(static_cast<int>(state.range(1)));
+  const Mat k = random_matrix(context, width, 1), q = random_matrix(mla_heads, width, 3);
+  Mat s(mla_heads, context), z(mla_heads, mla_rank);
+  for (auto _ : state) {
+    s.noalias() = q * k.transpose();
+    z.noalias() = s * k.leftCols(mla_rank);
+    benchmark::DoNotOptimize(z.data());
+    benchmark::ClobberMemory();
+  }
+  Eigen::setNbThreads(0);
+  const double flops = 2.0 * double(mla_heads) * double(context) * double(width + mla_rank);
+  state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LatentStepGemmBaseline)
     ->ArgNames({"context", "threads"})
-    ->ArgsProduct({{4096, 16384, 65536}, {1, 2}})
+    ->ArgsProduct({{4096, 65536}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

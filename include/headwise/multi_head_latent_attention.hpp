@@ -213,6 +213,12 @@ class MultiHeadLatentAttention {
     Matrix<Scalar> c_q, q, q_unrotated, latent, k_pe_unrotated;
   };
 
+  /// Keys per shard: a shard's state is n_heads x kv_lora_rank (DeepSeek-V3: 256 KiB, a ninth of
+  /// its 1024 keys' latent at the kernel's default shard, which made a step over 262144 tokens on
+  /// 2 threads slower than on 1); 2048 halves that and still gives a 4096-token step two shards
+  /// for two threads (bench/RESULTS.md). Fixed, so that decoding gives the forward's bits.
+  static constexpr Index latent_key_shard = 2048;
+
   Index nope() const { return config_.qk_nope_head_dim; }
   Index rope() const { return config_.qk_rope_head_dim; }
   Index v() const { return config_.v_head_dim; }
@@ -285,6 +291,7 @@ class MultiHeadLatentAttention {
     all.query_rows_per_position = H;
     AttentionCall call;
     call.heads = {1, 1}, call.options = &all, call.logsumexp = extras.logsumexp, call.statistics = extras.statistics;
+    call.tiles.key_shard = latent_key_shard;
     AttentionResult<Scalar> latent = detail::attend_packed<Scalar>(folded, kv, call, where);
     AttentionResult<Scalar> out;
     out.z.resize(n, H * v());
