@@ -27,6 +27,10 @@ void read_every_tensor(const SafetensorsFile& file) {
     } catch (const SafetensorsError&) {
     }
     try {
+      (void)file.matrix<double>(name, headwise::io::Fp8::as_stored);  // FP8 as stored, as the loaders read it
+    } catch (const SafetensorsError&) {
+    }
+    try {
       (void)file.row_vector<double>(name);
     } catch (const SafetensorsError&) {
     }

@@ -367,4 +367,14 @@ TEST_CASE("Signed head effects over a whole model: ablation effects from PyTorch
   by_hand.interventions.at(1).ablate_with_mean(0, clean.hooks.at("blocks.1.attn.hook_z").leftCols(d).colwise().mean());
   CHECK(mean_effects(1, 0) == Approx(last_logit(llama.run(text, by_hand).logits) - last_logit(clean.logits)).epsilon(1e-12));
   CHECK(mean_effects(1, 0) != 0.0);
+  // Head 1.2 by a patch whose every row is that head's mean Z, averaged here by a plain loop.
+  const Matrix<double>& z = clean.hooks.at("blocks.1.attn.hook_z");
+  Matrix<double> mean_z = Matrix<double>::Zero(z.rows(), d);
+  for (Index t = 0; t < z.rows(); ++t)
+    for (Index c = 0; c < d; ++c)
+      for (Index u = 0; u < z.rows(); ++u) mean_z(t, c) += z(u, 2 * d + c) / double(z.rows());
+  model::RunOptions<double> patched;
+  patched.interventions.emplace(1, HeadInterventions<double>(llama.blocks[1].attention.n_heads()));
+  patched.interventions.at(1).patch(2, mean_z);
+  CHECK(mean_effects(1, 2) == Approx(last_logit(llama.run(text, patched).logits) - last_logit(clean.logits)).epsilon(1e-10));
 }

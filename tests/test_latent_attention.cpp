@@ -62,7 +62,7 @@ void check_latent_layer(const MultiHeadLatentAttention<Scalar>& layer, const io:
   for (Index j = 0; j < x.rows(); ++j)
     for (Index c = 0; c < L; ++c) latent(j, c) = double(kv.key(0, j, c));
   CHECK_THAT(latent.leftCols(R), IsNear(ref.matrix<double>(p + "c_kv.f64"), tol));
-  CHECK(kv.value(0, 3, 5) == kv.key(0, 3, 5));  // the values are the keys' first kv_lora_rank components
+  CHECK_THAT(latent.rightCols(L - R), IsNear(ref.matrix<double>(p + "k_rope.f64"), tol));
 }
 }  // namespace
 
@@ -119,7 +119,32 @@ TEMPLATE_TEST_CASE("latent attention: decoding through the latent cache is bitwi
   CHECK(cache.values_are_keys());
   CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(3), cache), Catch::Contains("would exceed the cache's capacity of 4"));
   KvCache<TestType> other(8, 1, 40);
-  CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(1), other), Catch::Contains("is not this layer's latent cache"));
+  CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(1), other), Catch::Contains("values 40 wide of their own, expected one latent head"));
+  // A step that fails leaves the cache as it was: the tokens appended before the failure are taken back.
+  const HeadInterventions<TestType> three_heads(3);
+  CHECK_THROWS_WITH(layer.forward_incremental(x.middleRows(2, 1), cache, one, &three_heads),
+                    Catch::Contains("interventions for 3 heads, the layer has 4"));
+  CHECK(cache.size() == 2);
+  CHECK_THAT(headwise_test::as_double(layer.forward_incremental(x.middleRows(2, 2), cache, one)),
+             headwise_test::IsExactly(Matrix<TestType>(whole.middleRows(2, 2))));
+  AttentionOptions windowed;
+  windowed.window = 8;
+  CHECK_THROWS_WITH(layer.forward_incremental(x.middleRows(4, 0), cache, windowed), Catch::Contains("another window or chunk"));
+  // A plain q_proj (q_lora_rank null) and rotate_half without de-interleaving: the two paths agree.
+  LatentAttentionWeights<TestType> w = layer.weights();
+  w.w_q = w.w_q_a * w.w_q_b;
+  w.w_q_a.resize(0, 0), w.w_q_b.resize(0, 0), w.q_a_norm.resize(0);
+  LatentAttentionConfig c = layer.config();
+  c.rope_interleave = false;
+  const MultiHeadLatentAttention<TestType> plain(w, c);
+  CHECK(plain.q_lora_rank() == 0);
+  CHECK_THAT(plain.forward(x).template cast<double>(),
+             IsNear(plain.forward_step_by_step(x).template cast<double>(), headwise_test::tolerance<TestType>()));
+  KvCache<TestType> plain_cache = plain.make_cache(x.rows());
+  Matrix<TestType> plain_decoded(x.rows(), x.cols());
+  for (Index t = 0; t < x.rows(); ++t) plain_decoded.row(t) = plain.forward_incremental(x.middleRows(t, 1), plain_cache);
+  CHECK_THAT(headwise_test::as_double(plain_decoded), headwise_test::IsExactly(plain.forward(x)));
+  CHECK(plain.forward(Matrix<TestType>(0, x.cols())).rows() == 0);
 }
 
 TEMPLATE_TEST_CASE("values stored as the keys' first components: the same bits as values of their own, over key shards and threads",

@@ -179,10 +179,12 @@ TEMPLATE_TEST_CASE("A forward over tokens that start at position p, on every pat
 TEST_CASE("The families' configs and layers: what headwise does not read or compute is refused by name", "[families][errors]") {
   const auto fail = [](const std::string& json) { return io::parse_llama_config(json, "c.json"); };
   const std::string base = R"({"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, )";
-  CHECK_THROWS_WITH(fail(base + R"("model_type": "deepseek_v3"})"), Catch::Contains("\"deepseek_v3\" is multi-head latent attention"));
+  CHECK_THROWS_WITH(fail(base + R"("model_type": "deepseek_v3"})"), Catch::Contains("no integer field \"kv_lora_rank\""));
   CHECK_THROWS_WITH(fail(base + R"("model_type": "falcon"})"), Catch::Contains("model_type \"falcon\" is not one this loader reads"));
   CHECK_THROWS_WITH(fail(base + R"("model_type": "qwen3", "quantization_config": {"quant_method": "fp8"}})"),
-                    Catch::Contains("\"quantization_config\" = {\"quant_method\":\"fp8\"}: quantized weights are not read"));
+                    Catch::Contains("quantization_config: weight_block_size is not two integers [rows, cols]"));
+  CHECK_THROWS_WITH(fail(base + R"("model_type": "qwen3", "quantization_config": {"quant_method": "gptq", "bits": 4}})"),
+                    Catch::Contains("quantization_config: \"bits\" is not a key headwise reads"));
   CHECK_THROWS_WITH(fail(base + R"("model_type": "llama4_text", "layer_types": ["full_attention", "sliding_attention"]})"),
                     Catch::Contains("layer_types[1] = \"sliding_attention\" is not a layer this model_type has (full_attention, chunked_attention)"));
   CHECK_THROWS_WITH(fail(base + R"("model_type": "llama4_text", "no_rope_layers": [1, 2]})"), Catch::Contains("no_rope_layers[1] = 2 is not 0 or 1"));

@@ -137,8 +137,13 @@ TEST_CASE("safetensors: hand-made malformed headers", "[safetensors][errors]") {
 TEST_CASE("FP8 E4M3 (e4m3fn) and E5M2 convert exactly", "[safetensors][fp8]") {
   const auto read = [&](const char* dtype, const std::vector<unsigned char>& bytes) {
     const std::string header = std::string(R"({"a":{"dtype":")") + dtype + R"(","shape":[12],"data_offsets":[0,12]}})";
-    return SafetensorsFile(headwise_test::file_with_header(header, bytes), "m").values<double>("a");
+    return SafetensorsFile(headwise_test::file_with_header(header, bytes), "m").values<double>("a", headwise::io::Fp8::as_stored);
   };
+  // Read as a plain tensor, an FP8 weight is refused: its values need its block scales.
+  const SafetensorsFile plain(headwise_test::file_with_header(R"({"a":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})",
+                                                              std::vector<unsigned char>(4)), "m");
+  CHECK_THROWS_WITH(plain.values<float>("a"), Catch::Matchers::Contains("is F8_E4M3: FP8 values are block-scaled weights"));
+  CHECK_THROWS_WITH(plain.row_vector<float>("a"), Catch::Matchers::Contains("read with their weight_scale_inv by the attention loaders"));
   // E4M3: S.EEEE.MMM, bias 7.
   const std::vector<double> e4m3 = read("F8_E4M3", {0x00, 0x01, 0x07, 0x08, 0x38, 0x3c, 0x7e, 0x7f, 0x80, 0xb8, 0xfe, 0xff});
   const double e4m3_expected[] = {0.0, 0x1p-9, 7 * 0x1p-9, 0x1p-6, 1.0, 1.5, 448.0};

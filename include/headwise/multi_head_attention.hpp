@@ -397,6 +397,7 @@ class MultiHeadAttention {
                       const char* where) const {
     check_input(x, where);
     resolve_divisor<Scalar>(options, d_head_, where);
+    check_cache_values(source, where);
     if (source.n_kv_heads() != n_kv_heads_ || source.d_head() != d_head_)
       detail::invalid(where, "the cache holds ", source.n_kv_heads(), " heads of ", source.d_head(), ", expected ", n_kv_heads_,
                       " of ", d_head_);
@@ -445,6 +446,7 @@ class MultiHeadAttention {
   /// shape and room, positions that come from the cache alone, and (once it holds tokens) the same
   /// rotary embedding and window as what filled it. Returns what the cache will then hold.
   KvCacheOrigin check_cache(const KvCache<Scalar>& cache, Index m, const AttentionOptions& options, const char* where) const {
+    check_cache_values(cache, where);
     if (cache.n_kv_heads() != n_kv_heads_ || cache.d_head() != d_head_)
       detail::invalid(where, "the cache holds ", cache.n_kv_heads(), " heads of ", cache.d_head(), ", expected ", n_kv_heads_,
                       " of ", d_head_);
@@ -452,6 +454,13 @@ class MultiHeadAttention {
       detail::invalid(where, "appending ", m, " tokens to ", cache.size(), " would exceed the cache's capacity of ",
                       cache.capacity(), " tokens");
     return check_cache_origin(cache, cache.size(), m, options, where);
+  }
+  /// A cache whose values are not d_head wide, or that keeps them inside its keys (a latent
+  /// attention layer's), is not this layer's.
+  void check_cache_values(const KvCache<Scalar>& cache, const char* where) const {
+    if (cache.values_are_keys() || cache.d_v() != d_head_)
+      detail::invalid(where, "the cache keeps values ", cache.d_v(), " wide", cache.values_are_keys() ? " inside its keys" : "",
+                      ": this layer's values are ", d_head_, " wide, of their own (a latent attention layer's cache is not a MultiHeadAttention's)");
   }
   /// What m tokens at held .. held + m - 1 attended over `cache` record, checked against what filled it.
   KvCacheOrigin check_cache_origin(const KvCache<Scalar>& cache, Index held, Index m, const AttentionOptions& options,

@@ -134,6 +134,7 @@ class MultiHeadLatentAttention {
     constexpr const char* where = "MultiHeadLatentAttention::forward";
     check_input(x, options, where);
     const int threads = detail::thread_count(options.threads, where);
+    if (x.rows() == 0) return empty_result(extras);
     const Projected p = project(x, 0, threads);
     PackedKeysValues<Scalar> kv(x.rows(), 1, latent_width(), kv_lora_rank(), ValueStorage::key_prefix);
     kv.append(p.latent, threads);
@@ -154,13 +155,22 @@ class MultiHeadLatentAttention {
                                      const HeadInterventions<Scalar>* interventions = nullptr) const {
     constexpr const char* where = "MultiHeadLatentAttention::forward_incremental";
     check_input(x, options, where);
-    check_cache(cache, x.rows(), where);
+    const KvCacheOrigin mine = check_cache(cache, x.rows(), options, where);
+    if (x.rows() == 0) return Matrix<Scalar>(0, d_model());
     const int threads = detail::thread_count(options.threads, where);
     const Projected p = project(x, cache.size(), threads);
+    const Index held = cache.size();
+    const std::optional<KvCacheOrigin> before = cache.origin();
     cache.store().append(p.latent, threads);
-    cache.origin_ = KvCacheOrigin{config_.rope, std::nullopt, std::nullopt, false};
-    Matrix<Scalar> z = attend_latent(p, cache.packed(), options, {}, where).z;
-    return output_of(z, interventions, where);
+    cache.origin_ = mine;
+    try {  // a call that fails (options the rule refuses, an overflow) leaves the cache as it was
+      Matrix<Scalar> z = attend_latent(p, cache.packed(), options, {}, where).z;
+      return output_of(z, interventions, where);
+    } catch (...) {
+      cache.store().truncate(held);
+      cache.origin_ = before;
+      throw;
+    }
   }
 
   /// The teaching view: the expanded form, head by head (HF's computation), through each head's
@@ -305,6 +315,16 @@ class MultiHeadLatentAttention {
     }
     return out;
   }
+  /// What attend_heads gives for no tokens.
+  AttentionResult<Scalar> empty_result(const HeadOutputExtras<Scalar>& extras) const {
+    AttentionResult<Scalar> r;
+    r.z.resize(0, n_heads() * v());
+    if (extras.logsumexp) r.logsumexp.resize(n_heads(), 0);
+    if (extras.statistics) r.statistics.resize(n_heads(), 0);
+    if (extras.q) extras.q->resize(0, n_heads() * latent_width());
+    if (extras.keys_values) *extras.keys_values = PackedKeysValues<Scalar>(0, 1, latent_width(), kv_lora_rank(), ValueStorage::key_prefix);
+    return r;
+  }
   /// A folded call's (1, n n_heads) per-row values as (n_heads, n).
   template <class M>
   M unfold(const M& folded) const {
@@ -347,6 +367,8 @@ class MultiHeadLatentAttention {
 
   void check_input(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, const char* where) const {
     if (x.cols() != d_model()) detail::invalid(where, "x has ", x.cols(), " columns, expected d_model = ", d_model());
+    if (x.rows() > 0 && x.rows() > detail::max_elements<Scalar>() / (n_heads() * latent_width()))
+      detail::invalid(where, "x has ", x.rows(), " tokens: the queries folded into rows (tokens x n_heads x latent_width) would overflow");
     detail::require_finite(where, "x", x);
     if (options.first_query_position || options.first_key_position != 0 || options.query_rows_per_position != 1)
       detail::invalid(where, "the layer places its queries and keys itself: first_query_position, first_key_position and "
@@ -356,15 +378,24 @@ class MultiHeadLatentAttention {
                       "folds the heads into rows)");
   }
 
-  void check_cache(const KvCache<Scalar>& cache, Index m, const char* where) const {
+  /// Throws unless `cache` is this layer's latent cache with room for m tokens, filled (if at all)
+  /// with the same rotary embedding, window and chunk; returns what it will then record.
+  KvCacheOrigin check_cache(const KvCache<Scalar>& cache, Index m, const AttentionOptions& options, const char* where) const {
     if (!cache.values_are_keys() || cache.n_kv_heads() != 1 || cache.d_head() != latent_width() || cache.d_v() != kv_lora_rank())
-      detail::invalid(where, "the cache is not this layer's latent cache (make_cache): it holds ", cache.n_kv_heads(),
-                      " heads of ", cache.d_head(), ", expected one latent of ", latent_width());
+      detail::invalid(where, "the cache is not this layer's latent cache (make_cache): it holds ", cache.n_kv_heads(), " heads of keys ",
+                      cache.d_head(), " wide and values ", cache.d_v(), " wide ", cache.values_are_keys() ? "inside the keys" : "of their own",
+                      ", expected one latent head of ", latent_width(), " with its first ", kv_lora_rank(), " components the values");
     if (m > cache.capacity() - cache.size())
       detail::invalid(where, "appending ", m, " tokens to ", cache.size(), " would exceed the cache's capacity of ", cache.capacity(),
                       " tokens");
-    if (cache.size() && cache.origin() && cache.origin()->rope != std::optional<RopeConfig>(config_.rope))
-      detail::invalid(where, "the cache was filled by a layer with another rotary embedding");
+    const KvCacheOrigin mine{config_.rope, options.window, options.chunk, false};
+    if (cache.size() && cache.origin()) {
+      const KvCacheOrigin& theirs = *cache.origin();
+      if (theirs.rope != mine.rope) detail::invalid(where, "the cache was filled by a layer with another rotary embedding");
+      if (theirs.window != mine.window || theirs.chunk != mine.chunk)
+        detail::invalid(where, "the cache's keys were attended with another window or chunk than this call's");
+    }
+    return mine;
   }
 
   void check_weights(const char* where) const;
@@ -379,9 +410,13 @@ class MultiHeadLatentAttention {
 template <class Scalar>
 void MultiHeadLatentAttention<Scalar>::check_weights(const char* where) const {
   const LatentAttentionConfig& c = config_;
-  if (c.n_heads <= 0 || c.qk_nope_head_dim < 0 || c.qk_rope_head_dim <= 0 || c.qk_rope_head_dim % 2 || c.v_head_dim <= 0)
+  constexpr Index limit = Index(1) << 30;  // each size: their products stay below 2^62
+  if (c.n_heads <= 0 || c.qk_nope_head_dim < 0 || c.qk_rope_head_dim <= 0 || c.qk_rope_head_dim % 2 || c.v_head_dim <= 0 ||
+      c.n_heads > limit || c.qk_nope_head_dim > limit || c.qk_rope_head_dim > limit || c.v_head_dim > limit)
     detail::invalid(where, "n_heads ", c.n_heads, ", qk_nope_head_dim ", c.qk_nope_head_dim, ", qk_rope_head_dim ", c.qk_rope_head_dim,
-                    " and v_head_dim ", c.v_head_dim, ": each must be > 0 (qk_nope >= 0, qk_rope even)");
+                    " and v_head_dim ", c.v_head_dim, ": each must be in [1, 2^30] (qk_nope may be 0, qk_rope is even)");
+  if (w_.kv_a_norm.size() > limit || w_.q_a_norm.size() > limit)
+    detail::invalid(where, "kv_lora_rank and q_lora_rank must be at most 2^30");
   if (c.rope.d_head != c.qk_rope_head_dim)
     detail::invalid(where, "rope.d_head is ", c.rope.d_head, ", expected qk_rope_head_dim = ", c.qk_rope_head_dim);
   if (c.divisor && !(*c.divisor > 0.0 && std::isfinite(*c.divisor))) detail::invalid(where, "divisor must be finite and > 0, got ", *c.divisor);

@@ -139,8 +139,8 @@ struct LogitDirection {
 template <class Scalar>
 Matrix<double> direct_logit_attribution(const model::DecoderModel<Scalar>& m, const std::vector<Index>& ids, const LogitDirection& d) {
   constexpr const char* where = "direct_logit_attribution";
-  const Index n = static_cast<Index>(ids.size()), L = m.n_layers(), position = d.position < 0 ? n - 1 : d.position;
-  if (position < 0 || position >= n) detail::invalid(where, "position ", d.position, " is not one of the ", n, " tokens");
+  const Index n = static_cast<Index>(ids.size()), L = m.n_layers(), position = d.position == -1 ? n - 1 : d.position;
+  if (position < 0 || position >= n) detail::invalid(where, "position ", d.position, " is not one of the ", n, " tokens (or -1: the last)");
   if (d.token < 0 || d.token >= m.vocab_size()) detail::invalid(where, "token ", d.token, " is not in [0, ", m.vocab_size(), ")");
   if (d.baseline < -1 || d.baseline >= m.vocab_size())
     detail::invalid(where, "baseline ", d.baseline, " is not in [0, ", m.vocab_size(), ") (or -1: none)");

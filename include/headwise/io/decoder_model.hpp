@@ -169,7 +169,9 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   const Checkpoint checkpoint = Checkpoint::open(folder);
   const ModelTensors t(checkpoint, "headwise: model: " + folder + ": ");
   const auto d = static_cast<std::uint64_t>(config.hidden_size), vocab = static_cast<std::uint64_t>(r.integer("vocab_size"));
-  const double eps = r.number(r.json(), "rms_norm_eps", 1e-6);
+  if (!r.has("rms_norm_eps")) r.fail("no \"rms_norm_eps\": the config classes' defaults differ (1e-6, 1e-5), and the model code takes none");
+  const double eps = r.number(r.json(), "rms_norm_eps", 0.0);
+  if (!(eps > 0.0 && std::isfinite(eps))) r.fail("rms_norm_eps must be finite and > 0");
   using Kind = typename model::Norm<Scalar>::Kind;
   using N = WholeModel::Norms;
   const Kind kind = shape.gemma ? Kind::rms_offset : Kind::rms;

@@ -36,6 +36,9 @@ inline LatentAttentionConfig latent_attention_config(const LlamaConfig& config) 
 template <class Scalar>
 MultiHeadLatentAttention<Scalar> load_latent_attention(const Checkpoint& model, const LlamaConfig& config, Index layer) {
   const detail::LayerTensors t(model, layer, config.fp8);
+  if (!config.latent)
+    throw SafetensorsError(t.where() + "model_type \"" + config.model_type +
+                           "\" is not multi-head latent attention (load it with io::load_llama_attention)");
   const LatentAttentionConfig c = latent_attention_config(config);
   if (layer < 0 || layer >= config.n_layers)
     throw SafetensorsError(t.where() + "layer " + std::to_string(layer) + " is out of range [0, " + std::to_string(config.n_layers) + ")");

@@ -607,6 +607,8 @@ inline void read_deepseek_v3(const ConfigReader& r, LlamaConfig& c) {
   if (l.q_lora_rank < 0 || l.q_lora_rank > (Index(1) << 30) || l.qk_nope_head_dim < 0 || l.qk_nope_head_dim > (Index(1) << 30))
     r.fail("q_lora_rank and qk_nope_head_dim must be in [0, 2^30]");
   if (r.boolean("attention_bias", false)) r.fail("\"attention_bias\" = true: the latent projections' biases are not read");
+  if (double(c.n_heads) * double(l.qk_nope_head_dim + std::max(l.qk_rope_head_dim, l.v_head_dim)) > double(Index(1) << 62))
+    r.fail("the latent projections (heads x (qk_nope + qk_rope or v_head_dim)) are wider than 2^62 columns");
   c.rope = parse_rope(r, l.qk_rope_head_dim);
   c.head_dim = l.qk_nope_head_dim + l.qk_rope_head_dim;
   double divisor = std::sqrt(double(c.head_dim));
@@ -713,7 +715,7 @@ class LayerTensors {
   Matrix<Scalar> weight(const std::string& name, std::uint64_t out, std::uint64_t in) const {
     const std::string key = prefix_ + name + ".weight";
     check(key, {out, in}, " (inconsistent with the config's head counts)");
-    Matrix<Scalar> w = model_.file_of(key).matrix<Scalar>(key);
+    Matrix<Scalar> w = model_.file_of(key).matrix<Scalar>(key, Fp8::as_stored);
     const Dtype dtype = model_.file_of(key).info(key).dtype;
     if (dtype == Dtype::F8_E4M3 || dtype == Dtype::F8_E5M2) apply_block_scales(key, dtype, w);
     else if (model_.contains(key + "_scale_inv"))

@@ -86,6 +86,11 @@ inline std::size_t dtype_size(Dtype dtype) {
     if (e.dtype == dtype) return e.size;
   return 0;
 }
+/// How a read treats FP8 (F8_E4M3, F8_E5M2) tensors: their stored values are a quantized weight's,
+/// meaningful only with its scales, so reads refuse them unless the caller applies the scales
+/// itself and asks for the values as stored (each exact in float).
+enum class Fp8 { refuse, as_stored };
+
 /// The dtype a header names, or nothing if the name is unknown.
 inline std::optional<Dtype> parse_dtype(const std::string& name) {
   for (const auto& e : detail::dtype_table())
@@ -316,19 +321,20 @@ class SafetensorsFile {
     return it->second;
   }
 
-  /// All elements of `tensor`, row-major, converted to Scalar (float types and integers).
+  /// All elements of `tensor`, row-major, converted to Scalar (float types and integers; FP8 only
+  /// with Fp8::as_stored).
   template <class Scalar>
-  std::vector<Scalar> values(const std::string& tensor) const {
+  std::vector<Scalar> values(const std::string& tensor, Fp8 fp8 = Fp8::refuse) const {
     const TensorInfo& t = info(tensor);
     std::vector<Scalar> out(static_cast<std::size_t>(t.elements));
-    convert(t, out.data());
+    convert(t, out.data(), 0, std::numeric_limits<std::uint64_t>::max(), fp8);
     return out;
   }
 
   /// A tensor of rank 0, 1 or 2 as a matrix: [] -> 1x1, [c] -> 1xc, [r, c] -> rxc.
   /// Ranks above 2 are accepted when every leading dimension is 1 ([1, 1, r, c] -> rxc).
   template <class Scalar>
-  Matrix<Scalar> matrix(const std::string& tensor) const {
+  Matrix<Scalar> matrix(const std::string& tensor, Fp8 fp8 = Fp8::refuse) const {
     const TensorInfo& t = info(tensor);
     std::size_t leading = 0;
     while (t.shape.size() - leading > 2 && t.shape[leading] == 1) ++leading;
@@ -338,7 +344,7 @@ class SafetensorsFile {
     const Index rows = t.shape.size() - leading == 2 ? dimension(t, leading) : 1;
     const Index cols = t.shape.empty() ? 1 : dimension(t, t.shape.size() - 1);
     Matrix<Scalar> m(rows, cols);
-    convert(t, m.data());
+    convert(t, m.data(), 0, std::numeric_limits<std::uint64_t>::max(), fp8);
     return m;
   }
 
@@ -508,7 +514,10 @@ class SafetensorsFile {
   /// switch on the dtype, then a plain loop.
   template <class Scalar>
   void convert(const TensorInfo& t, Scalar* out, std::uint64_t first = 0,
-               std::uint64_t count = std::numeric_limits<std::uint64_t>::max()) const {
+               std::uint64_t count = std::numeric_limits<std::uint64_t>::max(), Fp8 fp8 = Fp8::refuse) const {
+    if ((t.dtype == Dtype::F8_E4M3 || t.dtype == Dtype::F8_E5M2) && fp8 == Fp8::refuse)
+      fail("tensor \"" + t.name + "\" is " + dtype_name(t.dtype) + ": FP8 values are block-scaled weights, read with their "
+           "weight_scale_inv by the attention loaders (quantization_config), not as they are stored");
     const unsigned char* p = bytes_.data + data_begin_ + t.begin + first * dtype_size(t.dtype);
     const auto n = static_cast<std::size_t>(std::min(count, t.elements - first));
     auto each = [&](auto decode) {
