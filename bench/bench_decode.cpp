@@ -91,6 +91,42 @@ BENCHMARK(BM_DecodeStepGqa)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// A decoding step at Llama 3 8B's shapes (32 query heads, 8 key/value heads of 128) with the
+// keys and values stored as computed (float32), BF16, F16 or int8 (one scale per token and head):
+// the bytes a step reads shrink to a half or a quarter (int8's scales: 8 bytes a token and head
+// more), widened to float in registers as the kernel loads them.
+void BM_DecodeStepStorage(benchmark::State& state) {
+  const Index context = state.range(0), G = 8, H = 32, d = 128;
+  const auto storage = static_cast<headwise::KvStorage>(state.range(2));
+  headwise::AttentionOptions options;
+  options.threads = static_cast<int>(state.range(1));
+  headwise::PackedKeysValues<float> cache(context, G, d, d, {headwise::ValueStorage::own, storage});
+  const Index rows = std::min<Index>(4096, context);
+  const Mat keys = random_matrix(rows, G * d, 1), values = random_matrix(rows, G * d, 2);
+  for (Index t = 0; t < context; t += rows) {
+    const Index m = std::min(rows, context - t);
+    cache.append(keys.topRows(m), values.topRows(m), 2);
+  }
+  const Mat q = random_matrix(1, H * d, 3) * 0.1f;
+  headwise::AttentionCall call;
+  call.heads = {H, G}, call.options = &options;
+  for (auto _ : state) {
+    auto r = headwise::attend<float>(q, cache, call);
+    benchmark::DoNotOptimize(r.z.data());
+    benchmark::ClobberMemory();
+  }
+  const double element = storage == headwise::KvStorage::as_computed ? 4.0 : storage == headwise::KvStorage::int8 ? 1.0 : 2.0;
+  const double bytes = 2.0 * double(context) * double(G) * (double(d) * element + (storage == headwise::KvStorage::int8 ? 4.0 : 0.0));
+  state.counters["KV_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["KV_MiB"] = bytes / (1 << 20);
+  state.SetLabel(headwise::storage_name(storage));
+}
+BENCHMARK(BM_DecodeStepStorage)
+    ->ArgNames({"context", "threads", "storage"})
+    ->ArgsProduct({{4096, 32768, 131072}, {1, 2}, {0, 1, 2, 3}})  // storage: 0 float32, 1 BF16, 2 F16, 3 int8
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 // Multi-head latent attention at DeepSeek-V3's shapes: 128 heads; kv_lora_rank 512, qk_rope 64,
 // qk_nope 128, v_head 128. A block of 4096 random tokens, appended again and again, fills a cache of
 // `context` tokens (a bandwidth benchmark: what is read matters, not what it says).
@@ -105,7 +141,7 @@ void BM_DecodeStepLatent(benchmark::State& state) {
   headwise::AttentionOptions options;
   options.threads = static_cast<int>(state.range(1));
   options.query_rows_per_position = mla_heads;
-  headwise::PackedKeysValues<float> latent(context, 1, width, mla_rank, headwise::ValueStorage::key_prefix);
+  headwise::PackedKeysValues<float> latent(context, 1, width, mla_rank, {headwise::ValueStorage::key_prefix});
   const Mat block = random_matrix(std::min<Index>(4096, context), width, 1);
   for (Index t = 0; t < context; t += block.rows()) latent.append(block.topRows(std::min(block.rows(), context - t)));
   const Mat q = random_matrix(mla_heads, width, 3) * 0.05f;

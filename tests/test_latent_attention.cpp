@@ -153,7 +153,7 @@ TEMPLATE_TEST_CASE("values stored as the keys' first components: the same bits a
   const Index n = 300, d = 40, dv = 29, rows_per_position = 4;
   const Matrix<TestType> k = headwise_test::random_matrix<TestType>(n, d, rng);
   const Matrix<TestType> q = headwise_test::random_matrix<TestType>(n * rows_per_position, d, rng);
-  PackedKeysValues<TestType> shared(n, 1, d, dv, ValueStorage::key_prefix), own(n, 1, d, dv);
+  PackedKeysValues<TestType> shared(n, 1, d, dv, {ValueStorage::key_prefix}), own(n, 1, d, dv);
   shared.append(k);
   own.append(k, k.leftCols(dv));
   AttentionOptions options;
@@ -186,7 +186,7 @@ TEMPLATE_TEST_CASE("values stored as the keys' first components: the same bits a
   }
   CHECK_THROWS_WITH(shared.append(k, k), Catch::Contains("this store's values are its keys' first 29 components: append(k) alone"));
   CHECK_THROWS_WITH(own.append(k), Catch::Contains("this store keeps values of their own"));
-  CHECK_THROWS_WITH(PackedKeysValues<TestType>(4, 1, 8, 9, ValueStorage::key_prefix), Catch::Contains("need d_v <= d_head"));
+  CHECK_THROWS_WITH(PackedKeysValues<TestType>(4, 1, 8, 9, {ValueStorage::key_prefix}), Catch::Contains("need d_v <= d_head"));
   options.query_rows_per_position = 7;
   CHECK_THROWS_WITH(attend<TestType>(q, shared, call), Catch::Contains("not whole groups of query_rows_per_position = 7"));
   options.query_rows_per_position = 4;

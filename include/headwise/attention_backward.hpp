@@ -52,7 +52,8 @@ template <class Scalar>
 void check_differentiable(const MultiHeadAttention<Scalar>& layer, const AttentionOptions& options, const char* where) {
   const LayerConfig& c = layer.config();
   const char* what = c.qk_norm ? "a QK-norm" : c.value_norm ? "a value norm" : c.query_scale ? "a query scale"
-                     : layer.gated() ? "an output gate" : c.shares_keys_values_of ? "no keys and values of its own (KV sharing)" : nullptr;
+                     : layer.gated() ? "an output gate" : c.shares_keys_values_of ? "no keys and values of its own (KV sharing)"
+                     : c.kv_storage != KvStorage::as_computed ? "keys and values stored in a narrower type (kv_storage)" : nullptr;
   if (what) invalid(where, "the layer has ", what, ", which the backward does not differentiate");
   if (options.first_key_position != 0 || options.first_query_position)
     invalid(where, "the backward runs the layer from position 0: first_key_position and first_query_position must be unset");

@@ -40,9 +40,9 @@ class KvCache {
   KvCache(Index capacity, Index n_kv_heads, Index d_head) : store_(capacity, n_kv_heads, d_head, d_head) {}
   /// Room for `capacity` tokens of n_kv_heads heads, keys of width d_head and values of d_v, the
   /// values kept on their own or as the keys' first d_v components (a latent cache:
-  /// MultiHeadLatentAttention::make_cache).
-  KvCache(Index capacity, Index n_kv_heads, Index d_head, Index d_v, ValueStorage values)
-      : store_(capacity, n_kv_heads, d_head, d_v, values) {}
+  /// MultiHeadLatentAttention::make_cache), the numbers as computed or in BF16, F16, int8.
+  KvCache(Index capacity, Index n_kv_heads, Index d_head, Index d_v, StoreFormat format)
+      : store_(capacity, n_kv_heads, d_head, d_v, format) {}
 
   /// Tokens held (the position the next token will take).
   Index size() const { return store_.size(); }
@@ -51,6 +51,8 @@ class KvCache {
   Index d_head() const { return store_.d_head(); }
   Index d_v() const { return store_.d_v(); }
   bool values_are_keys() const { return store_.values_are_keys(); }
+  /// The number type its keys and values are stored in.
+  KvStorage storage() const { return store_.storage(); }
   /// What filled the cache through a layer's forward_incremental; unset while it is empty, or if
   /// only append() filled it.
   const std::optional<KvCacheOrigin>& origin() const { return origin_; }

@@ -10,6 +10,7 @@
 
 #include <optional>
 
+#include "headwise/kv_storage.hpp"
 #include "headwise/options.hpp"
 #include "headwise/projection_norms.hpp"
 #include "headwise/query_scale.hpp"
@@ -34,6 +35,10 @@ struct LayerConfig {
   /// KV sharing (Gemma 4's num_kv_shared_layers): the layer computes no keys or values of its own
   /// and attends to those of this earlier layer, read from its cache (forward_reading_cache).
   std::optional<Index> shares_keys_values_of;
+  /// How the layer's keys and values are stored, in its caches and in its forward's own store:
+  /// as computed, or BF16, F16, int8 (kv_storage.hpp; float32 layers). The fused path attends to
+  /// what is stored, and the step-by-step path to the same numbers (rounded through the storage).
+  KvStorage kv_storage = KvStorage::as_computed;
 
   /// True if the layer changes its projections before the scores other than by RoPE (a norm or a
   /// query scale): what the layer's backward does not differentiate.

@@ -204,18 +204,22 @@ class MultiHeadAttention {
     const Positions at{first_position_of(all, where), first_position_of(all, where) + x.rows()};
     AttentionResult<Scalar> result;
     if (extras.keys_values) {
-      *extras.keys_values = PackedKeysValues<Scalar>(x.rows(), n_kv_heads_, d_head_, d_head_);
+      *extras.keys_values = PackedKeysValues<Scalar>(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
       result = attend_rows(x, *extras.keys_values, all, extras, at, where);
     } else {
-      PackedKeysValues<Scalar> kv(x.rows(), n_kv_heads_, d_head_, d_head_);
+      PackedKeysValues<Scalar> kv(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
       result = attend_rows(x, kv, all, extras, at, where);
     }
     apply_gate(x, result.z, detail::thread_count(options.threads, where));
     return result;
   }
 
-  /// A KV cache for this layer with room for `capacity` tokens.
-  KvCache<Scalar> make_cache(Index capacity) const { return KvCache<Scalar>(capacity, n_kv_heads_, d_head_); }
+  /// A KV cache for this layer with room for `capacity` tokens, stored as config().kv_storage says.
+  KvCache<Scalar> make_cache(Index capacity) const {
+    return KvCache<Scalar>(capacity, n_kv_heads_, d_head_, d_head_, store_format());
+  }
+  /// How this layer stores keys and values: their own panels, config().kv_storage's number type.
+  StoreFormat store_format() const { return {ValueStorage::own, config_.kv_storage}; }
 
   /// Incremental decoding: the output rows of the m tokens x (m, d_model) that follow the
   /// cache.size() tokens already in `cache`, whose keys and values are appended to it. Token i of
@@ -283,6 +287,7 @@ class MultiHeadAttention {
     Matrix<Scalar> qkv = qkv_of(x, threads, where, first);
     const QkvLayout l = layout();
     transform_projections(qkv, Positions{first, first + x.rows()}, threads);
+    through_storage(qkv, threads);
     AttentionCall call;  // the one attention call, on its step-by-step path
     call.heads = {n_heads_, n_kv_heads_};
     call.options = &all, call.path = AttentionPath::step_by_step;
@@ -362,6 +367,7 @@ class MultiHeadAttention {
     const Matrix<Scalar> projected = qkv;
     Matrix<Scalar> normed, keys, values;
     transform_projections(qkv, at, 1, &normed);
+    through_storage(qkv, 1);
     if (source) detail::unpack(source->packed(), keys, values);
     const Matrix<Scalar>& k_all = source ? keys : qkv;  // (keys: a (size, G d) matrix, the cache's)
     Matrix<Scalar> gate;
@@ -437,6 +443,7 @@ class MultiHeadAttention {
     }
     if (config_.value_norm) detail::check_norm(*config_.value_norm, n_kv_heads_, d_head_, where, "the value norm");
     if (config_.query_scale) config_.query_scale->check(where);
+    detail::check_storage<Scalar>(config_.kv_storage, where);
     const AttentionOptions options = options_for({});
     resolve_divisor<Scalar>(options, d_head_, where);
     static_cast<void>(ScoreRule<Scalar>(options, 0, 0, n_heads_, where));
@@ -461,6 +468,21 @@ class MultiHeadAttention {
     if (cache.values_are_keys() || cache.d_v() != d_head_)
       detail::invalid(where, "the cache keeps values ", cache.d_v(), " wide", cache.values_are_keys() ? " inside its keys" : "",
                       ": this layer's values are ", d_head_, " wide, of their own (a latent attention layer's cache is not a MultiHeadAttention's)");
+    if (cache.storage() != config_.kv_storage)
+      detail::invalid(where, "the cache stores keys and values ", storage_name(cache.storage()), ", this layer ",
+                      storage_name(config_.kv_storage), " (config().kv_storage; make_cache gives the layer's)");
+  }
+  /// The keys and values of qkv (after RoPE and norms) replaced by what the layer's storage keeps
+  /// of them: the step-by-step path then attends to the numbers the fused path reads.
+  void through_storage(Matrix<Scalar>& qkv, int threads) const {
+    if (config_.kv_storage == KvStorage::as_computed) return;
+    const QkvLayout l = layout();
+    PackedKeysValues<Scalar> kv(qkv.rows(), n_kv_heads_, d_head_, d_head_, store_format());
+    kv.append(l.part(qkv, QkvPart::key), l.part(qkv, QkvPart::value), threads);
+    Matrix<Scalar> k, v;
+    detail::unpack(kv, k, v);
+    l.part(qkv, QkvPart::key) = k;
+    l.part(qkv, QkvPart::value) = v;
   }
   /// What m tokens at held .. held + m - 1 attended over `cache` record, checked against what filled it.
   KvCacheOrigin check_cache_origin(const KvCache<Scalar>& cache, Index held, Index m, const AttentionOptions& options,

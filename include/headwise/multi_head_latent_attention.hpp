@@ -136,7 +136,7 @@ class MultiHeadLatentAttention {
     const int threads = detail::thread_count(options.threads, where);
     if (x.rows() == 0) return empty_result(extras);
     const Projected p = project(x, 0, threads);
-    PackedKeysValues<Scalar> kv(x.rows(), 1, latent_width(), kv_lora_rank(), ValueStorage::key_prefix);
+    PackedKeysValues<Scalar> kv(x.rows(), 1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix});
     kv.append(p.latent, threads);
     AttentionResult<Scalar> r = attend_latent(p, kv, options, extras, where);
     if (extras.keys_values) *extras.keys_values = std::move(kv);
@@ -145,7 +145,7 @@ class MultiHeadLatentAttention {
 
   /// A cache of the latent for `capacity` tokens: latent_width() numbers per token.
   KvCache<Scalar> make_cache(Index capacity) const {
-    return KvCache<Scalar>(capacity, 1, latent_width(), kv_lora_rank(), ValueStorage::key_prefix);
+    return KvCache<Scalar>(capacity, 1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix});
   }
   /// Decoding: x (m, d_model) the tokens after the cache's, at positions cache.size() .. + m - 1;
   /// appends their latent and returns their output, bitwise the matching rows of forward() on the
@@ -322,7 +322,7 @@ class MultiHeadLatentAttention {
     if (extras.logsumexp) r.logsumexp.resize(n_heads(), 0);
     if (extras.statistics) r.statistics.resize(n_heads(), 0);
     if (extras.q) extras.q->resize(0, n_heads() * latent_width());
-    if (extras.keys_values) *extras.keys_values = PackedKeysValues<Scalar>(0, 1, latent_width(), kv_lora_rank(), ValueStorage::key_prefix);
+    if (extras.keys_values) *extras.keys_values = PackedKeysValues<Scalar>(0, 1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix});
     return r;
   }
   /// A folded call's (1, n n_heads) per-row values as (n_heads, n).

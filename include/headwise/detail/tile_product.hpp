@@ -14,7 +14,8 @@
 // number of vector registers: 6 x 2 packets (12 accumulators) where there are 16 registers
 // (SSE2, AVX2: 6 x 16 floats with AVX2), 12 x 2 packets (24 accumulators) where there are 32
 // (AVX-512: 12 x 32 floats; NEON). Results are bitwise reproducible within one build; builds for
-// different instruction sets differ in rounding, as any two BLAS builds do.
+// different instruction sets differ in rounding, as any two BLAS builds do. B may be stored in a
+// narrower type (BF16, F16, int8: a KV cache's keys and values), widened to float as it is loaded.
 #pragma once
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "headwise/detail/parallel.hpp"
+#include "headwise/kv_storage.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::detail {
@@ -55,9 +57,9 @@ enum class ALayout { packed, rows, columns };
 /// pack expansion, not a loop, so that every accumulator has a constant index and stays in a
 /// register (with a loop over r, GCC 12 keeps the 2 Rows accumulators in memory and reloads them
 /// per k).
-template <class Scalar, ALayout Layout, bool Accumulate, Index... r>
+template <class Scalar, ALayout Layout, bool Accumulate, class BStored, Index... r>
 inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth, const Scalar* a, Index lda,
-                                 const Scalar* b, Index ldb, Scalar* c, Index ldc) {
+                                 const BStored* b, Index ldb, Scalar* c, Index ldc) {
   using namespace Eigen::internal;
   using Shape = TileShape<Scalar>;
   using Packet = typename Shape::Packet;
@@ -69,7 +71,7 @@ inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth
   for (Index k = 0; k < depth; ++k) {
     // B streams from memory when few rows share it (a decoding step): ask for it early.
     if (Rows <= 2) prefetch(b + (k + prefetch_rows) * ldb);
-    const Packet b0 = ploadu<Packet>(b + k * ldb), b1 = ploadu<Packet>(b + k * ldb + P);
+    const Packet b0 = load_widened<Packet>(b + k * ldb), b1 = load_widened<Packet>(b + k * ldb + P);
     const auto multiply_add = [&](Index row, Packet& first, Packet& second) {
       const Scalar a_rk = Layout == ALayout::packed ? a[k * R + row] : Layout == ALayout::rows ? a[row * lda + k] : a[k * lda + row];
       const Packet ar = pset1<Packet>(a_rk);
@@ -89,16 +91,16 @@ inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth
 /// whatever Rows and the layout of A are, so a short sliver (a decoding step's single query) costs
 /// one row, not R, and gives the bits it would give in a full one. Written with Eigen's packet
 /// primitives so that the 2 Rows accumulators stay in registers (plain loops vectorise the wrong way).
-template <class Scalar, int Rows, ALayout Layout = ALayout::packed, bool Accumulate = true>
-inline void micro_kernel(Index depth, const Scalar* a, Index lda, const Scalar* b, Index ldb, Scalar* c, Index ldc) {
+template <class Scalar, int Rows, ALayout Layout = ALayout::packed, bool Accumulate = true, class BStored = Scalar>
+inline void micro_kernel(Index depth, const Scalar* a, Index lda, const BStored* b, Index ldb, Scalar* c, Index ldc) {
   static_assert(Rows >= 1 && Rows <= TileShape<Scalar>::rows, "a sliver has at most R rows");
-  micro_kernel_rows_of<Scalar, Layout, Accumulate>(std::make_integer_sequence<Index, Rows>{}, depth, a, lda, b, ldb, c, ldc);
+  micro_kernel_rows_of<Scalar, Layout, Accumulate, BStored>(std::make_integer_sequence<Index, Rows>{}, depth, a, lda, b, ldb, c, ldc);
 }
 
 /// micro_kernel on the first `rows` (1..R) rows of a sliver: the kernel for exactly that many rows.
 template <class Scalar, ALayout Layout = ALayout::packed, bool Accumulate = true,
-          int Rows = static_cast<int>(TileShape<Scalar>::rows)>
-inline void micro_kernel_rows(Index rows, Index depth, const Scalar* a, Index lda, const Scalar* b, Index ldb, Scalar* c,
+          int Rows = static_cast<int>(TileShape<Scalar>::rows), class BStored = Scalar>
+inline void micro_kernel_rows(Index rows, Index depth, const Scalar* a, Index lda, const BStored* b, Index ldb, Scalar* c,
                               Index ldc) {
   if constexpr (Rows > 1)
     if (rows < Rows) return micro_kernel_rows<Scalar, Layout, Accumulate, Rows - 1>(rows, depth, a, lda, b, ldb, c, ldc);

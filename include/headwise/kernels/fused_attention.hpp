@@ -146,12 +146,17 @@ struct ScoresByRule {
   }
 };
 
-/// A call's compile-time policy: what happens to scores (ScoresAsComputed or ScoresByRule) and
-/// whether per-row statistics are recorded on the fly (record_scores, record_dot).
-template <class Scores, bool Statistics>
+/// A call's compile-time policy: what happens to scores (ScoresAsComputed or ScoresByRule),
+/// whether per-row statistics are recorded on the fly (record_scores, record_dot), and the type
+/// the keys and values are stored in (kv_storage.hpp: widened as the products load them).
+template <class Scores, bool Statistics, class Stored = void>
 struct KernelPolicy : Scores {
   static constexpr bool statistics = Statistics;
+  using stored = Stored;  ///< void: the call's Scalar
 };
+/// The stored type of a policy for a call computing in Scalar.
+template <class Policy, class Scalar>
+using StoredOf = std::conditional_t<std::is_void_v<typename Policy::stored>, Scalar, typename Policy::stored>;
 
 /// Per-thread scratch of the kernel, allocated once per call (before the parallel loop, sized by
 /// the tiles there are, not by the tile sizes asked for) and reused across the thread's jobs.
@@ -276,19 +281,38 @@ inline KeyRange sliver_keys(const ScoreRule<Scalar>& rule, Index i, Index rows, 
 /// S = Qs K[j0 : j0 + cols]ᵀ for the tile's rows, sliver by sliver of R rows, each only over the
 /// key panels its rows see (w.spans): the part of a diagonal tile above the diagonal (or
 /// before a window) is never computed. Row r of S at w.s + r tk.
+/// Keys stored in int8 (its scale per token): s[r][c] *= scale[c] for the nr rows of a sliver
+/// over one key panel, W entries from `scales`.
 template <class Scalar>
+inline void scale_columns(Scalar* s, Index nr, Index ld, const float* scales) {
+  using namespace Eigen::internal;
+  using Packet = typename TileShape<Scalar>::Packet;
+  constexpr Index P = TileShape<Scalar>::packet, W = TileShape<Scalar>::lanes;
+  for (Index p = 0; p < W; p += P) {
+    Packet f;
+    if constexpr (std::is_same_v<Scalar, float>) f = ploadu<Packet>(scales + p);
+    else f = pset1<Packet>(Scalar(0));  // (a float64 store is never int8)
+    for (Index r = 0; r < nr; ++r) pstoreu(s + r * ld + p, pmul(ploadu<Packet>(s + r * ld + p), f));
+  }
+}
+
+template <class Policy, class Scalar>
 void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
+  using Stored = StoredOf<Policy, Scalar>;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const Index d_head = call.kv.d_head(), stride = call.kv.key_panel_stride();
+  const Stored* keys = call.kv.template key_panels<Stored>(g);
   // Panel by panel (a panel of keys stays in L1 while every sliver that sees it is multiplied).
   for (Index c0 = 0; c0 < cols; c0 += W)
     for (Index r0 = 0; r0 < rows; r0 += R) {
       const Index nr = std::min(R, rows - r0);
       const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
       if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
-      micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(
-          nr, d_head, w.q.data() + r0 * d_head, 0, call.kv.keys(g) + (j0 + c0) / W * stride, W,
-          w.s.data() + r0 * call.tk + c0, call.tk);
+      micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, d_head, w.q.data() + r0 * d_head, 0,
+                                                                        keys + (j0 + c0) / W * stride, W,
+                                                                        w.s.data() + r0 * call.tk + c0, call.tk);
+      if constexpr (std::is_same_v<Stored, std::int8_t>)
+        scale_columns(w.s.data() + r0 * call.tk + c0, nr, call.tk, call.kv.key_scales(g) + j0 + c0);
     }
 }
 
@@ -378,17 +402,28 @@ void values_from_keys(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, In
 /// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver, each over the keys its rows
 /// see (w.spans), P read in place from w.s (rows of tk), V from its packed panels (or, where the
 /// values are the keys', from w.v).
-template <class Scalar>
+template <class Policy, class Scalar>
 void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
                 Index cols, Index g) {
+  using Stored = StoredOf<Policy, Scalar>;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const bool from_keys = call.kv.values_are_keys();
-  if (from_keys) values_from_keys(call, w, j0, cols, g);
-  const Scalar* values = from_keys ? w.v.data() : call.kv.values(g) + j0 * W;  // row j0 of panel 0
-  const Index dv_padded = call.dv_padded(), stride = from_keys ? call.tk * W : call.kv.value_panel_stride();
+  const Stored* values = call.kv.template value_panels<Stored>(g) + j0 * W;  // row j0 of panel 0
+  Index stride = call.kv.value_panel_stride();
+  if constexpr (std::is_same_v<Stored, Scalar>)  // (values inside the keys are stored as computed)
+    if (call.kv.values_are_keys()) {
+      values_from_keys(call, w, j0, cols, g);
+      values = w.v.data(), stride = call.tk * W;
+    }
+  const Index dv_padded = call.dv_padded();
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
     const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
+    if constexpr (std::is_same_v<Stored, std::int8_t>)  // int8 values: each key's scale folded into its column of P
+      for (Index r = 0; r < nr; ++r) {
+        Scalar* p = w.s.data() + (r0 + r) * call.tk;
+        const float* scale = call.kv.value_scales(g) + j0;
+        for (Index j = span.begin; j < span.end; ++j) p[j] *= static_cast<Scalar>(scale[j]);
+      }
     for (Index c0 = 0; c0 < dv_padded && !span.empty(); c0 += W)
       micro_kernel_rows<Scalar, ALayout::rows>(nr, span.size(), w.s.data() + r0 * call.tk + span.begin, call.tk,
                                                values + c0 / W * stride + span.begin * W, W, st.acc + r0 * dv_padded + c0,
@@ -483,11 +518,11 @@ void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, co
     for (Index r0 = 0; r0 < rows; r0 += R)  // what each sliver's products cover in this key tile
       w.spans[static_cast<std::size_t>(r0 / R)] =
           whole ? KeyRange{0, cols} : sliver_keys(call.rule, i0 + r0, std::min(R, rows - r0), j0, cols);
-    score_tile(call, w, rows, j0, cols, g);
+    score_tile<Policy>(call, w, rows, j0, cols, g);
     clock.enter(FusedPhase::softmax);
     online_softmax_tile<Policy>(call, w, st, i0, rows, j0, cols, h, whole);
     clock.enter(FusedPhase::values);
-    value_tile(call, w, st, rows, j0, cols, g);
+    value_tile<Policy>(call, w, st, rows, j0, cols, g);
   }
 }
 
@@ -649,8 +684,11 @@ template <class Scalar, class Observer = NoPhaseObserver>
 std::vector<Observer> run_fused(const FusedCall<Scalar>& call, int threads, bool split_keys) {
   return with_score_policy(call.rule, [&](auto scores) {
     using Scores = decltype(scores);
-    return call.statistics ? run_fused_jobs<KernelPolicy<Scores, true>, Scalar, Observer>(call, threads, split_keys)
-                           : run_fused_jobs<KernelPolicy<Scores, false>, Scalar, Observer>(call, threads, split_keys);
+    return with_stored_type<Scalar>(call.kv.storage(), [&](auto tag) {
+      using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+      return call.statistics ? run_fused_jobs<KernelPolicy<Scores, true, Stored>, Scalar, Observer>(call, threads, split_keys)
+                             : run_fused_jobs<KernelPolicy<Scores, false, Stored>, Scalar, Observer>(call, threads, split_keys);
+    });
   });
 }
 
