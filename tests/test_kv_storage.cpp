@@ -64,8 +64,16 @@ TEST_CASE("stored keys and values: the kernel reads BF16 and F16 as the float32 
       AttentionCall call;
       call.heads = {H, G}, call.options = &options, call.tiles.keys = 32, call.tiles.key_shard = 64;
       const Matrix<float> z = attend<float>(q, stored, call).z, z_plain = attend<float>(q, plain, call).z;
-      if (s == KvStorage::int8) CHECK_THAT(headwise_test::as_double(z), IsNear(headwise_test::as_double(z_plain), 1e-5));
-      else CHECK_THAT(headwise_test::as_double(z), headwise_test::IsExactly(z_plain));
+      // One query over three key shards: the split-key decoding jobs and their merges.
+      const Matrix<float> step = attend<float>(q.bottomRows(1), stored, call).z, step_plain = attend<float>(q.bottomRows(1), plain, call).z;
+      if (s == KvStorage::int8) {
+        CHECK_THAT(headwise_test::as_double(z), IsNear(headwise_test::as_double(z_plain), 1e-5));
+        CHECK_THAT(headwise_test::as_double(step), IsNear(headwise_test::as_double(step_plain), 1e-5));
+      } else {
+        CHECK_THAT(headwise_test::as_double(z), headwise_test::IsExactly(z_plain));
+        CHECK_THAT(headwise_test::as_double(step), headwise_test::IsExactly(step_plain));
+      }
+      CHECK_THAT(headwise_test::as_double(step), headwise_test::IsExactly(Matrix<float>(z.bottomRows(1))));  // decoding = the forward's last row
     }
   }
 }

@@ -149,11 +149,60 @@ void unpack(const PackedKeysValues<Scalar>& kv, Matrix<Scalar>& k, Matrix<Scalar
     }
 }
 
-/// attend() on a packed store, its errors named by `where` (the function the caller called).
 template <class Scalar, class Observer = NoPhaseObserver>
 AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
+                                      const AttentionCall& call, const char* where, std::vector<Observer>* observers = nullptr);
+
+/// True if the call's grouped-query heads can run folded into rows (attend_folded): several query
+/// heads per key/value head and no option that is per head (ALiBi slopes, sinks) or per row (a
+/// mask, a bias).
+inline bool groups_foldable(const AttentionCall& call, const AttentionOptions& o) {
+  return call.heads.query > call.heads.key_value && call.heads.key_value > 0 && call.heads.query % call.heads.key_value == 0 &&
+         o.query_rows_per_position == 1 && !o.alibi_slopes.size() && !o.sinks.size() && !o.mask.size() && !o.bias.size();
+}
+
+/// The fused path with each key/value head's query heads folded into rows: row t group + r of
+/// head g is query head g group + r of token t, at token t's position (query_rows_per_position),
+/// so that one pass over a key/value head's keys and values (read, and widened if stored narrow,
+/// once) serves its whole group. Every row's arithmetic is the one it has unfolded (rows are
+/// independent in the kernel): the same bits, in the unfolded layout.
+template <class Scalar, class Observer>
+AttentionResult<Scalar> attend_folded(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
+                                      const AttentionCall& call, const AttentionOptions& options, const char* where,
+                                      std::vector<Observer>* observers) {
+  const Index H = call.heads.query, G = call.heads.key_value, group = H / G, n = q.rows(), d = kv.d_head(), dv = kv.d_v();
+  Matrix<Scalar> folded(checked_size<Scalar>(where, "the folded queries", n, group), G * d);
+  for (Index t = 0; t < n; ++t)
+    for (Index h = 0; h < H; ++h) folded.row(t * group + h % group).segment(h / group * d, d) = q.row(t).segment(h * d, d);
+  AttentionOptions rows = options;
+  rows.query_rows_per_position = group;
+  AttentionCall inner = call;
+  inner.heads = {G, G}, inner.options = &rows;
+  const AttentionResult<Scalar> r = attend_packed<Scalar, Observer>(folded, kv, inner, where, observers);
+  AttentionResult<Scalar> out;
+  out.z.resize(n, H * dv);
+  for (Index t = 0; t < n; ++t)
+    for (Index h = 0; h < H; ++h) out.z.row(t).segment(h * dv, dv) = r.z.row(t * group + h % group).segment(h / group * dv, dv);
+  const auto unfold = [&](const auto& m, auto& to) {  // (G, n group) -> (H, n)
+    to.resize(H, n);
+    for (Index t = 0; t < n; ++t)
+      for (Index h = 0; h < H; ++h) to(h, t) = m(h / group, t * group + h % group);
+  };
+  if (call.logsumexp) unfold(r.logsumexp, out.logsumexp);
+  if (call.statistics) {
+    unfold(r.statistics.entropy, out.statistics.entropy), unfold(r.statistics.first_token_mass, out.statistics.first_token_mass);
+    unfold(r.statistics.previous_token_mass, out.statistics.previous_token_mass);
+    unfold(r.statistics.max_weight, out.statistics.max_weight), unfold(r.statistics.argmax, out.statistics.argmax);
+    unfold(r.statistics.sink_mass, out.statistics.sink_mass);
+  }
+  return out;
+}
+
+/// attend() on a packed store, its errors named by `where` (the function the caller called).
+template <class Scalar, class Observer>
+AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
                                       const AttentionCall& call, const char* where,
-                                      std::vector<Observer>* observers = nullptr) {
+                                      std::vector<Observer>* observers) {
   const AttentionOptions defaults;
   const AttentionOptions& options = call.options ? *call.options : defaults;
   if (call.heads.key_value != kv.n_kv_heads())
@@ -168,6 +217,7 @@ AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q,
   }
   if (call.heads.query <= 0 || q.cols() != call.heads.query * kv.d_head())  // before Z is sized by it
     invalid(where, "q has ", q.cols(), " columns, expected n_heads d_head = ", call.heads.query, " x ", kv.d_head());
+  if (groups_foldable(call, options)) return attend_folded<Scalar, Observer>(q, kv, call, options, where, observers);
   AttentionResult<Scalar> out;
   out.z.resize(q.rows(), checked_size<Scalar>(where, "Z", call.heads.query, kv.d_v()));
   Eigen::Ref<Matrix<Scalar>> z(out.z);

@@ -119,7 +119,7 @@ inline Packet load_widened(const Stored* p) {
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
     }
 #endif
-    alignas(64) float widened[P];
+    alignas(64) float widened[static_cast<std::size_t>(P)];
     for (int i = 0; i < P; ++i) widened[i] = from_stored<float>(p[i]);
     return pload<Packet>(widened);
   }

@@ -2,6 +2,7 @@
 // layer (and, given a folder, a checkpoint loaded from it). Built with -Werror by strict/CMakeLists.txt.
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <headwise/headwise.hpp>
@@ -35,6 +36,17 @@ double exercise() {
   const std::string svg = headwise::interpret::svg_heatmap(pattern, labels, labels, "head 0.1");
   auto shard = headwise::partial_attention<Scalar>(x, x, x, 2, 2, 0, 0);
   headwise::merge_into(shard, shard);
+  // Keys and values stored narrow (float32 layers): BF16, F16, int8, through the forward and a cache.
+  double narrow = 0;
+  if constexpr (std::is_same_v<Scalar, float>)
+    for (const headwise::KvStorage storage : {headwise::KvStorage::bf16, headwise::KvStorage::f16, headwise::KvStorage::int8}) {
+      headwise::LayerConfig narrow_config = config;
+      narrow_config.kv_storage = storage;
+      const headwise::MultiHeadAttention<Scalar> narrow_layer(2, w, narrow_config);
+      auto narrow_cache = narrow_layer.make_cache(8);
+      narrow += double(narrow_layer.forward(x)(0, 0) + narrow_layer.forward_incremental(x, narrow_cache)(0, 0) +
+                       narrow_layer.forward_step_by_step(x)(0, 0));
+    }
   // Multi-head latent attention: 2 heads, kv_lora_rank 4, qk_nope 2, qk_rope 2, v_head 2.
   headwise::LatentAttentionWeights<Scalar> lw;
   lw.w_q_a = Matrix<Scalar>::Random(8, 4), lw.q_a_norm = headwise::RowVector<Scalar>::Ones(4);
@@ -48,7 +60,7 @@ double exercise() {
   const Matrix<Scalar> latent_out = mla.forward(x) - mla.forward_incremental(x, latent_cache) + mla.forward_step_by_step(x);
   const auto latent_run = headwise::interpret::inspect(mla, x);
   const Matrix<Scalar> latent_norms = headwise::interpret::contribution_norms(mla, latent_run.attention.z);
-  return double((y - decoded).cwiseAbs().maxCoeff() + trace.output(0, 0) + fused.dx(0, 0) + stepwise.dx(0, 0) +
+  return narrow + double((y - decoded).cwiseAbs().maxCoeff() + trace.output(0, 0) + fused.dx(0, 0) + stepwise.dx(0, 0) +
                 shard.z(0, 0) + latent_out(0, 0) + mla.trace(x).output(0, 0) + latent_run.pattern(1)(2, 1) + latent_norms(0, 0)) +
          headwise::interpret::induction_score(pattern, {1, 2, 3, 1, 2}) + double(svg.size()) +
          double(headwise::interpret::contribution_norms(layer, run.attention.z)(0, 0));
