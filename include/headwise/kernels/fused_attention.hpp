@@ -407,13 +407,15 @@ void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const Ro
                 Index cols, Index g) {
   using Stored = StoredOf<Policy, Scalar>;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const Stored* values = call.kv.template value_panels<Stored>(g) + j0 * W;  // row j0 of panel 0
-  Index stride = call.kv.value_panel_stride();
-  if constexpr (std::is_same_v<Stored, Scalar>)  // (values inside the keys are stored as computed)
-    if (call.kv.values_are_keys()) {
-      values_from_keys(call, w, j0, cols, g);
-      values = w.v.data(), stride = call.tk * W;
-    }
+  const Stored* values = nullptr;
+  Index stride = call.tk * W;
+  if (!call.kv.values_are_keys()) {
+    values = call.kv.template value_panels<Stored>(g) + j0 * W;  // row j0 of panel 0
+    stride = call.kv.value_panel_stride();
+  } else if constexpr (std::is_same_v<Stored, Scalar>) {  // (values inside the keys are stored as computed)
+    values_from_keys(call, w, j0, cols, g);
+    values = w.v.data();
+  }
   const Index dv_padded = call.dv_padded();
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
