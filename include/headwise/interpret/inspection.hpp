@@ -84,6 +84,25 @@ struct Inspection {
   }
 };
 
+/// inspect()'s one fused run on any layer (attend_heads with every extra, then project_heads),
+/// into `run`, whose options and shape the caller has set.
+template <class Layer, class Scalar>
+void inspect_into(const Layer& layer, const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
+                  const HeadInterventions<Scalar>* interventions, Inspection<Scalar>& run) {
+  HeadOutputExtras<Scalar> extras;
+  extras.logsumexp = true, extras.statistics = true;
+  extras.q = &run.q;
+  extras.keys_values = &run.keys_values;
+  run.attention = layer.attend_heads(x, options, extras);
+  Matrix<Scalar> z = run.attention.z;
+  if (interventions) {
+    if (interventions->n_heads() != layer.n_heads())
+      detail::invalid("inspect", "interventions for ", interventions->n_heads(), " heads, the layer has ", layer.n_heads());
+    interventions->apply(z);
+  }
+  run.output = layer.project_heads(z);
+}
+
 /// Runs the fused forward of `layer` on x (n, d_model), keeping what Inspection holds; with
 /// interventions, the output is the intervened one (Z and the statistics are the clean ones).
 template <class Scalar>
@@ -96,19 +115,7 @@ Inspection<Scalar> inspect(const MultiHeadAttention<Scalar>& layer,
   run.n_heads = layer.n_heads();
   run.n_kv_heads = layer.n_kv_heads();
   run.d_head = run.d_v = layer.d_head();
-  HeadOutputExtras<Scalar> extras;
-  extras.logsumexp = true, extras.statistics = true;
-  extras.q = &run.q;
-  extras.keys_values = &run.keys_values;
-  run.attention = layer.attend_heads(x, options, extras);
-  Matrix<Scalar> z = run.attention.z;
-  if (interventions) {
-    if (interventions->n_heads() != layer.n_heads())
-      detail::invalid("inspect", "interventions for ", interventions->n_heads(), " heads, the layer has ",
-                      layer.n_heads());
-    interventions->apply(z);
-  }
-  run.output = layer.project_heads(z);
+  inspect_into(layer, x, options, interventions, run);
   return run;
 }
 
@@ -124,18 +131,7 @@ Inspection<Scalar> inspect(const MultiHeadLatentAttention<Scalar>& layer,
   run.options = options;
   run.options.divisor = options.divisor ? *options.divisor : layer.divisor();
   run.n_heads = layer.n_heads(), run.n_kv_heads = 1, run.d_head = layer.latent_width(), run.d_v = layer.v_head_dim();
-  HeadOutputExtras<Scalar> extras;
-  extras.logsumexp = true, extras.statistics = true;
-  extras.q = &run.q;
-  extras.keys_values = &run.keys_values;
-  run.attention = layer.attend_heads(x, options, extras);
-  Matrix<Scalar> z = run.attention.z;
-  if (interventions) {
-    if (interventions->n_heads() != layer.n_heads())
-      detail::invalid("inspect", "interventions for ", interventions->n_heads(), " heads, the layer has ", layer.n_heads());
-    interventions->apply(z);
-  }
-  run.output = layer.project_heads(z);
+  inspect_into(layer, x, options, interventions, run);
   return run;
 }
 
