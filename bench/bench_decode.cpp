@@ -7,8 +7,11 @@
 // The counter `KV_GBps` is that amount over the step's time; `BM_StreamTriad`'s `GBps` is the
 // floor it is compared with (bench/RESULTS.md). Up to context 4096 the GPT-2 cache (24 MiB) fits a 32 MiB L3:
 // the DRAM triad is then a conservative floor. And DeepSeek-V3's multi-head latent attention: the
-// absorbed step over the latent cache against the expanded step over per-head keys and values.
+// absorbed step over the latent cache against the expanded step over per-head keys and values. And
+// serving: a batch of sequences of mixed lengths in a paged cache, in one call against one call
+// each, and a shared prompt attended once against by every sequence.
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -221,6 +224,103 @@ BENCHMARK(BM_DecodeStepLatentExpanded)
     ->ArgNames({"context", "threads"})
     ->ArgsProduct({{4096, 16384, 65536}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// Serving (paged_kv_cache.hpp, attend on an AttentionBatch) at Llama 3 8B's shapes: a pool of
+// blocks of 64 tokens holding many sequences of mixed lengths.
+constexpr Index serve_heads = 32, serve_kv_heads = 8, serve_d = 128, serve_block = 64;
+
+/// A pool of `count` sequences of lengths in [64, 4096) (a fixed spread) and each one's query.
+struct ServingBatch {
+  explicit ServingBatch(Index count)
+      : pool(shape(count * (4096 / serve_block + 1))), keys(random_matrix(4096, serve_kv_heads * serve_d, 1)),
+        values(random_matrix(4096, serve_kv_heads * serve_d, 2)) {
+    for (Index i = 0; i < count; ++i) {
+      const Index s = pool.add_sequence(), length = 64 + Index((std::uint64_t(i) * 2654435761u) % 4032);
+      pool.append(s, keys.topRows(length), values.topRows(length), 2);
+      tokens += length;
+      batch.sequences.emplace_back(random_matrix(1, serve_heads * serve_d, unsigned(i) + 3) * 0.1f, pool.sequence(s));
+    }
+  }
+  static headwise::PagedKvShape shape(Index blocks) {
+    headwise::PagedKvShape s;
+    s.blocks = blocks, s.block_tokens = serve_block, s.n_kv_heads = serve_kv_heads, s.d_head = serve_d;
+    return s;
+  }
+  headwise::PagedKvCache<float> pool;
+  Mat keys, values;
+  headwise::AttentionBatch<float> batch;
+  Index tokens = 0;
+};
+
+// A decoding step of `sequences` sequences: batched (one call, one job list) or one by one (a call
+// each). KV_GBps: the bytes of K and V the step reads, over its time.
+void BM_DecodeBatch(benchmark::State& state) {
+  ServingBatch serving(state.range(0));
+  headwise::AttentionOptions options;
+  options.threads = static_cast<int>(state.range(1));
+  headwise::AttentionCall call;
+  call.heads = {serve_heads, serve_kv_heads}, call.options = &options;
+  const bool batched = state.range(2) != 0;
+  for (auto _ : state) {
+    if (batched) {
+      auto r = headwise::attend(serving.batch, call);
+      benchmark::DoNotOptimize(r.data());
+    } else {
+      for (const auto& s : serving.batch.sequences) {
+        auto r = headwise::attend<float>(s.q, s.kv, call);
+        benchmark::DoNotOptimize(r.z.data());
+      }
+    }
+    benchmark::ClobberMemory();
+  }
+  const double bytes = 2.0 * double(serving.tokens) * double(serve_kv_heads * serve_d) * sizeof(float);
+  state.counters["KV_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["KV_MiB"] = bytes / (1 << 20);
+  state.SetLabel(batched ? "batched" : "one by one");
+}
+BENCHMARK(BM_DecodeBatch)
+    ->ArgNames({"sequences", "threads", "batched"})
+    ->ArgsProduct({{16, 64}, {1, 2}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// 16 sequences forked from one 4096-token prompt, each with its own 16 .. 316 tokens after it: a
+// decoding step with the prompt attended once for all (shared 1: AttentionBatch::shared_prefix)
+// or by each sequence (shared 0). Read_MiB: the keys and values the step reads.
+void BM_DecodeSharedPrefix(benchmark::State& state) {
+  constexpr Index prompt = 4096, count = 16;
+  headwise::PagedKvCache<float> pool(ServingBatch::shape(count * 8 + prompt / serve_block));
+  const Mat keys = random_matrix(prompt, serve_kv_heads * serve_d, 1), values = random_matrix(prompt, serve_kv_heads * serve_d, 2);
+  const Index root = pool.add_sequence();
+  pool.append(root, keys, values, 2);
+  const bool shared = state.range(1) != 0;
+  headwise::AttentionBatch<float> batch;
+  batch.shared_prefix = shared ? prompt : 0;
+  Index own = 0;
+  for (Index i = 0; i < count; ++i) {
+    const Index s = pool.fork(root), length = 16 + 20 * i;
+    pool.append(s, keys.topRows(length), values.topRows(length));
+    own += length;
+    batch.sequences.emplace_back(random_matrix(1, serve_heads * serve_d, unsigned(i) + 3) * 0.1f, pool.sequence(s), shared);
+  }
+  headwise::AttentionOptions options;
+  options.threads = static_cast<int>(state.range(0));
+  headwise::AttentionCall call;
+  call.heads = {serve_heads, serve_kv_heads}, call.options = &options;
+  for (auto _ : state) {
+    auto r = headwise::attend(batch, call);
+    benchmark::DoNotOptimize(r.data());
+    benchmark::ClobberMemory();
+  }
+  const double tokens = shared ? double(prompt + own) : double(count * prompt + own);
+  state.counters["Read_MiB"] = 2.0 * tokens * double(serve_kv_heads * serve_d) * sizeof(float) / (1 << 20);
+  state.SetLabel(shared ? "prompt read once" : "prompt read by each");
+}
+BENCHMARK(BM_DecodeSharedPrefix)
+    ->ArgNames({"threads", "shared"})
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 }  // namespace

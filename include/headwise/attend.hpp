@@ -67,6 +67,35 @@ struct AttentionResult {
   RowStatistics<Scalar> statistics;  ///< (n_heads, n_q) each when asked, else empty
 };
 
+/// One sequence of a batch: the queries of its new tokens, q (m, n_heads d_head), and the keys and
+/// values it attends to (a PagedKvCache's sequence(s) or a store's blocks(), the new tokens'
+/// already appended: the queries are its last m positions).
+template <class Scalar>
+struct BatchedSequence {
+  BatchedSequence(Matrix<Scalar> queries, const KvBlocks<Scalar>& keys_values, bool shares = false)
+      : q(std::move(queries)), kv(keys_values), shares_prefix(shares) {}
+  Matrix<Scalar> q;
+  KvBlocks<Scalar> kv;
+  bool shares_prefix = false;  ///< its first AttentionBatch::shared_prefix keys are the batch's shared prefix
+};
+
+/// Many sequences in one call, each at its own length (serving): one parallel job list over
+/// (sequence, key/value head, key shard), each sequence's result bitwise what it gets alone.
+///   AttentionBatch<float> batch;
+///   batch.sequences.emplace_back(q_a, pool.sequence(a), /*shares=*/true);
+///   batch.shared_prefix = 4096;      // the prompt a and b were forked from
+///   std::vector<AttentionResult<float>> r = attend(batch, call);
+template <class Scalar>
+struct AttentionBatch {
+  std::vector<BatchedSequence<Scalar>> sequences;
+  /// Keys 0 .. shared_prefix - 1 are the same pool blocks in every sequence that shares_prefix (a
+  /// prompt they were forked from): its whole key shards are attended once for all of them, every
+  /// sharing sequence's query rows in one pass over them, and each row's state merged by
+  /// logsumexp with its sequence's own keys after them (FlashInfer's cascade): the bits each gets
+  /// alone. 0: no prefix.
+  Index shared_prefix = 0;
+};
+
 namespace detail {
 
 /// Throws unless q, k, v hold whole heads of `heads` (k of the same width as q's heads, v of any).
@@ -137,9 +166,13 @@ AttentionResult<Scalar> attend_step_by_step(const Eigen::Ref<const Matrix<Scalar
   return out;
 }
 
-/// Keys and values out of a packed store, as matrices (for the step-by-step path on a cache).
+/// Keys and values out of a packed store or a sequence's blocks, as matrices (for the step-by-step
+/// path on a cache). Every key must be held (none let go by a window).
 template <class Scalar>
-void unpack(const PackedKeysValues<Scalar>& kv, Matrix<Scalar>& k, Matrix<Scalar>& v) {
+void unpack(const KvBlocks<Scalar>& kv, Matrix<Scalar>& k, Matrix<Scalar>& v) {
+  if (kv.first_kept() > 0)
+    invalid("unpack", "the keys before position ", kv.first_kept(), " were let go (a window's bounded cache): ",
+            "the step-by-step path needs every key");
   k.resize(kv.size(), kv.n_kv_heads() * kv.d_head());
   v.resize(kv.size(), kv.n_kv_heads() * kv.d_v());
   for (Index g = 0; g < kv.n_kv_heads(); ++g)
@@ -149,9 +182,25 @@ void unpack(const PackedKeysValues<Scalar>& kv, Matrix<Scalar>& k, Matrix<Scalar
     }
 }
 
+template <class Scalar>
+void unpack(const PackedKeysValues<Scalar>& kv, Matrix<Scalar>& k, Matrix<Scalar>& v) {
+  unpack(kv.blocks(), k, v);
+}
+
 template <class Scalar, class Observer = NoPhaseObserver>
-AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
+AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
                                       const AttentionCall& call, const char* where, std::vector<Observer>* observers = nullptr);
+
+/// Throws unless every key a row of the call sees is still held (a window's bounded cache lets
+/// the keys before its window go: a call that would read one is not the window's).
+template <class Scalar>
+void check_kept_keys(const ScoreRule<Scalar>& rule, const KvBlocks<Scalar>& kv, const char* where) {
+  if (kv.first_kept() == 0) return;
+  for (Index i = 0; i < rule.n_q(); ++i)
+    if (!rule.keys(i).empty() && rule.keys(i).begin < kv.first_kept())
+      invalid(where, "query row ", i, " sees the key at position ", rule.keys(i).begin, ", but the keys before ", kv.first_kept(),
+              " were let go (the sequence's window): attend with that window");
+}
 
 /// True if the call's grouped-query heads can run folded into rows (attend_folded): several query
 /// heads per key/value head and no option that is per head (ALiBi slopes, sinks) or per row (a
@@ -161,46 +210,61 @@ inline bool groups_foldable(const AttentionCall& call, const AttentionOptions& o
          o.query_rows_per_position == 1 && !o.alibi_slopes.size() && !o.sinks.size() && !o.mask.size() && !o.bias.size();
 }
 
+/// Queries q (n, H d) with each key/value head's `group` query heads folded into rows: row
+/// t group + r of head g is query head g group + r of token t (attend_folded).
+template <class Scalar>
+Matrix<Scalar> fold_queries(const Eigen::Ref<const Matrix<Scalar>>& q, const Heads& heads, Index d, const char* where) {
+  const Index H = heads.query, group = H / heads.key_value, n = q.rows();
+  Matrix<Scalar> folded(checked_size<Scalar>(where, "the folded queries", n, group), heads.key_value * d);
+  for (Index t = 0; t < n; ++t)
+    for (Index h = 0; h < H; ++h) folded.row(t * group + h % group).segment(h / group * d, d) = q.row(t).segment(h * d, d);
+  return folded;
+}
+
+/// The result of a folded call (z (n group, G d_v), the rest (G, n group)) in the unfolded layout.
+template <class Scalar>
+AttentionResult<Scalar> unfold_result(const AttentionResult<Scalar>& r, const Heads& heads, Index n, Index dv) {
+  const Index H = heads.query, group = H / heads.key_value;
+  AttentionResult<Scalar> out;
+  out.z.resize(n, H * dv);
+  for (Index t = 0; t < n; ++t)
+    for (Index h = 0; h < H; ++h) out.z.row(t).segment(h * dv, dv) = r.z.row(t * group + h % group).segment(h / group * dv, dv);
+  const auto unfold = [&](const auto& m, auto& to) {  // (G, n group) -> (H, n)
+    if (m.size() == 0) return;
+    to.resize(H, n);
+    for (Index t = 0; t < n; ++t)
+      for (Index h = 0; h < H; ++h) to(h, t) = m(h / group, t * group + h % group);
+  };
+  unfold(r.logsumexp, out.logsumexp);
+  unfold(r.statistics.entropy, out.statistics.entropy), unfold(r.statistics.first_token_mass, out.statistics.first_token_mass);
+  unfold(r.statistics.previous_token_mass, out.statistics.previous_token_mass);
+  unfold(r.statistics.max_weight, out.statistics.max_weight), unfold(r.statistics.argmax, out.statistics.argmax);
+  unfold(r.statistics.sink_mass, out.statistics.sink_mass);
+  return out;
+}
+
 /// The fused path with each key/value head's query heads folded into rows: row t group + r of
 /// head g is query head g group + r of token t, at token t's position (query_rows_per_position),
 /// so that one pass over a key/value head's keys and values (read, and widened if stored narrow,
 /// once) serves its whole group. Every row's arithmetic is the one it has unfolded (rows are
 /// independent in the kernel): the same bits, in the unfolded layout.
 template <class Scalar, class Observer>
-AttentionResult<Scalar> attend_folded(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
+AttentionResult<Scalar> attend_folded(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
                                       const AttentionCall& call, const AttentionOptions& options, const char* where,
                                       std::vector<Observer>* observers) {
-  const Index H = call.heads.query, G = call.heads.key_value, group = H / G, n = q.rows(), d = kv.d_head(), dv = kv.d_v();
-  Matrix<Scalar> folded(checked_size<Scalar>(where, "the folded queries", n, group), G * d);
-  for (Index t = 0; t < n; ++t)
-    for (Index h = 0; h < H; ++h) folded.row(t * group + h % group).segment(h / group * d, d) = q.row(t).segment(h * d, d);
+  const Index G = call.heads.key_value, group = call.heads.query / G;
+  const Matrix<Scalar> folded = fold_queries<Scalar>(q, call.heads, kv.d_head(), where);
   AttentionOptions rows = options;
   rows.query_rows_per_position = group;
   AttentionCall inner = call;
   inner.heads = {G, G}, inner.options = &rows;
   const AttentionResult<Scalar> r = attend_packed<Scalar, Observer>(folded, kv, inner, where, observers);
-  AttentionResult<Scalar> out;
-  out.z.resize(n, H * dv);
-  for (Index t = 0; t < n; ++t)
-    for (Index h = 0; h < H; ++h) out.z.row(t).segment(h * dv, dv) = r.z.row(t * group + h % group).segment(h / group * dv, dv);
-  const auto unfold = [&](const auto& m, auto& to) {  // (G, n group) -> (H, n)
-    to.resize(H, n);
-    for (Index t = 0; t < n; ++t)
-      for (Index h = 0; h < H; ++h) to(h, t) = m(h / group, t * group + h % group);
-  };
-  if (call.logsumexp) unfold(r.logsumexp, out.logsumexp);
-  if (call.statistics) {
-    unfold(r.statistics.entropy, out.statistics.entropy), unfold(r.statistics.first_token_mass, out.statistics.first_token_mass);
-    unfold(r.statistics.previous_token_mass, out.statistics.previous_token_mass);
-    unfold(r.statistics.max_weight, out.statistics.max_weight), unfold(r.statistics.argmax, out.statistics.argmax);
-    unfold(r.statistics.sink_mass, out.statistics.sink_mass);
-  }
-  return out;
+  return unfold_result(r, call.heads, q.rows(), kv.d_v());
 }
 
 /// attend() on a packed store, its errors named by `where` (the function the caller called).
 template <class Scalar, class Observer>
-AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
+AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
                                       const AttentionCall& call, const char* where,
                                       std::vector<Observer>* observers) {
   const AttentionOptions defaults;
@@ -225,6 +289,7 @@ AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q,
   const double divisor = resolve_divisor<Scalar>(options, kv.d_head(), where);
   if (!all_finite(q, threads)) require_finite(where, "q", q);
   const ScoreRule<Scalar> rule(options, q.rows(), kv.size(), call.heads.query, where);
+  check_kept_keys(rule, kv, where);
   const FusedTiles tiles = tiles_for<Scalar>(call.tiles, q.rows(), kv.size());
   FusedCall<Scalar> fused(q, kv, z, rule, tiles, static_cast<Scalar>(1.0 / divisor));
   if (call.logsumexp) fused.logsumexp = &out.logsumexp;
@@ -252,7 +317,179 @@ AttentionResult<Scalar> attend_matrices(const Eigen::Ref<const Matrix<Scalar>>& 
   }
   PackedKeysValues<Scalar> kv(k.rows(), call.heads.key_value, q.cols() / call.heads.query, v.cols() / call.heads.key_value);
   kv.append(k, v, thread_count(options.threads, where));
-  return attend_packed<Scalar>(q, kv, call, where);
+  return attend_packed<Scalar>(q, kv.blocks(), call, where);
+}
+
+/// Throws unless a batch's sequences agree with the call and each other: heads, d_head, d_v,
+/// storage; a shared prefix only with options that treat every prefix key alike for every query.
+template <class Scalar>
+void check_batch(const AttentionBatch<Scalar>& batch, const AttentionCall& call, const AttentionOptions& o, const char* where) {
+  for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
+    const KvBlocks<Scalar>& kv = batch.sequences[i].kv;
+    const KvBlocks<Scalar>& first = batch.sequences[0].kv;
+    if (kv.n_kv_heads() != call.heads.key_value)
+      invalid(where, "sequence ", i, " holds ", kv.n_kv_heads(), " key/value heads, the call's n_kv_heads is ", call.heads.key_value);
+    if (kv.d_head() != first.d_head() || kv.d_v() != first.d_v())
+      invalid(where, "sequence ", i, " holds heads of d_head ", kv.d_head(), " and d_v ", kv.d_v(), ", sequence 0 of ", first.d_head(),
+              " and ", first.d_v(), ": a batch's sequences share their heads");
+    if (kv.storage() != first.storage() || kv.values_are_keys() != first.values_are_keys())
+      invalid(where, "sequence ", i, " stores keys and values ", storage_name(kv.storage()), ", sequence 0 ", storage_name(first.storage()),
+              ": a batch reads one storage");
+    if (batch.sequences[i].q.cols() != call.heads.query * kv.d_head())
+      invalid(where, "the queries of sequence ", i, " have ", batch.sequences[i].q.cols(), " columns, expected n_heads d_head = ",
+              call.heads.query, " x ", kv.d_head());
+  }
+  if (batch.shared_prefix < 0) invalid(where, "shared_prefix must be >= 0, got ", batch.shared_prefix);
+  if (batch.shared_prefix == 0) return;
+  if (o.window || o.chunk || !o.cu_seqlens.empty() || o.key_valid.size() || o.mask.size() || o.bias.size() || o.alibi_slopes.size() ||
+      o.first_query_position || o.first_key_position != 0 || call.statistics)
+    invalid(where, "a shared prefix is attended once for every query: not with a window, chunks, packed sequences, padding, a mask, ",
+            "a bias, ALiBi, placed positions or statistics (which depend on each query's position)");
+}
+
+/// The part of the shared prefix attended once: its whole key shards (of the first sharer's tiles)
+/// that are also whole blocks, and the sequences that attend it together (sharing ones whose tiles
+/// are the first sharer's, so that those shards are theirs alone too). Throws naming a sequence
+/// that shares_prefix but holds fewer keys, or other blocks there.
+template <class Scalar>
+std::pair<Index, std::vector<Index>> cascade_of(const AttentionBatch<Scalar>& batch, const std::vector<FusedTiles>& tiles,
+                                                const char* where) {
+  std::vector<Index> sharing;
+  Index prefix = 0;
+  for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
+    const BatchedSequence<Scalar>& s = batch.sequences[i];
+    if (!s.shares_prefix) continue;
+    if (s.kv.size() < batch.shared_prefix || s.kv.first_kept() > 0)
+      invalid(where, "sequence ", i, " holds keys ", s.kv.first_kept(), " .. ", s.kv.size(), ", not the shared prefix's 0 .. ", batch.shared_prefix);
+    if (sharing.empty()) {
+      const Index shard = tiles[i].key_shard;
+      for (prefix = batch.shared_prefix / shard * shard; prefix > 0 && prefix % s.kv.block_tokens() != 0;) prefix -= shard;
+    }
+    const std::size_t first = sharing.empty() ? i : static_cast<std::size_t>(sharing[0]);
+    const KvBlocks<Scalar>& ref = batch.sequences[first].kv;
+    for (Index j = 0; j + ref.block_tokens() <= batch.shared_prefix; j += ref.block_tokens())  // (a last, partial block may be a copy)
+      if (s.kv.pool().keys != ref.pool().keys || s.kv.block_of(j) != ref.block_of(j))
+        invalid(where, "sequence ", i, " shares_prefix but holds other blocks than sequence ", first,
+                " for the shared prefix's keys from ", j, " (fork both from the prompt's sequence)");
+    if (tiles[i].keys == tiles[first].keys && tiles[i].key_shard == tiles[first].key_shard) sharing.push_back(static_cast<Index>(i));
+  }
+  if (prefix == 0) sharing.clear();
+  return {prefix, sharing};
+}
+
+/// The kernel's calls of a batch (attend on an AttentionBatch), and what they refer to, kept in
+/// place (reserved: nothing moves once a call refers to it): each sequence's call planned as it is
+/// alone (its queries folded, its rule and tiles), then the shared prefix's call over the
+/// cascading sequences' rows, then one run of the kernel (run_fused_batch).
+template <class Scalar>
+class BatchCalls {
+ public:
+  BatchCalls(const AttentionBatch<Scalar>& batch, const AttentionCall& call, const AttentionOptions& options, const char* where)
+      : batch_(batch), call_(call), where_(where), n_(batch.sequences.size()), fold_(groups_foldable(call, options)),
+        inner_(fold_ ? Heads{call.heads.key_value, call.heads.key_value} : call.heads), rows_(options),
+        threads_(thread_count(options.threads, where)),
+        inverse_divisor_(static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, batch.sequences[0].kv.d_head(), where))) {
+    rows_.query_rows_per_position = fold_ ? call.heads.query / call.heads.key_value : 1;
+    q_.resize(n_), z_.resize(n_), tiles_.resize(n_), raw_.resize(n_);
+    q_ref_.reserve(n_ + 1), z_ref_.reserve(n_ + 1), rules_.reserve(n_ + 1), calls_.reserve(n_ + 1);
+    for (std::size_t i = 0; i < n_; ++i) add_sequence(i);
+    fused_.split_keys = call.tiles.split_keys;
+    fused_.prefix_rows.assign(n_, -1);
+    const auto [prefix, sharing] = cascade_of(batch, tiles_, where);
+    if (prefix > 0) add_prefix(prefix, sharing);
+    for (std::size_t i = 0; i < n_; ++i) fused_.calls.push_back(&calls_[i]);
+  }
+
+  /// Runs the kernel once over the whole batch, with the policy each call has alone.
+  std::vector<AttentionResult<Scalar>> run() {
+    with_stored_type<Scalar>(batch_.sequences[0].kv.storage(), [&](auto tag) {
+      using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+      const auto run = [&](auto scores) {
+        using Scores = decltype(scores);
+        if (call_.statistics) run_fused_batch<KernelPolicy<Scores, true, Stored>, Scalar, NoPhaseObserver>(fused_, threads_);
+        else run_fused_batch<KernelPolicy<Scores, false, Stored>, Scalar, NoPhaseObserver>(fused_, threads_);
+      };
+      if constexpr (std::is_same_v<Stored, Scalar>) with_score_policy(rules_[0], run);
+      else run(ScoresByRule{});
+    });
+    std::vector<AttentionResult<Scalar>> out(n_);
+    for (std::size_t i = 0; i < n_; ++i) {
+      raw_[i].z = std::move(z_[i]);
+      const BatchedSequence<Scalar>& s = batch_.sequences[i];
+      out[i] = fold_ ? unfold_result(raw_[i], call_.heads, s.q.rows(), s.kv.d_v()) : std::move(raw_[i]);
+    }
+    return out;
+  }
+
+ private:
+  void add_sequence(std::size_t i) {
+    const BatchedSequence<Scalar>& s = batch_.sequences[i];
+    if (!all_finite(s.q, threads_)) require_finite(where_, "q", s.q);
+    q_[i] = fold_ ? fold_queries<Scalar>(s.q, call_.heads, s.kv.d_head(), where_) : s.q;
+    z_[i].resize(q_[i].rows(), checked_size<Scalar>(where_, "Z", inner_.query, s.kv.d_v()));
+    q_ref_.emplace_back(q_[i]), z_ref_.emplace_back(z_[i]);
+    rules_.emplace_back(rows_, q_[i].rows(), s.kv.size(), inner_.query, where_);
+    check_kept_keys(rules_.back(), s.kv, where_);
+    tiles_[i] = tiles_for<Scalar>(call_.tiles, q_[i].rows(), s.kv.size());
+    check_packed_call<Scalar>(where_, q_ref_.back(), inner_.query, s.kv, z_ref_.back(), call_.tiles);
+    calls_.emplace_back(q_ref_.back(), s.kv, z_ref_.back(), rules_.back(), tiles_[i], inverse_divisor_);
+    if (call_.logsumexp) calls_.back().logsumexp = &raw_[i].logsumexp;
+    if (call_.statistics) calls_.back().statistics = &raw_[i].statistics;
+  }
+  /// The prefix's call: keys [0, prefix) of the first sharer, the sharers' rows stacked, every
+  /// row placed after the prefix (so that it sees all of it); each sharer then attends from there.
+  void add_prefix(Index prefix, const std::vector<Index>& sharing) {
+    Index total = 0;
+    for (const Index i : sharing) fused_.prefix_rows[static_cast<std::size_t>(i)] = total, total += q_[static_cast<std::size_t>(i)].rows();
+    stacked_.resize(total, q_[0].cols());
+    for (const Index i : sharing) {
+      stacked_.middleRows(fused_.prefix_rows[static_cast<std::size_t>(i)], q_[static_cast<std::size_t>(i)].rows()) = q_[static_cast<std::size_t>(i)];
+      calls_[static_cast<std::size_t>(i)].first_key = prefix;
+    }
+    at_prefix_ = rows_;
+    at_prefix_.first_query_position = prefix;
+    const FusedTiles& own = tiles_[static_cast<std::size_t>(sharing[0])];
+    const FusedTiles tiles{std::min(own.queries, std::max<Index>(total, 1)), own.keys, own.key_shard, true};
+    q_ref_.emplace_back(stacked_), z_ref_.emplace_back(unused_);
+    rules_.emplace_back(at_prefix_, total, prefix, inner_.query, where_);
+    const KvBlocks<Scalar> keys = batch_.sequences[static_cast<std::size_t>(sharing[0])].kv.first(prefix);
+    calls_.emplace_back(q_ref_.back(), keys, z_ref_.back(), rules_.back(), tiles, inverse_divisor_);
+    fused_.prefix = &calls_.back();
+  }
+
+  const AttentionBatch<Scalar>& batch_;
+  const AttentionCall& call_;
+  const char* where_;
+  std::size_t n_;
+  bool fold_;
+  Heads inner_;
+  AttentionOptions rows_, at_prefix_;
+  int threads_;
+  Scalar inverse_divisor_;
+  std::vector<Matrix<Scalar>> q_, z_;
+  Matrix<Scalar> stacked_, unused_;
+  std::vector<Eigen::Ref<const Matrix<Scalar>>> q_ref_;
+  std::vector<Eigen::Ref<Matrix<Scalar>>> z_ref_;
+  std::vector<ScoreRule<Scalar>> rules_;
+  std::vector<FusedTiles> tiles_;
+  std::vector<FusedCall<Scalar>> calls_;
+  std::vector<AttentionResult<Scalar>> raw_;
+  FusedBatch<Scalar> fused_;
+};
+
+/// attend() on a batch, its errors named by `where`.
+template <class Scalar>
+std::vector<AttentionResult<Scalar>> attend_batch(const AttentionBatch<Scalar>& batch, const AttentionCall& call, const char* where) {
+  const AttentionOptions defaults;
+  const AttentionOptions& options = call.options ? *call.options : defaults;
+  if (batch.sequences.empty()) return {};
+  check_batch(batch, call, options, where);
+  if (call.path == AttentionPath::step_by_step) {
+    std::vector<AttentionResult<Scalar>> out;
+    for (const BatchedSequence<Scalar>& s : batch.sequences) out.push_back(attend_packed<Scalar>(s.q, s.kv, call, where));
+    return out;
+  }
+  return BatchCalls<Scalar>(batch, call, options, where).run();
 }
 
 }  // namespace detail
@@ -272,7 +509,24 @@ AttentionResult<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& q, const 
 template <class Scalar>
 AttentionResult<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
                                const AttentionCall& call = {}) {
+  return detail::attend_packed<Scalar>(q, kv.blocks(), call, "attend");
+}
+
+/// Attention of q over one sequence's keys and values block by block (a PagedKvCache's
+/// sequence(s)): the bits of the same keys and values in one packed store.
+template <class Scalar>
+AttentionResult<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
+                               const AttentionCall& call = {}) {
   return detail::attend_packed<Scalar>(q, kv, call, "attend");
+}
+
+/// Attention of every sequence of a batch, each over its own keys and values (batched decoding,
+/// or chunks of prefill, at different lengths), in one parallel job list; results in the batch's
+/// order, each bitwise what attend(q_i, kv_i, call) gives, on any thread count. call.heads and
+/// call.options are every sequence's (queries aligned to the end of each one's keys).
+template <class Scalar>
+std::vector<AttentionResult<Scalar>> attend(const AttentionBatch<Scalar>& batch, const AttentionCall& call = {}) {
+  return detail::attend_batch<Scalar>(batch, call, "attend");
 }
 
 /// attend() on a packed store by the fused path, with one observer per thread told each phase
@@ -281,7 +535,7 @@ template <class Scalar, class Observer>
 AttentionResult<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& q, const PackedKeysValues<Scalar>& kv,
                                const AttentionCall& call, std::vector<Observer>& observers) {
   if (call.path != AttentionPath::fused) detail::invalid("attend", "observers watch the fused path only");
-  return detail::attend_packed<Scalar, Observer>(q, kv, call, "attend", &observers);
+  return detail::attend_packed<Scalar, Observer>(q, kv.blocks(), call, "attend", &observers);
 }
 
 // The entry points before attend(), kept as thin wrappers for version 0.x (CHANGELOG.md).
@@ -298,8 +552,8 @@ void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_h
   call.heads = {n_heads, kv.n_kv_heads()};
   call.options = &options, call.logsumexp = logsumexp != nullptr, call.statistics = statistics != nullptr;
   call.tiles = tiles;
-  detail::check_packed_call<Scalar>(where, q, n_heads, kv, z, tiles);
-  AttentionResult<Scalar> r = detail::attend_packed<Scalar>(q, kv, call, where);
+  detail::check_packed_call<Scalar>(where, q, n_heads, kv.blocks(), z, tiles);
+  AttentionResult<Scalar> r = detail::attend_packed<Scalar>(q, kv.blocks(), call, where);
   z = r.z;
   if (logsumexp) *logsumexp = std::move(r.logsumexp);
   if (statistics) *statistics = std::move(r.statistics);

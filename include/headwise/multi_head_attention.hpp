@@ -16,6 +16,7 @@
 #include "headwise/layer_config.hpp"
 #include "headwise/linear.hpp"
 #include "headwise/options.hpp"
+#include "headwise/paged_kv_cache.hpp"
 #include "headwise/projection_norms.hpp"
 #include "headwise/qkv_layout.hpp"
 #include "headwise/rotary_embedding.hpp"
@@ -249,6 +250,81 @@ class MultiHeadAttention {
     return out;
   }
 
+  /// Incremental decoding of sequence s of a paged cache (paged_kv_cache.hpp): the output rows of
+  /// the m tokens x that follow the pool.size(s) tokens it holds, whose keys and values are
+  /// appended to it, as forward_incremental on a KvCache (bitwise the matching rows of forward()).
+  /// A layer with a sliding window then lets go of the blocks no later query sees
+  /// (PagedKvCache::forget_before): the sequence keeps at most window + block_tokens - 1 keys
+  /// between calls, so its memory stays flat as it decodes (a call of m tokens holds m more while
+  /// it runs: feed a long prompt in chunks). A refused call changes nothing.
+  Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, Index s,
+                                     const AttentionOptions& options = {}) const {
+    constexpr const char* where = "MultiHeadAttention::forward_incremental";
+    check_input(x, where);
+    check_own_keys(where);
+    const AttentionOptions all = options_for(options);
+    resolve_divisor<Scalar>(all, d_head_, where);
+    check_pool(pool, where);
+    const Index held = pool.size(s);
+    const KvCacheOrigin origin = check_cache_origin(pool.origin(s), held, x.rows(), all, where);
+    const int threads = detail::thread_count(options.threads, where);
+    detail::PagedSequence<Scalar> sequence{pool, s};
+    Matrix<Scalar> out;
+    try {
+      Matrix<Scalar> z = attend_rows(x, sequence, all, {}, Positions{held, held + x.rows()}, where).z;
+      apply_gate(x, z, threads);
+      out = output_of(z, threads, held, where);
+    } catch (...) {
+      pool.truncate(s, held);  // a refused call changes nothing
+      throw;
+    }
+    if (pool.size(s) > 0) pool.set_origin(s, origin);
+    if (all.window) pool.forget_before(s, pool.size(s) + 1 - *all.window);  // the next query's window starts there
+    return out;
+  }
+  /// Batched decoding (serving): the tokens of several sequences of a pool in one call, x
+  /// (Σ m_i, d_model) with sequence batch.rows[i].sequence's m_i = batch.rows[i].tokens rows after
+  /// those of the entries before it. The projections are one product each for every row; each
+  /// sequence's keys and values are appended to it; then one attention call for all of them
+  /// (attend on an AttentionBatch, with batch.shared_prefix). Each sequence's rows are bitwise what
+  /// forward_incremental(its rows, pool, its id) gives; a refused call changes no sequence.
+  Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, const PagedBatch& batch,
+                                     const AttentionOptions& options = {}) const {
+    constexpr const char* where = "MultiHeadAttention::forward_incremental";
+    check_input(x, where);
+    check_own_keys(where);
+    const AttentionOptions all = options_for(options);
+    resolve_divisor<Scalar>(all, d_head_, where);
+    check_pool(pool, where);
+    const std::vector<KvCacheOrigin> origins = check_batch_rows(x, pool, batch, all, where);
+    const int threads = detail::thread_count(options.threads, where);
+    std::vector<Index> held;
+    for (const BatchRows& r : batch.rows) held.push_back(pool.size(r.sequence));
+    Matrix<Scalar> out;
+    try {
+      Matrix<Scalar> z = attend_batch_rows(x, pool, batch, all, threads, where);
+      apply_gate(x, z, threads);
+      out = output_of(z, threads, 0, where);
+    } catch (...) {
+      for (std::size_t i = 0; i < held.size(); ++i) pool.truncate(batch.rows[i].sequence, held[i]);  // a refused call changes nothing
+      throw;
+    }
+    for (std::size_t i = 0; i < batch.rows.size(); ++i) {
+      const Index s = batch.rows[i].sequence;
+      if (pool.size(s) > 0) pool.set_origin(s, origins[i]);
+      if (all.window) pool.forget_before(s, pool.size(s) + 1 - *all.window);
+    }
+    return out;
+  }
+  /// A pool for this layer's keys and values: `blocks` blocks of `block_tokens` tokens, stored as
+  /// config().kv_storage says.
+  PagedKvCache<Scalar> make_paged_cache(Index blocks, Index block_tokens = 64) const {
+    PagedKvShape shape;
+    shape.blocks = blocks, shape.block_tokens = block_tokens, shape.n_kv_heads = n_kv_heads_, shape.d_head = shape.d_v = d_head_;
+    shape.format = store_format();
+    return PagedKvCache<Scalar>(shape);
+  }
+
   /// A KV-sharing layer (LayerConfig::shares_keys_values_of, Gemma 4): the output rows of the m
   /// tokens x, which are the last m tokens of `source`, a cache the earlier layer filled (with keys
   /// and values from its own input), attended over every key it holds; `source` is read, not
@@ -267,7 +343,7 @@ class MultiHeadAttention {
     AttentionCall call;
     call.heads = {n_heads_, n_kv_heads_};
     call.options = &all;
-    Matrix<Scalar> z = detail::attend_packed<Scalar>(Matrix<Scalar>(l.part(qkv, QkvPart::query)), source.packed(), call, where).z;
+    Matrix<Scalar> z = detail::attend_packed<Scalar>(Matrix<Scalar>(l.part(qkv, QkvPart::query)), source.packed().blocks(), call, where).z;
     apply_gate(x, z, threads);
     return output_of(z, threads, first, where);
   }
@@ -410,7 +486,7 @@ class MultiHeadAttention {
     if (x.rows() > source.size())
       detail::invalid(where, "x has ", x.rows(), " tokens, the cache only ", source.size(), ": x must be its last tokens");
     const Index first = source.size() - x.rows();
-    check_cache_origin(source, first, x.rows(), options, where);  // the same rotary embedding, window, chunks
+    check_cache_origin(source.origin(), first, x.rows(), options, where);  // the same rotary embedding, window, chunks
     return first;
   }
   /// Rows [Q | 0 | 0]: the queries X W_Q + b_Q of tokens at first .. (K and V left zero: unused).
@@ -460,7 +536,62 @@ class MultiHeadAttention {
     if (m > cache.capacity() - cache.size())
       detail::invalid(where, "appending ", m, " tokens to ", cache.size(), " would exceed the cache's capacity of ",
                       cache.capacity(), " tokens");
-    return check_cache_origin(cache, cache.size(), m, options, where);
+    return check_cache_origin(cache.origin(), cache.size(), m, options, where);
+  }
+  /// Throws unless batch's entries name distinct live sequences whose tokens add up to x's rows;
+  /// returns what each sequence will then record as filled by.
+  std::vector<KvCacheOrigin> check_batch_rows(const Eigen::Ref<const Matrix<Scalar>>& x, const PagedKvCache<Scalar>& pool,
+                                              const PagedBatch& batch, const AttentionOptions& options, const char* where) const {
+    std::vector<KvCacheOrigin> origins;
+    Index total = 0;
+    for (std::size_t i = 0; i < batch.rows.size(); ++i) {
+      const BatchRows& r = batch.rows[i];
+      if (r.tokens < 0) detail::invalid(where, "entry ", i, " of the batch has ", r.tokens, " tokens");
+      for (std::size_t j = 0; j < i; ++j)
+        if (batch.rows[j].sequence == r.sequence) detail::invalid(where, "sequence ", r.sequence, " is in the batch twice (entries ", j, " and ", i, ")");
+      origins.push_back(check_cache_origin(pool.origin(r.sequence), pool.size(r.sequence), r.tokens, options, where));
+      total += r.tokens;
+    }
+    if (total != x.rows()) detail::invalid(where, "the batch's entries hold ", total, " tokens, x has ", x.rows(), " rows");
+    return origins;
+  }
+  /// The batched call's work: Q, K, V of every row in one product, each sequence's rows placed at
+  /// its positions (norms, RoPE) and its keys and values appended, then one attention call.
+  Matrix<Scalar> attend_batch_rows(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, const PagedBatch& batch,
+                                   const AttentionOptions& options, int threads, const char* where) const {
+    const QkvLayout l = layout();
+    Matrix<Scalar> qkv;
+    detail::product<Scalar>(x, w_qkv_, qkv, threads);
+    qkv.rowwise() += b_qkv_;
+    AttentionBatch<Scalar> attention;
+    attention.shared_prefix = batch.shared_prefix;
+    for (Index i = 0, row = 0; i < static_cast<Index>(batch.rows.size()); row += batch.rows[static_cast<std::size_t>(i)].tokens, ++i) {
+      const BatchRows& r = batch.rows[static_cast<std::size_t>(i)];
+      const Index held = pool.size(r.sequence);
+      auto rows = qkv.middleRows(row, r.tokens);
+      check_projection(rows, held, where, threads);
+      transform_projections(rows, Positions{held, held + r.tokens}, threads);
+      pool.append(r.sequence, l.part(rows, QkvPart::key), l.part(rows, QkvPart::value), threads);
+      attention.sequences.emplace_back(l.part(rows, QkvPart::query), pool.sequence(r.sequence), r.shares_prefix);
+    }
+    AttentionCall call;
+    call.heads = {n_heads_, n_kv_heads_};
+    call.options = &options;
+    const std::vector<AttentionResult<Scalar>> results = detail::attend_batch<Scalar>(attention, call, where);
+    Matrix<Scalar> z(x.rows(), l.query_width());
+    for (Index i = 0, row = 0; i < static_cast<Index>(results.size()); row += batch.rows[static_cast<std::size_t>(i)].tokens, ++i)
+      z.middleRows(row, batch.rows[static_cast<std::size_t>(i)].tokens) = results[static_cast<std::size_t>(i)].z;
+    return z;
+  }
+  /// A pool whose heads or storage are not this layer's.
+  void check_pool(const PagedKvCache<Scalar>& pool, const char* where) const {
+    if (pool.n_kv_heads() != n_kv_heads_ || pool.d_head() != d_head_ || pool.d_v() != d_head_ || pool.values_are_keys())
+      detail::invalid(where, "the pool holds ", pool.n_kv_heads(), " heads of keys ", pool.d_head(), " and values ", pool.d_v(),
+                      pool.values_are_keys() ? " inside the keys" : "", " wide, expected ", n_kv_heads_, " of ", d_head_,
+                      " and ", d_head_, " (make_paged_cache gives the layer's)");
+    if (pool.storage() != config_.kv_storage)
+      detail::invalid(where, "the pool stores keys and values ", storage_name(pool.storage()), ", this layer ",
+                      storage_name(config_.kv_storage), " (config().kv_storage; make_paged_cache gives the layer's)");
   }
   /// A cache whose values are not d_head wide, or that keeps them inside its keys (a latent
   /// attention layer's), is not this layer's.
@@ -485,7 +616,7 @@ class MultiHeadAttention {
     l.part(qkv, QkvPart::value) = v;
   }
   /// What m tokens at held .. held + m - 1 attended over `cache` record, checked against what filled it.
-  KvCacheOrigin check_cache_origin(const KvCache<Scalar>& cache, Index held, Index m, const AttentionOptions& options,
+  KvCacheOrigin check_cache_origin(const std::optional<KvCacheOrigin>& filled, Index held, Index m, const AttentionOptions& options,
                                    const char* where) const {
     if (options.first_query_position || options.first_key_position != 0)
       detail::invalid(where, "token i of x sits at position cache.size() + i: first_query_position and ",
@@ -493,8 +624,8 @@ class MultiHeadAttention {
     const Index end = held + m;
     KvCacheOrigin mine{rope_ ? std::optional<RopeConfig>(rope_->config()) : std::nullopt, options.window, options.chunk,
                        rope_ && rope_->long_factors_for(end)};
-    if (cache.size() == 0 || !cache.origin()) return mine;
-    const KvCacheOrigin& theirs = *cache.origin();
+    if (!filled) return mine;
+    const KvCacheOrigin& theirs = *filled;
     if (theirs.long_factors != mine.long_factors)
       detail::invalid(where, "the cache's keys were rotated with LongRoPE's short factors, and a sequence of ", end,
                       " tokens (past original_max_position = ", rope_->config().scaling.original_max_position,
@@ -571,7 +702,8 @@ class MultiHeadAttention {
   /// Rows of x projected in chunks by X [W_Q | W_K | W_V] + b: K and V appended to kv, then the
   /// fused kernel against everything kv holds. x: (m, d_model) -> Z (m, n_heads d_head).
   /// If anything throws, kv is rolled back to the tokens it held: a refused call changes nothing.
-  AttentionResult<Scalar> attend_rows(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
+  template <class Store>
+  AttentionResult<Scalar> attend_rows(const Eigen::Ref<const Matrix<Scalar>>& x, Store& kv,
                                       const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
                                       Positions at, const char* where) const {
     const Index held = kv.size();
@@ -582,7 +714,8 @@ class MultiHeadAttention {
       throw;
     }
   }
-  AttentionResult<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, PackedKeysValues<Scalar>& kv,
+  template <class Store>
+  AttentionResult<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, Store& kv,
                                            const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
                                            Positions at, const char* where) const {
     const int threads = detail::thread_count(options.threads, where);
@@ -607,7 +740,7 @@ class MultiHeadAttention {
       AttentionCall call;  // the one attention call, on everything kv now holds
       call.heads = {n_heads_, n_kv_heads_};
       call.options = &options, call.logsumexp = extras.logsumexp, call.statistics = extras.statistics;
-      result = detail::attend_packed<Scalar>(q, kv, call, where);
+      result = detail::attend_packed<Scalar>(q, kv.blocks(), call, where);
       if (extras.q) *extras.q = std::move(q);
     }
     return result;

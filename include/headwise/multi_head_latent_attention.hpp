@@ -302,7 +302,7 @@ class MultiHeadLatentAttention {
     AttentionCall call;
     call.heads = {1, 1}, call.options = &all, call.logsumexp = extras.logsumexp, call.statistics = extras.statistics;
     call.tiles.key_shard = latent_key_shard;
-    AttentionResult<Scalar> latent = detail::attend_packed<Scalar>(folded, kv, call, where);
+    AttentionResult<Scalar> latent = detail::attend_packed<Scalar>(folded, kv.blocks(), call, where);
     AttentionResult<Scalar> out;
     out.z.resize(n, H * v());
     for (Index h = 0; h < H; ++h)

@@ -38,14 +38,15 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
+#include "headwise/kernels/kv_blocks.hpp"
 #include "headwise/kernels/online_softmax_state.hpp"
-#include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/options.hpp"
 #include "headwise/score_rule.hpp"
@@ -103,7 +104,7 @@ inline std::vector<Index> query_tiles_by_cost(Index n_q, Index tile) {
 /// attend() (attend.hpp), from checked arguments and the tiles tiles_for gives.
 template <class Scalar>
 struct FusedCall {
-  FusedCall(const Eigen::Ref<const Matrix<Scalar>>& queries, const PackedKeysValues<Scalar>& keys_values,
+  FusedCall(const Eigen::Ref<const Matrix<Scalar>>& queries, const KvBlocks<Scalar>& keys_values,
             Eigen::Ref<Matrix<Scalar>>& output, const ScoreRule<Scalar>& score_rule, const FusedTiles& tiles,
             Scalar inverse_divisor)
       : q(queries), kv(keys_values), z(output), n_heads(queries.cols() / keys_values.d_head()),
@@ -111,18 +112,21 @@ struct FusedCall {
         rule(score_rule), inv_divisor(inverse_divisor) {}
 
   const Eigen::Ref<const Matrix<Scalar>>& q;  // (n_q, n_heads d_head)
-  const PackedKeysValues<Scalar>& kv;         // n_k keys and values of n_kv_heads heads
+  KvBlocks<Scalar> kv;                        // n_k keys and values of n_kv_heads heads, block by block
   Eigen::Ref<Matrix<Scalar>>& z;              // (n_q, n_heads d_v)
   Matrix<Scalar>* logsumexp = nullptr;        // (n_heads, n_q), or null
   RowStatistics<Scalar>* statistics = nullptr;  // (n_heads, n_q) each, or null (then the policy records none)
   Index n_heads, group;                       // query heads; query heads per key/value head
   Index tq, tk;                               // query and key tile sizes (tk a multiple of W)
   Index shard;                                // keys per shard (a multiple of tk)
+  Index first_key = 0;                        // keys before it are another call's (a shared prefix: attend_batch)
   const ScoreRule<Scalar>& rule;              // which keys each query sees, what a score becomes
   Scalar inv_divisor;
 
   Index n_q() const { return q.rows(); }
   Index n_k() const { return kv.size(); }
+  /// The keys rows i0 .. i0 + rows - 1 see, from first_key on: what their shards cover.
+  KeyRange seen(Index i0, Index rows) const;
   Index dv_padded() const { return (kv.d_v() + TileShape<Scalar>::lanes - 1) / TileShape<Scalar>::lanes * TileShape<Scalar>::lanes; }
   /// The keys query row i may see.
   const KeyRange& keys(Index i) const { return rule.keys(i); }
@@ -278,9 +282,12 @@ inline KeyRange sliver_keys(const ScoreRule<Scalar>& rule, Index i, Index rows, 
   return span.empty() ? KeyRange{0, 0} : span;
 }
 
-/// S = Qs K[j0 : j0 + cols]ᵀ for the tile's rows, sliver by sliver of R rows, each only over the
-/// key panels its rows see (w.spans): the part of a diagonal tile above the diagonal (or
-/// before a window) is never computed. Row r of S at w.s + r tk.
+template <class Scalar>
+KeyRange FusedCall<Scalar>::seen(Index i0, Index rows) const {
+  const KeyRange keys = sliver_keys(rule, i0, rows, 0, n_k());
+  return keys.end > first_key ? KeyRange{std::max(keys.begin, first_key), keys.end} : KeyRange{0, 0};
+}
+
 /// Keys stored in int8 (its scale per token): s[r][c] *= scale[c] for the nr rows of a sliver
 /// over one key panel, W entries from `scales`.
 template <class Scalar>
@@ -296,12 +303,15 @@ inline void scale_columns(Scalar* s, Index nr, Index ld, const float* scales) {
   }
 }
 
+/// S = Qs K[j0 : j0 + cols]ᵀ for the tile's rows, sliver by sliver of R rows, each only over the
+/// key panels its rows see (w.spans): the part of a diagonal tile above the diagonal (or
+/// before a window) is never computed. Row r of S at w.s + r tk. Each panel's product is its own
+/// (a panel never crosses a block).
 template <class Policy, class Scalar>
 void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
   using Stored = StoredOf<Policy, Scalar>;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const Index d_head = call.kv.d_head(), stride = call.kv.key_panel_stride();
-  const Stored* keys = call.kv.template key_panels<Stored>(g);
+  const Index d_head = call.kv.d_head();
   // Panel by panel (a panel of keys stays in L1 while every sliver that sees it is multiplied).
   for (Index c0 = 0; c0 < cols; c0 += W)
     for (Index r0 = 0; r0 < rows; r0 += R) {
@@ -309,10 +319,10 @@ void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index ro
       const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
       if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
       micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, d_head, w.q.data() + r0 * d_head, 0,
-                                                                        keys + (j0 + c0) / W * stride, W,
+                                                                        call.kv.template key_panel<Stored>(g, j0 + c0), W,
                                                                         w.s.data() + r0 * call.tk + c0, call.tk);
       if constexpr (std::is_same_v<Stored, std::int8_t>)
-        scale_columns(w.s.data() + r0 * call.tk + c0, nr, call.tk, call.kv.key_scales(g) + j0 + c0);
+        scale_columns(w.s.data() + r0 * call.tk + c0, nr, call.tk, call.kv.key_scales(g, j0 + c0));
     }
 }
 
@@ -388,8 +398,8 @@ void values_from_keys(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, In
   using Block = Eigen::Map<Eigen::Matrix<Scalar, W, W, Eigen::RowMajor>>;
   using ConstBlock = Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, W, Eigen::RowMajor>>;
   const Index dv = call.kv.d_v(), stride = call.tk * W;
-  for (Index p = 0; p * W < cols; ++p) {
-    const Scalar* panel = call.kv.keys(g) + (j0 / W + p) * call.kv.key_panel_stride();  // row c: component c of W keys
+  for (Index p = std::max<Index>(0, call.kv.first_kept() - j0) / W; p * W < cols; ++p) {  // (no panel before the kept keys is read)
+    const Scalar* panel = call.kv.template key_panel<Scalar>(g, j0 + p * W);  // row c: component c of W keys
     for (Index c0 = 0; c0 < dv; c0 += W) {
       Block out(w.v.data() + c0 / W * stride + p * W * W);  // row: a key, column: a component
       const Index valid = std::min(W, dv - c0);
@@ -401,35 +411,31 @@ void values_from_keys(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, In
 
 /// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver, each over the keys its rows
 /// see (w.spans), P read in place from w.s (rows of tk), V from its packed panels (or, where the
-/// values are the keys', from w.v).
+/// values are the keys', from w.v). A sliver's keys that lie in two blocks are two runs of one
+/// product, the second continuing the first's chains: the bits of one run.
 template <class Policy, class Scalar>
 void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
                 Index cols, Index g) {
   using Stored = StoredOf<Policy, Scalar>;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const Stored* values = nullptr;
-  Index stride = call.tk * W;
-  if (!call.kv.values_are_keys()) {
-    values = call.kv.template value_panels<Stored>(g) + j0 * W;  // row j0 of panel 0
-    stride = call.kv.value_panel_stride();
-  } else if constexpr (std::is_same_v<Stored, Scalar>) {  // (values inside the keys are stored as computed)
-    values_from_keys(call, w, j0, cols, g);
-    values = w.v.data();
-  }
-  const Index dv_padded = call.dv_padded();
+  const bool own = !call.kv.values_are_keys();
+  if constexpr (std::is_same_v<Stored, Scalar>)  // (values inside the keys are stored as computed)
+    if (!own) values_from_keys(call, w, j0, cols, g);
+  const Index dv_padded = call.dv_padded(), stride = own ? call.kv.value_panel_stride() : call.tk * W;
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
     const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
-    if constexpr (std::is_same_v<Stored, std::int8_t>)  // int8 values: each key's scale folded into its column of P
-      for (Index r = 0; r < nr; ++r) {
-        Scalar* p = w.s.data() + (r0 + r) * call.tk;
-        const float* scale = call.kv.value_scales(g) + j0;
-        for (Index j = span.begin; j < span.end; ++j) p[j] *= static_cast<Scalar>(scale[j]);
-      }
-    for (Index c0 = 0; c0 < dv_padded && !span.empty(); c0 += W)
-      micro_kernel_rows<Scalar, ALayout::rows>(nr, span.size(), w.s.data() + r0 * call.tk + span.begin, call.tk,
-                                               values + c0 / W * stride + span.begin * W, W, st.acc + r0 * dv_padded + c0,
-                                               dv_padded);
+    for (Index a = span.begin, b; a < span.end; a = b) {  // run by run of keys in one block
+      b = own ? std::min(span.end, call.kv.block_end(j0 + a) - j0) : span.end;
+      const Stored* values = own ? call.kv.template value_row<Stored>(g, j0 + a) : reinterpret_cast<const Stored*>(w.v.data() + a * W);
+      Scalar* p = w.s.data() + r0 * call.tk + a;
+      if constexpr (std::is_same_v<Stored, std::int8_t>)  // int8 values: each key's scale folded into its column of P
+        for (Index r = 0; r < nr; ++r)
+          for (Index j = 0; j < b - a; ++j) p[r * call.tk + j] *= static_cast<Scalar>(call.kv.value_scales(g, j0 + a)[j]);
+      for (Index c0 = 0; c0 < dv_padded; c0 += W)
+        micro_kernel_rows<Scalar, ALayout::rows>(nr, b - a, p, call.tk, values + c0 / W * stride, W, st.acc + r0 * dv_padded + c0,
+                                                 dv_padded);
+    }
   }
 }
 
@@ -542,78 +548,211 @@ KeyRange shard_keys(const FusedCall<Scalar>& call, KeyRange seen, Index s) {
   return {std::max(seen.begin, s * call.shard), std::min(seen.end, (s + 1) * call.shard)};
 }
 
-/// One job: head h on the query tile starting at i0 (passes 1 to 3 at the top of this file), its
-/// keys shard by shard, each shard's state merged into the first's.
+/// Rows r .. of a state (the rows of one query tile, or of one sequence in a shared prefix's).
+template <class Scalar>
+RowState<Scalar> rows_from(const RowState<Scalar>& st, Index r, Index dv_padded) {
+  const auto at = [r](auto* p) { return p ? p + r : p; };
+  return {st.acc + r * dv_padded, st.max + r, st.sum + r, at(st.dot), at(st.first), at(st.previous), at(st.best), at(st.best_at)};
+}
+
+/// Pass 2 of head h's query tile (rows i0 .., loaded) over every shard its rows see, merged in key
+/// order into `merged`: the first shard's state is `merged` itself, unless `continues` (then
+/// merged holds the rows' state over earlier keys, a shared prefix's, and every shard is merged
+/// into it: the same fold of states as when the prefix's shards come first in one call).
 template <class Policy, class Scalar, class Clock>
-void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock) {
+void attend_shards(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& merged, bool continues,
+                   Index i0, Index rows, Index h, Clock& clock) {
+  const KeyRange seen = call.seen(i0, rows);
+  const ShardSpan shards = shards_of(call, seen);
+  const RowState<Scalar> shard = w.states[1];
+  if (shards.count == 0 && !continues) reset(merged, rows, call.dv_padded());
+  for (Index s = shards.first; s < shards.first + shards.count; ++s) {
+    const bool into_merged = s == shards.first && !continues;
+    attend_key_shard<Policy>(call, w, into_merged ? merged : shard, i0, rows, h, shard_keys(call, seen, s), clock);
+    clock.enter(FusedPhase::normalise);
+    if (!into_merged) merge_states(merged, shard, rows, call.dv_padded());
+  }
+}
+
+/// One job: head h on the query tile starting at i0 (passes 1 to 3 at the top of this file), its
+/// keys shard by shard, each shard's state merged into the first's (or, given `start`, into the
+/// rows' state over a shared prefix).
+template <class Policy, class Scalar, class Clock>
+void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock,
+                       const RowState<Scalar>* start = nullptr) {
   const Index rows = std::min(call.tq, call.n_q() - i0);
   load_query_tile(call, w, i0, rows, h, clock);
-  const KeyRange seen = sliver_keys(call.rule, i0, rows, 0, call.n_k());
-  const ShardSpan shards = shards_of(call, seen);
-  const RowState<Scalar> merged = w.states[0], shard = w.states[1];
-  if (shards.count == 0) reset(merged, rows, call.dv_padded());
-  for (Index s = shards.first; s < shards.first + shards.count; ++s) {
-    attend_key_shard<Policy>(call, w, s == shards.first ? merged : shard, i0, rows, h, shard_keys(call, seen, s), clock);
-    clock.enter(FusedPhase::normalise);
-    if (s != shards.first) merge_states(merged, shard, rows, call.dv_padded());
-  }
+  const RowState<Scalar> merged = start ? *start : w.states[0];
+  attend_shards<Policy>(call, w, merged, start != nullptr, i0, rows, h, clock);
   clock.enter(FusedPhase::normalise);  // pass 3
   normalise_rows(call, merged, i0, rows, h);
 }
 
-/// Split-key decoding: a call with one query tile whose keys span several shards. Job (shard s,
-/// key/value head g) attends every query head of g to shard s (the shard's keys and values read
-/// from memory once, then from cache) into its own state; then each head merges its shards' states
-/// in key order and normalises. The same states and merges as attend_query_tile.
+/// Several calls run as one job list (batched decoding: a sequence a call, each at its own length),
+/// optionally with a shared prefix: a call over the prefix's keys whose query rows are the sharing
+/// calls' rows stacked (call c's from prefix_rows[c], or -1 where it does not share; it then
+/// attends its keys from first_key = the prefix's end). Every call gets the bits it gets alone.
+template <class Scalar>
+struct FusedBatch {
+  std::vector<const FusedCall<Scalar>*> calls;
+  const FusedCall<Scalar>* prefix = nullptr;
+  std::vector<Index> prefix_rows;
+  bool split_keys = true;
+};
+
+/// The most memory split-key decoding may hold for one call's shards' states (a decoding step at
+/// 1M tokens of context, 12 heads: 3 MiB; a 128-token chunk there would need 400 MiB and runs its
+/// shards in turn instead, with the same bits).
+constexpr double split_key_budget_bytes = 64.0 * (1 << 20);
+
+/// True if `call` runs split by key: one query tile over several shards whose states fit the budget.
+template <class Scalar>
+ShardSpan split_shards(const FusedCall<Scalar>& call, bool split_keys) {
+  if (!split_keys || call.n_q() > call.tq) return {};
+  const ShardSpan shards = shards_of(call, call.seen(0, call.n_q()));
+  const double partial_bytes = double(call.n_heads) * double(shards.count) * double(call.n_q()) *
+                               double(call.dv_padded() + (call.statistics ? 7 : 2)) * sizeof(Scalar);
+  return shards.count > 1 && partial_bytes <= split_key_budget_bytes ? shards : ShardSpan{};
+}
+
+/// A job of run_fused_batch: a (head, query tile) of a call run through its shards in turn
+/// (shards.count == 0), or a (key/value head, shard) of a call split by key; call -1 is the prefix.
+struct BatchJob {
+  Index call, head, first_row, shard;
+};
+
+/// What run_fused_batch does, planned and allocated before its parallel loops: each call split by
+/// key or not, the split calls' shards' states, the prefix's states, the jobs of each phase.
+template <class Scalar>
+struct BatchPlan {
+  std::vector<ShardSpan> split;                     // per call: its shards if split by key, else none
+  std::vector<RowStateStore<Scalar>> partial;       // per split call: head h, shard s at h shards + s
+  RowStateStore<Scalar> prefix_states;              // the prefix's rows, head h
+  std::vector<BatchJob> prefix_jobs, jobs, merges;  // merges: (call, head) of the split calls
+  const FusedCall<Scalar>* widest = nullptr;        // the call of the largest key tile (scratch is sized by it)
+  Index rows = 0;                                   // the most rows of a query tile
+
+  explicit BatchPlan(const FusedBatch<Scalar>& batch) {
+    constexpr const char* where = "fused_multi_head_attention";
+    const std::size_t n_calls = batch.calls.size();
+    split.resize(n_calls), partial.resize(n_calls);
+    for (std::size_t c = 0; c < n_calls; ++c) {
+      const FusedCall<Scalar>& call = *batch.calls[c];
+      if (call.logsumexp) call.logsumexp->resize(call.n_heads, call.n_q());
+      if (call.statistics) call.statistics->resize(call.n_heads, call.n_q());
+      note_tiles(call);
+      const ShardSpan shards = split[c] = split_shards(call, batch.split_keys);
+      const Index id = static_cast<Index>(c);
+      if (shards.count == 0) {
+        for (const Index i0 : query_tiles_by_cost(call.n_q(), call.tq))
+          for (Index h = 0; h < call.n_heads; ++h) jobs.push_back({id, h, i0, -1});
+        continue;
+      }
+      partial[c].allocate(call.n_heads * shards.count, call.n_q(), call.dv_padded(), call.statistics != nullptr, where);
+      for (Index g = 0; g < call.kv.n_kv_heads(); ++g)
+        for (Index s = 0; s < shards.count; ++s) jobs.push_back({id, g, 0, s});
+      for (Index h = 0; h < call.n_heads; ++h) merges.push_back({id, h, 0, -1});
+    }
+    if (!batch.prefix) return;
+    const FusedCall<Scalar>& prefix = *batch.prefix;
+    note_tiles(prefix);
+    prefix_states.allocate(prefix.n_heads, prefix.n_q(), prefix.dv_padded(), false, where);
+    for (Index g = 0; g < prefix.kv.n_kv_heads(); ++g)
+      for (Index i0 = 0; i0 < prefix.n_q(); i0 += prefix.tq) prefix_jobs.push_back({-1, g, i0, -1});
+  }
+  void note_tiles(const FusedCall<Scalar>& call) {
+    if (!widest || call.tk > widest->tk) widest = &call;
+    rows = std::max(rows, std::min(call.tq, call.n_q()));
+  }
+  /// The state over the prefix of call c's rows from `row` on, head h; none where c does not share it.
+  std::optional<RowState<Scalar>> start_of(const FusedBatch<Scalar>& batch, Index c, Index h, Index row) {
+    if (!batch.prefix || batch.prefix_rows[static_cast<std::size_t>(c)] < 0) return std::nullopt;
+    return rows_from(prefix_states[h], batch.prefix_rows[static_cast<std::size_t>(c)] + row, batch.prefix->dv_padded());
+  }
+};
+
+/// A job of the batch's second phase: a (head, query tile) through its shards in turn (from the
+/// prefix's state where the call shares it), or a (key/value head, shard) of a split call.
 template <class Policy, class Scalar, class Clock>
-std::vector<Clock> run_split_key_jobs(const FusedCall<Scalar>& call, ShardSpan shards, int threads) {
+void run_batch_job(const FusedBatch<Scalar>& batch, BatchPlan<Scalar>& plan, const BatchJob& job, FusedScratch<Scalar>& w,
+                   Clock& clock) {
+  const FusedCall<Scalar>& call = *batch.calls[static_cast<std::size_t>(job.call)];
+  const ShardSpan shards = plan.split[static_cast<std::size_t>(job.call)];
+  if (shards.count == 0) {
+    const std::optional<RowState<Scalar>> start = plan.start_of(batch, job.call, job.head, job.first_row);
+    return attend_query_tile<Policy>(call, w, job.first_row, job.head, clock, start ? &*start : nullptr);
+  }
+  const KeyRange seen = call.seen(0, call.n_q());
+  for (Index h = job.head * call.group; h < (job.head + 1) * call.group; ++h) {
+    load_query_tile(call, w, 0, call.n_q(), h, clock);
+    attend_key_shard<Policy>(call, w, plan.partial[static_cast<std::size_t>(job.call)][h * shards.count + job.shard], 0, call.n_q(),
+                             h, shard_keys(call, seen, shards.first + job.shard), clock);
+  }
+}
+
+/// The third phase for head h of split call c: its shards' states merged in key order (into the
+/// prefix's state where it shares one), then normalised.
+template <class Scalar>
+void merge_split_head(const FusedBatch<Scalar>& batch, BatchPlan<Scalar>& plan, Index c, Index h) {
+  const FusedCall<Scalar>& call = *batch.calls[static_cast<std::size_t>(c)];
+  const Index count = plan.split[static_cast<std::size_t>(c)].count;
+  auto& states = plan.partial[static_cast<std::size_t>(c)];
+  const std::optional<RowState<Scalar>> start = plan.start_of(batch, c, h, 0);
+  const RowState<Scalar> merged = start ? *start : states[h * count];
+  for (Index s = start ? 0 : 1; s < count; ++s) merge_states(merged, states[h * count + s], call.n_q(), call.dv_padded());
+  normalise_rows(call, merged, 0, call.n_q(), h);
+}
+
+/// Runs a batch in three phases, each one parallel loop: the shared prefix's (key/value head,
+/// query tile) jobs, each through the prefix's shards in turn into the prefix's states; then every
+/// call's jobs (run_batch_job); then each split call's heads merge and normalise. The same states
+/// meet in the same merges as in each call alone. Returns each thread's clock.
+template <class Policy, class Scalar, class Clock>
+std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads) {
   constexpr Index R = TileShape<Scalar>::rows;
-  const Index rows = call.n_q(), n_kv_heads = call.kv.n_kv_heads();
-  const KeyRange seen = sliver_keys(call.rule, 0, rows, 0, call.n_k());
-  const Index n_jobs = shards.count * n_kv_heads;
-  threads = static_cast<int>(std::clamp<Index>(n_jobs, 1, threads));
+  BatchPlan<Scalar> plan(batch);
+  const Index n_jobs = static_cast<Index>(plan.jobs.size()), n_prefix = static_cast<Index>(plan.prefix_jobs.size());
+  threads = static_cast<int>(std::clamp<Index>(std::max(n_jobs, n_prefix), 1, threads));
   std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
-  for (auto& w : scratch) w.allocate(call, (rows + R - 1) / R * R);
-  RowStateStore<Scalar> partial;  // head h, shard first + s at h shards.count + s
-  partial.allocate(call.n_heads * shards.count, rows, call.dv_padded(), call.statistics != nullptr,
-                   "fused_multi_head_attention");
+  if (plan.widest) for (auto& w : scratch) w.allocate(*plan.widest, (plan.rows + R - 1) / R * R);
   std::vector<Clock> clocks(static_cast<std::size_t>(threads));
   ExceptionCarrier carrier;
   [[maybe_unused]] const Index chunk = std::max<Index>(1, n_jobs / (4 * threads));  // unused without OpenMP
   HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1)) {
-    // Job j: key/value head j / shards, shard j % shards, in runs of `chunk` jobs: each thread
-    // streams consecutive shards of a head (handing out single jobs shard-major was slower).
-    HEADWISE_OMP(omp for schedule(dynamic, chunk))
-    for (Index job = 0; job < n_jobs; ++job)
+    HEADWISE_OMP(omp for schedule(dynamic))
+    for (Index j = 0; j < n_prefix; ++j)
       carrier.run([&] {
         const auto t = static_cast<std::size_t>(this_thread());
-        const Index s = job % shards.count, g = job / shards.count;
-        for (Index h = g * call.group; h < (g + 1) * call.group; ++h) {
-          load_query_tile(call, scratch[t], 0, rows, h, clocks[t]);
-          attend_key_shard<Policy>(call, scratch[t], partial[h * shards.count + s], 0, rows, h,
-                                   shard_keys(call, seen, shards.first + s), clocks[t]);
+        const FusedCall<Scalar>& prefix = *batch.prefix;
+        const BatchJob job = plan.prefix_jobs[static_cast<std::size_t>(j)];
+        const Index n = std::min(prefix.tq, prefix.n_q() - job.first_row);
+        for (Index h = job.head * prefix.group; h < (job.head + 1) * prefix.group; ++h) {
+          load_query_tile(prefix, scratch[t], job.first_row, n, h, clocks[t]);
+          const RowState<Scalar> into = rows_from(plan.prefix_states[h], job.first_row, prefix.dv_padded());
+          attend_shards<Policy>(prefix, scratch[t], into, /*continues=*/false, job.first_row, n, h, clocks[t]);
         }
       });
+    // In runs of `chunk` jobs: each thread streams consecutive shards of a head (handing out single
+    // jobs shard-major was slower).
+    HEADWISE_OMP(omp for schedule(dynamic, chunk))
+    for (Index j = 0; j < n_jobs; ++j)
+      carrier.run([&] {
+        const auto t = static_cast<std::size_t>(this_thread());
+        run_batch_job<Policy>(batch, plan, plan.jobs[static_cast<std::size_t>(j)], scratch[t], clocks[t]);
+      });
     HEADWISE_OMP(omp for schedule(static))
-    for (Index h = 0; h < call.n_heads; ++h)
+    for (std::size_t m = 0; m < plan.merges.size(); ++m)
       carrier.run([&] {
         clocks[static_cast<std::size_t>(this_thread())].enter(FusedPhase::normalise);
-        const RowState<Scalar> merged = partial[h * shards.count];
-        for (Index s = 1; s < shards.count; ++s) merge_states(merged, partial[h * shards.count + s], rows, call.dv_padded());
-        normalise_rows(call, merged, 0, rows, h);
+        merge_split_head(batch, plan, plan.merges[m].call, plan.merges[m].head);
       });
   }
   carrier.rethrow();
   return clocks;
 }
 
-/// The most memory split-key decoding may hold for the shards' states (a decoding step at 1M
-/// tokens of context, 12 heads: 3 MiB; a 128-token chunk there would need 400 MiB and runs its
-/// shards in turn instead, with the same bits).
-constexpr double split_key_budget_bytes = 64.0 * (1 << 20);
-
 /// Runs every job of `call` on `threads` threads; returns each thread's clock. A call of one query
-/// tile over several shards runs split by key (run_split_key_jobs, unless the tiles say not to or
+/// tile over several shards runs split by key (a batch of one call: run_fused_batch, unless the tiles say not to or
 /// the shards' states would exceed split_key_budget_bytes); others run (head, query tile) jobs,
 /// head by head, each head's longest first. Scratch is allocated before the loop; an
 /// exception in a job reaches the caller.
@@ -622,12 +761,10 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   constexpr Index R = TileShape<Scalar>::rows;
   if (call.logsumexp) call.logsumexp->resize(call.n_heads, call.n_q());
   if (call.statistics) call.statistics->resize(call.n_heads, call.n_q());
-  if (split_keys && call.n_q() <= call.tq) {
-    const ShardSpan shards = shards_of(call, sliver_keys(call.rule, 0, call.n_q(), 0, call.n_k()));
-    const double partial_bytes = double(call.n_heads) * double(shards.count) * double(call.n_q()) *
-                                 double(call.dv_padded() + (call.statistics ? 7 : 2)) * sizeof(Scalar);
-    if (shards.count > 1 && partial_bytes <= split_key_budget_bytes)
-      return run_split_key_jobs<Policy, Scalar, Clock>(call, shards, threads);
+  if (split_shards(call, split_keys).count) {  // split-key decoding
+    FusedBatch<Scalar> one;
+    one.calls = {&call};
+    return run_fused_batch<Policy, Scalar, Clock>(one, threads);
   }
   const std::vector<Index> tile_starts = query_tiles_by_cost(call.n_q(), call.tq);
   const Index n_jobs = static_cast<Index>(tile_starts.size()) * call.n_heads;
@@ -701,7 +838,7 @@ std::vector<Observer> run_fused(const FusedCall<Scalar>& call, int threads, bool
 /// Throws unless the arguments of a fused call on packed keys and values fit together.
 template <class Scalar>
 void check_packed_call(const char* where, const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads,
-                       const PackedKeysValues<Scalar>& kv, const Eigen::Ref<Matrix<Scalar>>& z, const FusedTiles& tiles) {
+                       const KvBlocks<Scalar>& kv, const Eigen::Ref<Matrix<Scalar>>& z, const FusedTiles& tiles) {
   if (n_heads <= 0) invalid(where, "n_heads and n_kv_heads must be > 0, got ", n_heads, " and ", kv.n_kv_heads());
   if (n_heads % kv.n_kv_heads() != 0)
     invalid(where, "n_heads = ", n_heads, " is not divisible by n_kv_heads = ", kv.n_kv_heads());

@@ -9,7 +9,9 @@
 // existing entry moves, so appending never reallocates. A store whose values are the first d_v
 // columns of its keys (ValueStorage::key_prefix: multi-head latent attention's latent, which is
 // both) keeps no value panels: the kernel reads the values out of the key panels. The numbers are
-// stored as computed or in BF16, F16 or int8 (kv_storage.hpp), converted when appended.
+// stored as computed or in BF16, F16 or int8 (kv_storage.hpp), converted when appended. The kernel
+// reads a store through blocks() (kv_blocks.hpp): one block of all its tokens. The packing of a
+// head's tokens into panels (detail::pack_head_rows) is the paged cache's too.
 #pragma once
 
 #include <algorithm>
@@ -20,21 +22,129 @@
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
+#include "headwise/kernels/kv_blocks.hpp"
 #include "headwise/kv_storage.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
 
-/// Where a store's values live: in their own panels, or in the keys, as each key's first d_v
-/// components (the latent of multi-head latent attention is both key and value: stored once).
-enum class ValueStorage { own, key_prefix };
+namespace detail {
 
-/// How a store keeps what is appended: the values on their own or inside the keys, and the number
-/// type (KvStorage: as computed, BF16, F16, int8 with a scale per token and head).
-struct StoreFormat {
-  ValueStorage values = ValueStorage::own;
-  KvStorage storage = KvStorage::as_computed;
+/// True if every entry of m is finite, and stays finite in `storage` (F16 ends at 65504).
+template <class Derived>
+bool storable(const Eigen::MatrixBase<Derived>& m, KvStorage storage) {
+  using Scalar = typename Derived::Scalar;
+  if (!all_finite(m)) return false;
+  if (storage == KvStorage::f16) return m.size() == 0 || m.cwiseAbs().maxCoeff() < Scalar(65520);  // rounds to 65504 below
+  if (storage == KvStorage::bf16)
+    return m.size() == 0 || std::isfinite(static_cast<float>(Eigen::bfloat16(static_cast<float>(m.cwiseAbs().maxCoeff()))));
+  return true;
+}
+
+/// Throws naming the first entry of m (rows to append, row t at position first + t; heads of
+/// `width` columns) that is not finite, or not finite in `storage`.
+template <class Scalar>
+void refuse_unstorable(const char* where, const char* name, const Eigen::Ref<const Matrix<Scalar>>& m, Index width,
+                       Index first, KvStorage storage) {
+  for (Index t = 0; t < m.rows(); ++t)
+    for (Index c = 0; c < m.cols(); ++c)
+      if (!std::isfinite(m(t, c)))
+        invalid(where, name, " of the token at position ", first + t, " (head ", c / width, ", component ", c % width,
+                ") is not finite (", m(t, c), "): keys and values must be finite");
+      else if (!storable(m.block(t, c, 1, 1), storage))
+        invalid(where, name, " of the token at position ", first + t, " (head ", c / width, ", component ", c % width, ") is ",
+                m(t, c), ", finite in ", scalar_name<Scalar>(), " but not in ", storage_name(storage),
+                storage == KvStorage::f16 ? " (largest 65504)" : "");
+}
+
+/// A buffer of each type a store may keep its numbers in; only the store's own is allocated.
+template <class Scalar>
+struct StoredBuffers {
+  template <class Stored>
+  using Buffer = std::vector<Stored, UninitializedAllocator<Stored>>;
+  Buffer<Scalar> computed;
+  Buffer<Eigen::bfloat16> bf16;
+  Buffer<Eigen::half> f16;
+  Buffer<std::int8_t> i8;
+
+  template <class Stored>
+  Buffer<Stored>& get() {
+    if constexpr (std::is_same_v<Stored, Eigen::bfloat16>) return bf16;
+    else if constexpr (std::is_same_v<Stored, Eigen::half>) return f16;
+    else if constexpr (std::is_same_v<Stored, std::int8_t>) return i8;
+    else return computed;
+  }
+  template <class Stored>
+  const Buffer<Stored>& get() const {
+    return const_cast<StoredBuffers*>(this)->template get<Stored>();
+  }
 };
+
+/// Where one head's tokens of one block go: its key panels (panel p at keys + p d_head W), its
+/// value panels (panel q at values + q value_stride, row j at + j W; null where the values are the
+/// keys'), and its tokens' int8 scales (entry j: token j's).
+template <class Stored>
+struct HeadPanels {
+  Stored* keys;
+  Stored* values;
+  Index value_stride;
+  float* key_scales;
+  float* value_scales;
+};
+
+/// One token's head x into `out` in the stored type; int8 quantizes it with the token's scale
+/// max |x| / 127, written to *scale.
+template <class Out, class In>
+void store_token(Out&& out, const In& x, float* scale) {
+  using Stored = typename std::decay_t<Out>::Scalar;
+  if constexpr (std::is_same_v<Stored, std::int8_t>) {
+    *scale = int8_scale(x.template cast<float>());
+    for (Index c = 0; c < x.size(); ++c) out(c) = quantize_int8(static_cast<float>(x(c)), *scale);
+  } else {
+    for (Index c = 0; c < x.size(); ++c) out(c) = to_stored<Stored>(x(c));
+  }
+}
+
+/// Writes tokens first .. first + m - 1 of one head into its panels: keys k (m, d_head) and, unless
+/// null, values v (m, d_v), converted to Stored. A key panel is zeroed as its first token arrives
+/// (the kernel reads a panel's columns past the tokens held, and masks them: they must hold
+/// numbers); value rows are zero past column d_v.
+template <class Scalar, class Stored>
+void pack_head_rows(const HeadPanels<Stored>& to, Index first, const Eigen::Ref<const Matrix<Scalar>>& k,
+                    const Eigen::Ref<const Matrix<Scalar>>* v) {
+  constexpr Index W = TileShape<Scalar>::lanes;
+  using Panel = Eigen::Map<Eigen::Matrix<Stored, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+  const Index d_head = k.cols();
+  for (Index t = 0; t < k.rows();) {
+    const Index pos = first + t, column = pos % W, width = std::min(W - column, k.rows() - t);
+    Panel panel(to.keys + (pos / W) * d_head * W, d_head, W);
+    if (column == 0 && width < W) panel.setConstant(to_stored<Stored>(Scalar(0)));
+    if constexpr (std::is_same_v<Stored, Scalar>) panel.middleCols(column, width) = k.middleRows(t, width).transpose();
+    else
+      for (Index w = 0; w < width; ++w) store_token(panel.col(column + w), k.row(t + w), to.key_scales + pos + w);
+    t += width;
+  }
+  if (!v) return;
+  const Index d_v = v->cols(), padded = (d_v + W - 1) / W * W;
+  if constexpr (std::is_same_v<Stored, Scalar>) {
+    for (Index c0 = 0; c0 < d_v; c0 += W) {
+      const Index width = std::min(W, d_v - c0);
+      Panel panel(to.values + (c0 / W) * to.value_stride + first * W, v->rows(), W);
+      panel.leftCols(width) = v->middleCols(c0, width);
+      if (width < W) panel.rightCols(W - width).setZero();
+    }
+  } else {
+    Eigen::Matrix<Stored, 1, Eigen::Dynamic> row(padded);
+    for (Index t = 0; t < v->rows(); ++t) {
+      row.setConstant(to_stored<Stored>(Scalar(0)));
+      store_token(row.head(d_v), v->row(t), to.value_scales + first + t);
+      for (Index c0 = 0; c0 < padded; c0 += W)
+        std::copy(row.data() + c0, row.data() + c0 + W, to.values + (c0 / W) * to.value_stride + (first + t) * W);
+    }
+  }
+}
+
+}  // namespace detail
 
 template <class Scalar>
 class PackedKeysValues {
@@ -115,39 +225,32 @@ class PackedKeysValues {
   }
   void clear() { size_ = 0; }
 
-  /// Head h's key panels: panel p at keys(h) + p * key_panel_stride() (stored as computed).
-  const Scalar* keys(Index h) const { return keys_.data() + h * key_head_size_; }
-  /// Head h's key and value panels in the stored type (StoredTypeOf<Scalar, storage()>), and the
-  /// int8 scales of its tokens (entry j: token j's; zero past size()).
-  template <class Stored>
-  const Stored* key_panels(Index h) const { return const_cast<PackedKeysValues*>(this)->key_buffer<Stored>().data() + h * key_head_size_; }
-  template <class Stored>
-  const Stored* value_panels(Index h) const {
-    return const_cast<PackedKeysValues*>(this)->value_buffer<Stored>().data() + h * value_head_size_;
-  }
-  const float* key_scales(Index h) const { return key_scales_.data() + h * rows_; }
-  const float* value_scales(Index h) const { return value_scales_.data() + h * rows_; }
+  /// Head h's key panels as computed: panel p at keys(h) + p * key_panel_stride().
+  const Scalar* keys(Index h) const { return keys_.computed.data() + h * key_head_size_; }
   Index key_panel_stride() const { return d_head_ * lanes; }
-  /// Head h's value panels: panel q at values(h) + q * value_panel_stride(), row j at j * lanes.
-  /// Null where the values are the keys' (values_are_keys()): read them from keys(h).
-  const Scalar* values(Index h) const { return values_are_keys() ? nullptr : values_.data() + h * value_head_size_; }
   Index value_panel_stride() const { return rows_ * lanes; }
 
-  /// Key j of head h, and entry (j, c) of head h's values: for tests and inspection. Throws
-  /// std::invalid_argument unless h < n_kv_heads, j < size() and c < d_head (d_v).
-  Scalar key(Index h, Index j, Index c) const {
-    check_entry("PackedKeysValues::key", h, j, c, d_head_);
-    return stored_key(h, j, c);
-  }
-  Scalar value(Index h, Index j, Index c) const {
-    check_entry("PackedKeysValues::value", h, j, c, d_v_);
-    if (values_are_keys()) return stored_key(h, j, c);
-    return detail::with_stored_type<Scalar>(format_.storage, [&](auto tag) {
+  /// The store as the fused kernel reads it: one block of all its tokens (kv_blocks.hpp). Valid
+  /// while the store lives and is not moved.
+  KvBlocks<Scalar> blocks() const {
+    KvBlockPool pool;
+    pool.n_kv_heads = n_kv_heads_, pool.d_head = d_head_, pool.d_v = d_v_, pool.format = format_;
+    pool.block_tokens = std::max(rows_, lanes);
+    detail::with_stored_type<Scalar>(format_.storage, [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      const Scalar x = detail::from_stored<Scalar>(value_panels<Stored>(h)[(c / lanes) * value_panel_stride() + j * lanes + c % lanes]);
-      return format_.storage == KvStorage::int8 ? x * static_cast<Scalar>(value_scales(h)[j]) : x;
+      auto& self = const_cast<PackedKeysValues&>(*this);
+      pool.keys = self.template key_buffer<Stored>().data();
+      pool.values = values_are_keys() ? nullptr : self.template value_buffer<Stored>().data();
     });
+    pool.key_scales = key_scales_.data(), pool.value_scales = value_scales_.data();
+    pool.key_head = key_head_size_, pool.value_head = value_head_size_, pool.scale_head = rows_;
+    return KvBlocks<Scalar>(pool, nullptr, 0, size_);
   }
+
+  /// Key j of head h, component c, and entry (j, c) of head h's values: for tests and inspection.
+  /// Throws std::invalid_argument unless h < n_kv_heads, j < size() and c < d_head (d_v).
+  Scalar key(Index h, Index j, Index c) const { return blocks().key(h, j, c); }
+  Scalar value(Index h, Index j, Index c) const { return blocks().value(h, j, c); }
 
  private:
   /// append()'s work: checks, then packs the keys (and the values, unless they are the keys').
@@ -170,12 +273,9 @@ class PackedKeysValues {
     for (int part = 0; part < threads; ++part)  // heads [G part / threads, G (part + 1) / threads)
       for (Index h = n_kv_heads_ * part / threads; h < n_kv_heads_ * (part + 1) / threads; ++h) {
         const auto k_h = k.middleCols(h * d_head_, d_head_);
-        finite = finite && storable(k_h);
-        append_keys(h, k_h);
-        if (!v) continue;
-        const auto v_h = v->middleCols(h * d_v_, d_v_);
-        finite = finite && storable(v_h);
-        append_values(h, v_h);
+        finite = finite && detail::storable(k_h, format_.storage);
+        if (v) finite = finite && detail::storable(v->middleCols(h * d_v_, d_v_), format_.storage);
+        pack_head(h, k_h, v);
       }
     if (!finite) refuse_non_finite(where, k, v);
     size_ += k.rows();
@@ -188,106 +288,28 @@ class PackedKeysValues {
     return rounded;
   }
 
-  void check_entry(const char* where, Index h, Index j, Index c, Index width) const {
-    if (h < 0 || h >= n_kv_heads_) detail::invalid(where, "head ", h, " out of range [0, ", n_kv_heads_, ")");
-    if (j < 0 || j >= size_) detail::invalid(where, "token ", j, " out of range [0, ", size_, ") (the tokens held)");
-    if (c < 0 || c >= width) detail::invalid(where, "component ", c, " out of range [0, ", width, ")");
-  }
   template <class Stored>
   using Buffer = std::vector<Stored, detail::UninitializedAllocator<Stored>>;
   template <class Stored>
   using PanelOf = Eigen::Map<Eigen::Matrix<Stored, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-  using PanelMap = PanelOf<Scalar>;
 
-  /// The buffers of the stored type: as computed, BF16, F16 or int8 (only one is allocated).
   template <class Stored>
-  Buffer<Stored>& key_buffer() {
-    if constexpr (std::is_same_v<Stored, Eigen::bfloat16>) return keys_bf16_;
-    else if constexpr (std::is_same_v<Stored, Eigen::half>) return keys_f16_;
-    else if constexpr (std::is_same_v<Stored, std::int8_t>) return keys_i8_;
-    else return keys_;
-  }
+  Buffer<Stored>& key_buffer() { return keys_.template get<Stored>(); }
   template <class Stored>
-  Buffer<Stored>& value_buffer() {
-    if constexpr (std::is_same_v<Stored, Eigen::bfloat16>) return values_bf16_;
-    else if constexpr (std::is_same_v<Stored, Eigen::half>) return values_f16_;
-    else if constexpr (std::is_same_v<Stored, std::int8_t>) return values_i8_;
-    else return values_;
-  }
-  /// Key j of head h, component c, widened (times its scale for int8).
-  Scalar stored_key(Index h, Index j, Index c) const {
-    return detail::with_stored_type<Scalar>(format_.storage, [&](auto tag) {
-      using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      const Scalar x = detail::from_stored<Scalar>(key_panels<Stored>(h)[(j / lanes) * key_panel_stride() + c * lanes + j % lanes]);
-      return format_.storage == KvStorage::int8 ? x * static_cast<Scalar>(key_scales(h)[j]) : x;
-    });
-  }
-  /// True if every entry of m is finite, and stays finite in the stored type (F16 ends at 65504).
-  template <class Derived>
-  bool storable(const Eigen::MatrixBase<Derived>& m) const {
-    if (!detail::all_finite(m)) return false;
-    if (format_.storage == KvStorage::f16) return m.size() == 0 || m.cwiseAbs().maxCoeff() < Scalar(65520);  // rounds to 65504 below
-    if (format_.storage == KvStorage::bf16)
-      return m.size() == 0 || std::isfinite(static_cast<float>(Eigen::bfloat16(static_cast<float>(m.cwiseAbs().maxCoeff()))));
-    return true;
-  }
-
-  /// Writes tokens size_ .. size_ + m - 1 of key head h: a new panel is zeroed first (the kernel
-  /// reads a panel's columns past size() and masks them; they must hold numbers). Stored types:
-  /// each entry converted (int8: quantized with its token's scale over the head).
-  void append_keys(Index h, const Eigen::Ref<const Matrix<Scalar>>& k) {
+  Buffer<Stored>& value_buffer() { return values_.template get<Stored>(); }
+  /// Tokens size_ .. size_ + m - 1 of head h: keys k_h (m, d_head), and head h's columns of v.
+  void pack_head(Index h, const Eigen::Ref<const Matrix<Scalar>>& k_h, const Eigen::Ref<const Matrix<Scalar>>* v) {
     detail::with_stored_type<Scalar>(format_.storage, [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      for (Index t = 0; t < k.rows();) {
-        const Index pos = size_ + t, column = pos % lanes, width = std::min(lanes - column, k.rows() - t);
-        PanelOf<Stored> panel(key_buffer<Stored>().data() + h * key_head_size_ + (pos / lanes) * key_panel_stride(), d_head_, lanes);
-        if (column == 0 && width < lanes) panel.setConstant(detail::to_stored<Stored>(Scalar(0)));
-        if constexpr (std::is_same_v<Stored, Scalar>) {
-          panel.middleCols(column, width) = k.middleRows(t, width).transpose();
-        } else {
-          for (Index w = 0; w < width; ++w) store_token(panel.col(column + w), k.row(t + w), key_scales_, h * rows_ + pos + w);
-        }
-        t += width;
-      }
+      const bool scaled = format_.storage == KvStorage::int8;
+      const detail::HeadPanels<Stored> to{key_buffer<Stored>().data() + h * key_head_size_,
+                                          v ? value_buffer<Stored>().data() + h * value_head_size_ : nullptr,
+                                          value_panel_stride(), scaled ? key_scales_.data() + h * rows_ : nullptr,
+                                          scaled ? value_scales_.data() + h * rows_ : nullptr};
+      if (!v) return detail::pack_head_rows<Scalar, Stored>(to, size_, k_h, nullptr);
+      const Eigen::Ref<const Matrix<Scalar>> v_h = v->middleCols(h * d_v_, d_v_);
+      detail::pack_head_rows<Scalar, Stored>(to, size_, k_h, &v_h);
     });
-  }
-
-  /// Writes rows size_ .. size_ + m - 1 of every value panel of head h, zero past column d_v.
-  void append_values(Index h, const Eigen::Ref<const Matrix<Scalar>>& v) {
-    detail::with_stored_type<Scalar>(format_.storage, [&](auto tag) {
-      using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      Stored* base = value_buffer<Stored>().data() + h * value_head_size_;
-      if constexpr (std::is_same_v<Stored, Scalar>) {
-        for (Index c0 = 0; c0 < d_v_; c0 += lanes) {
-          const Index width = std::min(lanes, d_v_ - c0);
-          PanelMap panel(base + (c0 / lanes) * value_panel_stride(), rows_, lanes);
-          panel.block(size_, 0, v.rows(), width) = v.middleCols(c0, width);
-          if (width < lanes) panel.block(size_, width, v.rows(), lanes - width).setZero();
-        }
-      } else {
-        Eigen::Matrix<Stored, 1, Eigen::Dynamic> row(round_up(d_v_));
-        for (Index t = 0; t < v.rows(); ++t) {
-          row.setConstant(detail::to_stored<Stored>(Scalar(0)));
-          store_token(row.head(d_v_), v.row(t), value_scales_, h * rows_ + size_ + t);
-          for (Index c0 = 0; c0 < row.size(); c0 += lanes)
-            std::copy(row.data() + c0, row.data() + c0 + lanes, base + (c0 / lanes) * value_panel_stride() + (size_ + t) * lanes);
-        }
-      }
-    });
-  }
-
-  /// One token's head x into `out` in the stored type; int8 quantizes with the token's scale
-  /// max |x| / 127, kept at scales[at].
-  template <class Out, class In>
-  void store_token(Out&& out, const In& x, std::vector<float>& scales, Index at) {
-    using Stored = typename std::decay_t<Out>::Scalar;
-    if constexpr (std::is_same_v<Stored, std::int8_t>) {
-      const float scale = detail::int8_scale(x.template cast<float>());
-      scales[static_cast<std::size_t>(at)] = scale;
-      for (Index c = 0; c < x.size(); ++c) out(c) = detail::quantize_int8(static_cast<float>(x(c)), scale);
-    } else {
-      for (Index c = 0; c < x.size(); ++c) out(c) = detail::to_stored<Stored>(x(c));
-    }
   }
 
   /// Everything stored is finite: the kernel multiplies the probabilities of a query's future keys
@@ -304,31 +326,14 @@ class PackedKeysValues {
               .rightCols(lanes - column)
               .setConstant(detail::to_stored<Stored>(Scalar(0)));
       });
-    require_finite_rows(where, "k", k, d_head_);
-    if (v) require_finite_rows(where, "v", *v, d_v_);
-  }
-
-  /// Throws naming the first non-finite entry of m (rows to append) by position and head.
-  void require_finite_rows(const char* where, const char* name, const Eigen::Ref<const Matrix<Scalar>>& m,
-                           Index width) const {
-    for (Index t = 0; t < m.rows(); ++t)
-      for (Index c = 0; c < m.cols(); ++c)
-        if (!std::isfinite(m(t, c)))
-          detail::invalid(where, name, " of the token at position ", size_ + t, " (head ", c / width, ", component ", c % width,
-                          ") is not finite (", m(t, c), "): keys and values must be finite");
-        else if (!storable(m.block(t, c, 1, 1)))
-          detail::invalid(where, name, " of the token at position ", size_ + t, " (head ", c / width, ", component ", c % width,
-                          ") is ", m(t, c), ", finite in ", detail::scalar_name<Scalar>(), " but not in ", storage_name(format_.storage),
-                          format_.storage == KvStorage::f16 ? " (largest 65504)" : "");
+    detail::refuse_unstorable<Scalar>(where, "k", k, d_head_, size_, format_.storage);
+    if (v) detail::refuse_unstorable<Scalar>(where, "v", *v, d_v_, size_, format_.storage);
   }
 
   Index capacity_, n_kv_heads_, d_head_, d_v_;
   StoreFormat format_;
   Index rows_ = 0, key_head_size_ = 0, value_head_size_ = 0, size_ = 0;
-  Buffer<Scalar> keys_, values_;
-  Buffer<Eigen::bfloat16> keys_bf16_, values_bf16_;
-  Buffer<Eigen::half> keys_f16_, values_f16_;
-  Buffer<std::int8_t> keys_i8_, values_i8_;
+  detail::StoredBuffers<Scalar> keys_, values_;  // in the stored type
   std::vector<float> key_scales_, value_scales_;  // int8: head h's token j at h rows_ + j
 };
 
