@@ -230,13 +230,13 @@ BENCHMARK(BM_DecodeStepLatentExpanded)
 // blocks of 64 tokens holding many sequences of mixed lengths.
 constexpr Index serve_heads = 32, serve_kv_heads = 8, serve_d = 128, serve_block = 64;
 
-/// A pool of `count` sequences of lengths in [64, 4096) (a fixed spread) and each one's query.
+/// A pool of `count` sequences of lengths in [16, longest) (a fixed spread) and each one's query.
 struct ServingBatch {
-  explicit ServingBatch(Index count)
-      : pool(shape(count * (4096 / serve_block + 1))), keys(random_matrix(4096, serve_kv_heads * serve_d, 1)),
-        values(random_matrix(4096, serve_kv_heads * serve_d, 2)) {
+  ServingBatch(Index count, Index longest)
+      : pool(shape(count * (longest / serve_block + 1))), keys(random_matrix(longest, serve_kv_heads * serve_d, 1)),
+        values(random_matrix(longest, serve_kv_heads * serve_d, 2)) {
     for (Index i = 0; i < count; ++i) {
-      const Index s = pool.add_sequence(), length = 64 + Index((std::uint64_t(i) * 2654435761u) % 4032);
+      const Index s = pool.add_sequence(), length = 16 + Index((std::uint64_t(i) * 2654435761u) % std::uint64_t(longest - 16));
       pool.append(s, keys.topRows(length), values.topRows(length), 2);
       tokens += length;
       batch.sequences.emplace_back(random_matrix(1, serve_heads * serve_d, unsigned(i) + 3) * 0.1f, pool.sequence(s));
@@ -253,10 +253,10 @@ struct ServingBatch {
   Index tokens = 0;
 };
 
-// A decoding step of `sequences` sequences: batched (one call, one job list) or one by one (a call
-// each). KV_GBps: the bytes of K and V the step reads, over its time.
+// A decoding step of `sequences` sequences of up to `longest` tokens: batched (one call, one job
+// list) or one by one (a call each). KV_GBps: the bytes of K and V the step reads, over its time.
 void BM_DecodeBatch(benchmark::State& state) {
-  ServingBatch serving(state.range(0));
+  ServingBatch serving(state.range(0), state.range(3));
   headwise::AttentionOptions options;
   options.threads = static_cast<int>(state.range(1));
   headwise::AttentionCall call;
@@ -280,8 +280,8 @@ void BM_DecodeBatch(benchmark::State& state) {
   state.SetLabel(batched ? "batched" : "one by one");
 }
 BENCHMARK(BM_DecodeBatch)
-    ->ArgNames({"sequences", "threads", "batched"})
-    ->ArgsProduct({{16, 64}, {1, 2}, {0, 1}})
+    ->ArgNames({"sequences", "threads", "batched", "longest"})
+    ->ArgsProduct({{16, 64}, {1, 2}, {0, 1}, {256, 4096}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -183,8 +183,8 @@ TEST_CASE("batched attention: a shared prefix attended once for all its sequence
   pool.append(root, headwise_test::random_matrix<float>(prompt, G * d, rng), headwise_test::random_matrix<float>(prompt, G * d, rng));
   AttentionBatch<float> batch;
   batch.shared_prefix = prompt;
-  const std::vector<Index> own = {0, 1, 5, 300, 40};
-  const std::vector<Index> new_tokens = {1, 1, 1, 1, 40};
+  const std::vector<Index> own = {0, 1, 5, 300, 40, 0};
+  const std::vector<Index> new_tokens = {1, 1, 1, 1, 40, 200};  // (the last one's first rows sit inside the prefix)
   for (std::size_t i = 0; i < own.size(); ++i) {
     const Index s = pool.fork(root);
     pool.append(s, headwise_test::random_matrix<float>(own[i], G * d, rng), headwise_test::random_matrix<float>(own[i], G * d, rng));
@@ -270,8 +270,23 @@ TEST_CASE("paged cache: a layer's batched call gives each sequence's rows of its
   PagedBatch twice;
   twice.rows = {{loner_t, 1, false}, {loner_t, 1, false}};
   CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(2), together, twice), Contains("is in the batch twice"));
-  CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(3), together, batch), Contains("x has 3 rows"));
+  CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(3), together, batch), Contains("rows of x are left for it"));
+  PagedBatch huge;
+  huge.rows = {{loner_t, Index(1) << 62, false}, {ids[0], Index(1) << 62, false}};
+  CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(0), together, huge), Contains("rows of x are left for it"));
   CHECK(together.size(loner_t) == 302);
+  // A refused batch gives back a block one of its sequences copied on write.
+  PagedKvCache<float> small = layer.make_paged_cache(36, 32);
+  const Index r = small.add_sequence();
+  layer.forward_incremental(first, small, r);  // 35 blocks, the last partly filled
+  const Index f = small.fork(r), g = small.add_sequence();
+  const std::vector<Index> table = small.block_table(f);
+  PagedBatch greedy;
+  greedy.rows = {{f, 1, false}, {g, 40, false}};  // f copies the shared block (the last free one), g finds none
+  CHECK_THROWS_WITH(layer.forward_incremental(headwise_test::random_matrix<float>(41, d_model, rng), small, greedy), Contains("free blocks"));
+  CHECK(small.block_table(f) == table);
+  CHECK(small.free_blocks() == 1);
+  CHECK(small.references(table.back()) == 2);
 }
 
 TEST_CASE("paged cache: what does not fit is refused by name, changing nothing", "[paged][errors]") {
@@ -312,6 +327,9 @@ TEST_CASE("paged cache: what does not fit is refused by name, changing nothing",
   CHECK_THROWS_WITH(attend(two(wide.sequence(w), 8 * d), call), Contains("sequence 1 holds heads of d_head 32"));
   CHECK_THROWS_WITH(attend(two(narrow.sequence(nr), 4 * d), call), Contains("sequence 1 stores keys and values BF16"));
   CHECK_THROWS_WITH(attend(two(fewer.sequence(f), 4 * d), call), Contains("sequence 1 holds 1 key/value heads"));
+  AttentionCall no_keys = call;
+  no_keys.tiles.keys = 0;
+  CHECK_THROWS_WITH(attend(two(pool.sequence(s), 4 * d), no_keys), Contains("tile sizes must be > 0"));
   // A shared prefix: a sharer holding other blocks, and options that depend on the query's position.
   const Index t = pool.add_sequence();
   pool.append(t, k.topRows(40), k.topRows(40));

@@ -349,11 +349,12 @@ void check_batch(const AttentionBatch<Scalar>& batch, const AttentionCall& call,
 
 /// The part of the shared prefix attended once: its whole key shards (of the first sharer's tiles)
 /// that are also whole blocks, and the sequences that attend it together (sharing ones whose tiles
-/// are the first sharer's, so that those shards are theirs alone too). Throws naming a sequence
+/// are the first sharer's, so that those shards are theirs alone too, and each of whose rows sees
+/// all of it: a row inside the prefix attends by itself). Throws naming a sequence
 /// that shares_prefix but holds fewer keys, or other blocks there.
 template <class Scalar>
 std::pair<Index, std::vector<Index>> cascade_of(const AttentionBatch<Scalar>& batch, const std::vector<FusedTiles>& tiles,
-                                                const char* where) {
+                                                const std::vector<ScoreRule<Scalar>>& rules, const char* where) {
   std::vector<Index> sharing;
   Index prefix = 0;
   for (std::size_t i = 0; i < batch.sequences.size(); ++i) {
@@ -371,7 +372,9 @@ std::pair<Index, std::vector<Index>> cascade_of(const AttentionBatch<Scalar>& ba
       if (s.kv.pool().keys != ref.pool().keys || s.kv.block_of(j) != ref.block_of(j))
         invalid(where, "sequence ", i, " shares_prefix but holds other blocks than sequence ", first,
                 " for the shared prefix's keys from ", j, " (fork both from the prompt's sequence)");
-    if (tiles[i].keys == tiles[first].keys && tiles[i].key_shard == tiles[first].key_shard) sharing.push_back(static_cast<Index>(i));
+    bool sees_all = true;  // (a row before the prefix's end, a prefill's, must not see all of it)
+    for (Index r = 0; r < rules[i].n_q() && sees_all; ++r) sees_all = rules[i].keys(r).begin == 0 && rules[i].keys(r).end >= prefix;
+    if (sees_all && tiles[i].keys == tiles[first].keys && tiles[i].key_shard == tiles[first].key_shard) sharing.push_back(static_cast<Index>(i));
   }
   if (prefix == 0) sharing.clear();
   return {prefix, sharing};
@@ -389,13 +392,13 @@ class BatchCalls {
         inner_(fold_ ? Heads{call.heads.key_value, call.heads.key_value} : call.heads), rows_(options),
         threads_(thread_count(options.threads, where)),
         inverse_divisor_(static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, batch.sequences[0].kv.d_head(), where))) {
-    rows_.query_rows_per_position = fold_ ? call.heads.query / call.heads.key_value : 1;
+    rows_.query_rows_per_position = fold_ ? call.heads.query / call.heads.key_value : options.query_rows_per_position;
     q_.resize(n_), z_.resize(n_), tiles_.resize(n_), raw_.resize(n_);
     q_ref_.reserve(n_ + 1), z_ref_.reserve(n_ + 1), rules_.reserve(n_ + 1), calls_.reserve(n_ + 1);
     for (std::size_t i = 0; i < n_; ++i) add_sequence(i);
     fused_.split_keys = call.tiles.split_keys;
     fused_.prefix_rows.assign(n_, -1);
-    const auto [prefix, sharing] = cascade_of(batch, tiles_, where);
+    const auto [prefix, sharing] = cascade_of(batch, tiles_, rules_, where);
     if (prefix > 0) add_prefix(prefix, sharing);
     for (std::size_t i = 0; i < n_; ++i) fused_.calls.push_back(&calls_[i]);
   }
@@ -428,10 +431,10 @@ class BatchCalls {
     q_[i] = fold_ ? fold_queries<Scalar>(s.q, call_.heads, s.kv.d_head(), where_) : s.q;
     z_[i].resize(q_[i].rows(), checked_size<Scalar>(where_, "Z", inner_.query, s.kv.d_v()));
     q_ref_.emplace_back(q_[i]), z_ref_.emplace_back(z_[i]);
+    check_packed_call<Scalar>(where_, q_ref_.back(), inner_.query, s.kv, z_ref_.back(), call_.tiles);
     rules_.emplace_back(rows_, q_[i].rows(), s.kv.size(), inner_.query, where_);
     check_kept_keys(rules_.back(), s.kv, where_);
     tiles_[i] = tiles_for<Scalar>(call_.tiles, q_[i].rows(), s.kv.size());
-    check_packed_call<Scalar>(where_, q_ref_.back(), inner_.query, s.kv, z_ref_.back(), call_.tiles);
     calls_.emplace_back(q_ref_.back(), s.kv, z_ref_.back(), rules_.back(), tiles_[i], inverse_divisor_);
     if (call_.logsumexp) calls_.back().logsumexp = &raw_[i].logsumexp;
     if (call_.statistics) calls_.back().statistics = &raw_[i].statistics;
@@ -449,7 +452,7 @@ class BatchCalls {
     at_prefix_ = rows_;
     at_prefix_.first_query_position = prefix;
     const FusedTiles& own = tiles_[static_cast<std::size_t>(sharing[0])];
-    const FusedTiles tiles{std::min(own.queries, std::max<Index>(total, 1)), own.keys, own.key_shard, true};
+    const FusedTiles tiles{std::min(call_.tiles.queries, std::max<Index>(total, 1)), own.keys, own.key_shard, true};  // all sharers' rows in a tile
     q_ref_.emplace_back(stacked_), z_ref_.emplace_back(unused_);
     rules_.emplace_back(at_prefix_, total, prefix, inner_.query, where_);
     const KvBlocks<Scalar> keys = batch_.sequences[static_cast<std::size_t>(sharing[0])].kv.first(prefix);

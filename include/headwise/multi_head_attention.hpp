@@ -269,13 +269,14 @@ class MultiHeadAttention {
     const KvCacheOrigin origin = check_cache_origin(pool.origin(s), held, x.rows(), all, where);
     const int threads = detail::thread_count(options.threads, where);
     detail::PagedSequence<Scalar> sequence{pool, s};
+    const typename PagedKvCache<Scalar>::Saved saved = pool.save(s);
     Matrix<Scalar> out;
     try {
       Matrix<Scalar> z = attend_rows(x, sequence, all, {}, Positions{held, held + x.rows()}, where).z;
       apply_gate(x, z, threads);
       out = output_of(z, threads, held, where);
     } catch (...) {
-      pool.truncate(s, held);  // a refused call changes nothing
+      pool.restore(saved);  // a refused call changes nothing (a block copied on write given back too)
       throw;
     }
     if (pool.size(s) > 0) pool.set_origin(s, origin);
@@ -298,15 +299,15 @@ class MultiHeadAttention {
     check_pool(pool, where);
     const std::vector<KvCacheOrigin> origins = check_batch_rows(x, pool, batch, all, where);
     const int threads = detail::thread_count(options.threads, where);
-    std::vector<Index> held;
-    for (const BatchRows& r : batch.rows) held.push_back(pool.size(r.sequence));
+    std::vector<typename PagedKvCache<Scalar>::Saved> saved;
+    for (const BatchRows& r : batch.rows) saved.push_back(pool.save(r.sequence));
     Matrix<Scalar> out;
     try {
       Matrix<Scalar> z = attend_batch_rows(x, pool, batch, all, threads, where);
       apply_gate(x, z, threads);
-      out = output_of(z, threads, 0, where);
+      out = batch_output_of(z, saved, batch, threads, where);
     } catch (...) {
-      for (std::size_t i = 0; i < held.size(); ++i) pool.truncate(batch.rows[i].sequence, held[i]);  // a refused call changes nothing
+      for (const auto& before : saved) pool.restore(before);  // a refused call changes nothing
       throw;
     }
     for (std::size_t i = 0; i < batch.rows.size(); ++i) {
@@ -546,7 +547,8 @@ class MultiHeadAttention {
     Index total = 0;
     for (std::size_t i = 0; i < batch.rows.size(); ++i) {
       const BatchRows& r = batch.rows[i];
-      if (r.tokens < 0) detail::invalid(where, "entry ", i, " of the batch has ", r.tokens, " tokens");
+      if (r.tokens < 0 || r.tokens > x.rows() - total)
+        detail::invalid(where, "entry ", i, " of the batch has ", r.tokens, " tokens, ", x.rows() - total, " rows of x are left for it");
       for (std::size_t j = 0; j < i; ++j)
         if (batch.rows[j].sequence == r.sequence) detail::invalid(where, "sequence ", r.sequence, " is in the batch twice (entries ", j, " and ", i, ")");
       origins.push_back(check_cache_origin(pool.origin(r.sequence), pool.size(r.sequence), r.tokens, options, where));
@@ -554,6 +556,18 @@ class MultiHeadAttention {
     }
     if (total != x.rows()) detail::invalid(where, "the batch's entries hold ", total, " tokens, x has ", x.rows(), " rows");
     return origins;
+  }
+  /// Z W_O + b_O of a batched call's rows in one product; where one is not finite, the error
+  /// names its sequence's token (as output_of on that sequence's rows alone).
+  Matrix<Scalar> batch_output_of(const Matrix<Scalar>& z, const std::vector<typename PagedKvCache<Scalar>::Saved>& before,
+                                 const PagedBatch& batch, int threads, const char* where) const {
+    try {
+      return output_of(z, threads, 0, where);
+    } catch (const std::invalid_argument&) {
+      for (std::size_t i = 0, row = 0; i < batch.rows.size(); row += static_cast<std::size_t>(batch.rows[i].tokens), ++i)
+        output_of(z.middleRows(static_cast<Index>(row), batch.rows[i].tokens), threads, before[i].size, where);
+      throw;
+    }
   }
   /// The batched call's work: Q, K, V of every row in one product, each sequence's rows placed at
   /// its positions (norms, RoPE) and its keys and values appended, then one attention call.

@@ -170,6 +170,28 @@ class PagedKvCache {
     append_rows(s, k, nullptr, threads);
   }
 
+  /// What sequence s holds (its block table, size, first block), to put back with restore().
+  struct Saved {
+    Index sequence;
+    std::vector<Index> table;
+    Index size, first_block;
+  };
+  Saved save(Index s) const {
+    const Sequence& seq = live("PagedKvCache::save", s);
+    return {s, seq.table, seq.size, seq.first_block};
+  }
+  /// Puts sequence saved.sequence back as save() found it, its own blocks since (a copy on write
+  /// included) given back: how a refused call changes nothing. Only appends and truncations may
+  /// have happened to it since (not forget_before, which gives blocks away for good).
+  void restore(const Saved& saved) {
+    Sequence& seq = live("PagedKvCache::restore", saved.sequence);
+    if (saved.first_block != seq.first_block)
+      detail::invalid("PagedKvCache::restore", "sequence ", saved.sequence, " let blocks go since it was saved");
+    for (const Index b : saved.table) ++references_[static_cast<std::size_t>(b)];  // first: a block in both never reaches 0
+    release(seq.table, 0);
+    seq.table = saved.table, seq.size = saved.size;
+  }
+
   Index size(Index s) const { return live("PagedKvCache::size", s).size; }
   /// The first token s still holds (its earlier blocks let go by forget_before).
   Index first_kept(Index s) const { return live("PagedKvCache::first_kept", s).first_block * shape_.block_tokens; }
@@ -267,12 +289,16 @@ class PagedKvCache {
       drop(from);
       seq.table.back() = to;
     }
+    seq.table.reserve(static_cast<std::size_t>(blocks_up_to(seq.size + m) - seq.first_block));  // (no push_back below throws)
     while (static_cast<Index>(seq.table.size()) + seq.first_block < blocks_up_to(seq.size + m)) seq.table.push_back(take_block());
+    detail::ExceptionCarrier carrier;
     for (Index t = 0; t < m;) {  // run by run of tokens in one block
       const Index pos = seq.size + t, run = std::min(m - t, B - pos % B);
       const Index block = seq.table[static_cast<std::size_t>(pos / B - seq.first_block)];
       HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1 && run >= 64))
-      for (Index h = 0; h < n_kv_heads(); ++h) pack(block, h, pos % B, k.block(t, h * d_head(), run, d_head()), v, t, run);
+      for (Index h = 0; h < n_kv_heads(); ++h)
+        carrier.run([&] { pack(block, h, pos % B, k.block(t, h * d_head(), run, d_head()), v, t, run); });
+      carrier.rethrow();
       t += run;
     }
     seq.size += m;

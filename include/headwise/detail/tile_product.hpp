@@ -64,13 +64,13 @@ inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth
   using Shape = TileShape<Scalar>;
   using Packet = typename Shape::Packet;
   constexpr Index R = Shape::rows, P = Shape::packet, Rows = sizeof...(r);
-  constexpr Index prefetch_rows = 16;  // rows of B ahead (1 KiB of floats with AVX2, 2 KiB with AVX-512)
+  constexpr Index prefetch_rows = 64;  // rows of B ahead (1 KiB of floats with AVX2, 2 KiB with AVX-512)
   const Packet zero = pset1<Packet>(Scalar(0));
   Packet acc0[sizeof...(r)] = {(Accumulate ? ploadu<Packet>(c + r * ldc) : zero)...};
   Packet acc1[sizeof...(r)] = {(Accumulate ? ploadu<Packet>(c + r * ldc + P) : zero)...};
   for (Index k = 0; k < depth; ++k) {
     // B streams from memory when few rows share it (a decoding step): ask for it early.
-    if (Rows <= 2) prefetch(b + (k + prefetch_rows) * ldb);
+    if (Rows <= 4) prefetch(b + (k + prefetch_rows) * ldb);
     const Packet b0 = load_widened<Packet>(b + k * ldb), b1 = load_widened<Packet>(b + k * ldb + P);
     const auto multiply_add = [&](Index row, Packet& first, Packet& second) {
       const Scalar a_rk = Layout == ALayout::packed ? a[k * R + row] : Layout == ALayout::rows ? a[row * lda + k] : a[k * lda + row];

@@ -429,9 +429,11 @@ void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const Ro
       b = own ? std::min(span.end, call.kv.block_end(j0 + a) - j0) : span.end;
       const Stored* values = own ? call.kv.template value_row<Stored>(g, j0 + a) : reinterpret_cast<const Stored*>(w.v.data() + a * W);
       Scalar* p = w.s.data() + r0 * call.tk + a;
-      if constexpr (std::is_same_v<Stored, std::int8_t>)  // int8 values: each key's scale folded into its column of P
+      if constexpr (std::is_same_v<Stored, std::int8_t>) {  // int8 values: each key's scale folded into its column of P
+        const float* scale = call.kv.value_scales(g, j0 + a);
         for (Index r = 0; r < nr; ++r)
-          for (Index j = 0; j < b - a; ++j) p[r * call.tk + j] *= static_cast<Scalar>(call.kv.value_scales(g, j0 + a)[j]);
+          for (Index j = 0; j < b - a; ++j) p[r * call.tk + j] *= static_cast<Scalar>(scale[j]);
+      }
       for (Index c0 = 0; c0 < dv_padded; c0 += W)
         micro_kernel_rows<Scalar, ALayout::rows>(nr, b - a, p, call.tk, values + c0 / W * stride, W, st.acc + r0 * dv_padded + c0,
                                                  dv_padded);

@@ -269,14 +269,16 @@ class PackedKeysValues {
     threads = static_cast<int>(std::min<Index>(n_kv_heads_, detail::thread_count(threads, where)));
     if (k.rows() == 0) return;  // nothing to pack (and a 0-row block's columns may lie at a null pointer)
     bool finite = true;
+    detail::ExceptionCarrier carrier;  // (packing a narrow type allocates a row)
     HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) reduction(&& : finite) if (threads > 1 && k.rows() >= 64))
     for (int part = 0; part < threads; ++part)  // heads [G part / threads, G (part + 1) / threads)
       for (Index h = n_kv_heads_ * part / threads; h < n_kv_heads_ * (part + 1) / threads; ++h) {
         const auto k_h = k.middleCols(h * d_head_, d_head_);
         finite = finite && detail::storable(k_h, format_.storage);
         if (v) finite = finite && detail::storable(v->middleCols(h * d_v_, d_v_), format_.storage);
-        pack_head(h, k_h, v);
+        carrier.run([&] { pack_head(h, k_h, v); });
       }
+    carrier.rethrow();
     if (!finite) refuse_non_finite(where, k, v);
     size_ += k.rows();
   }
