@@ -64,12 +64,13 @@ inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth
   using Shape = TileShape<Scalar>;
   using Packet = typename Shape::Packet;
   constexpr Index R = Shape::rows, P = Shape::packet, Rows = sizeof...(r);
-  constexpr Index prefetch_rows = 64;  // rows of B ahead (1 KiB of floats with AVX2, 2 KiB with AVX-512)
+  constexpr Index prefetch_rows = 64;  // rows of B ahead (4 KiB of floats with AVX2, 8 KiB with AVX-512; half for BF16)
   const Packet zero = pset1<Packet>(Scalar(0));
   Packet acc0[sizeof...(r)] = {(Accumulate ? ploadu<Packet>(c + r * ldc) : zero)...};
   Packet acc1[sizeof...(r)] = {(Accumulate ? ploadu<Packet>(c + r * ldc + P) : zero)...};
   for (Index k = 0; k < depth; ++k) {
-    // B streams from memory when few rows share it (a decoding step): ask for it early.
+    // B streams from memory when few rows share it (a decoding step, its grouped-query heads folded
+    // into up to 4 rows): ask for it early (16 rows ahead: 0.55 of the triad at 131072 tokens; 64: 0.68).
     if (Rows <= 4) prefetch(b + (k + prefetch_rows) * ldb);
     const Packet b0 = load_widened<Packet>(b + k * ldb), b1 = load_widened<Packet>(b + k * ldb + P);
     const auto multiply_add = [&](Index row, Packet& first, Packet& second) {
