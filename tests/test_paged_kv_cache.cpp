@@ -143,7 +143,7 @@ TEST_CASE("paged cache: forks share blocks and copy a partly filled one on write
 TEST_CASE("batched attention: every sequence of a ragged batch gets its bits alone, on any thread count", "[paged][batch]") {
   std::mt19937 rng(13);
   const Index G = 2, H = 8, d = 16, B = 32;
-  const std::string variant = GENERATE("causal", "sinks", "softcap", "window");
+  const std::string variant = GENERATE("causal", "sinks", "softcap", "window", "statistics");
   AttentionOptions options;
   if (variant == "sinks") options.sinks = Vector<double>::LinSpaced(H, -2.0, 3.0);
   if (variant == "softcap") options.softcap = 3.0;
@@ -159,13 +159,19 @@ TEST_CASE("batched attention: every sequence of a ragged batch gets its bits alo
     pool.append(s, headwise_test::random_matrix<float>(lengths[i], G * d, rng), headwise_test::random_matrix<float>(lengths[i], G * d, rng));
     batch.sequences.emplace_back(headwise_test::random_matrix<float>(new_tokens[i], H * d, rng), pool.sequence(s));
   }
-  const AttentionCall call = call_of<float>({H, G}, options);
+  AttentionCall call = call_of<float>({H, G}, options);
+  call.statistics = variant == "statistics";
   const std::vector<AttentionResult<float>> together = attend(batch, call);
   REQUIRE(together.size() == lengths.size());
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     CAPTURE(i);
     const AttentionResult<float> alone = attend<float>(batch.sequences[i].q, batch.sequences[i].kv, call);
     CHECK_THAT(result_of(together[i]), IsExactly(result_of(alone)));
+    if (!call.statistics) continue;
+    CHECK_THAT(headwise_test::as_double(together[i].statistics.entropy), IsExactly(alone.statistics.entropy));
+    CHECK_THAT(headwise_test::as_double(together[i].statistics.max_weight), IsExactly(alone.statistics.max_weight));
+    CHECK_THAT(together[i].statistics.argmax.cast<double>(), IsExactly(alone.statistics.argmax.cast<double>()));
+    CHECK_THAT(headwise_test::as_double(together[i].statistics.previous_token_mass), IsExactly(alone.statistics.previous_token_mass));
   }
 }
 

@@ -229,8 +229,8 @@ AttentionResult<Scalar> unfold_result(const AttentionResult<Scalar>& r, const He
   out.z.resize(n, H * dv);
   for (Index t = 0; t < n; ++t)
     for (Index h = 0; h < H; ++h) out.z.row(t).segment(h * dv, dv) = r.z.row(t * group + h % group).segment(h / group * dv, dv);
-  const auto unfold = [&](const auto& m, auto& to) {  // (G, n group) -> (H, n)
-    if (m.size() == 0) return;
+  const auto unfold = [&](const auto& m, auto& to) {  // (G, n group) -> (H, n); not recorded: 0 x 0
+    if (m.rows() == 0) return;
     to.resize(H, n);
     for (Index t = 0; t < n; ++t)
       for (Index h = 0; h < H; ++h) to(h, t) = m(h / group, t * group + h % group);
