@@ -104,13 +104,13 @@ class KvBlocks {
 
   /// Key j of head g, component c, and entry (j, c) of its values, widened (times the int8 scale):
   /// for tests and inspection. Throws std::invalid_argument unless g < n_kv_heads,
-  /// first_kept() <= j < size() and c < d_head (d_v).
-  Scalar key(Index g, Index j, Index c) const {
-    check_entry("KvBlocks::key", g, j, c, pool_.d_head);
+  /// first_kept() <= j < size() and c < d_head (d_v), naming `where`.
+  Scalar key(Index g, Index j, Index c, const char* where = "KvBlocks::key") const {
+    check_entry(where, g, j, c, pool_.d_head);
     return stored_key(g, j, c);
   }
-  Scalar value(Index g, Index j, Index c) const {
-    check_entry("KvBlocks::value", g, j, c, pool_.d_v);
+  Scalar value(Index g, Index j, Index c, const char* where = "KvBlocks::value") const {
+    check_entry(where, g, j, c, pool_.d_v);
     if (values_are_keys()) return stored_key(g, j, c);
     return detail::with_stored_type<Scalar>(storage(), [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;

@@ -92,6 +92,9 @@ struct HeadPanels {
   float* value_scales;
 };
 
+/// Entry j of an int8 store's scales; null for the other types (which keep none).
+inline float* scale_at(float* scales, Index j) { return scales ? scales + j : nullptr; }
+
 /// One token's head x into `out` in the stored type; int8 quantizes it with the token's scale
 /// max |x| / 127, written to *scale.
 template <class Out, class In>
@@ -121,7 +124,7 @@ void pack_head_rows(const HeadPanels<Stored>& to, Index first, const Eigen::Ref<
     if (column == 0 && width < W) panel.setConstant(to_stored<Stored>(Scalar(0)));
     if constexpr (std::is_same_v<Stored, Scalar>) panel.middleCols(column, width) = k.middleRows(t, width).transpose();
     else
-      for (Index w = 0; w < width; ++w) store_token(panel.col(column + w), k.row(t + w), to.key_scales + pos + w);
+      for (Index w = 0; w < width; ++w) store_token(panel.col(column + w), k.row(t + w), scale_at(to.key_scales, pos + w));
     t += width;
   }
   if (!v) return;
@@ -137,7 +140,7 @@ void pack_head_rows(const HeadPanels<Stored>& to, Index first, const Eigen::Ref<
     Eigen::Matrix<Stored, 1, Eigen::Dynamic> row(padded);
     for (Index t = 0; t < v->rows(); ++t) {
       row.setConstant(to_stored<Stored>(Scalar(0)));
-      store_token(row.head(d_v), v->row(t), to.value_scales + first + t);
+      store_token(row.head(d_v), v->row(t), scale_at(to.value_scales, first + t));
       for (Index c0 = 0; c0 < padded; c0 += W)
         std::copy(row.data() + c0, row.data() + c0 + W, to.values + (c0 / W) * to.value_stride + (first + t) * W);
     }
@@ -249,8 +252,8 @@ class PackedKeysValues {
 
   /// Key j of head h, component c, and entry (j, c) of head h's values: for tests and inspection.
   /// Throws std::invalid_argument unless h < n_kv_heads, j < size() and c < d_head (d_v).
-  Scalar key(Index h, Index j, Index c) const { return blocks().key(h, j, c); }
-  Scalar value(Index h, Index j, Index c) const { return blocks().value(h, j, c); }
+  Scalar key(Index h, Index j, Index c) const { return blocks().key(h, j, c, "PackedKeysValues::key"); }
+  Scalar value(Index h, Index j, Index c) const { return blocks().value(h, j, c, "PackedKeysValues::value"); }
 
  private:
   /// append()'s work: checks, then packs the keys (and the values, unless they are the keys').
