@@ -71,7 +71,9 @@ inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth
   for (Index k = 0; k < depth; ++k) {
     // B streams from memory when few rows share it (a decoding step, its grouped-query heads folded
     // into up to 4 rows): ask for it early (16 rows ahead: 0.55 of the triad at 131072 tokens; 64: 0.68).
-    if (Rows <= 4) prefetch(b + (k + prefetch_rows) * ldb);
+    if constexpr (Rows <= 4)  // every cache line of the row (a row of W floats is two with AVX-512)
+      for (std::size_t line = 0; line < Shape::lanes * sizeof(BStored); line += 64)
+        prefetch(reinterpret_cast<const char*>(b + (k + prefetch_rows) * ldb) + line);
     const Packet b0 = load_widened<Packet>(b + k * ldb), b1 = load_widened<Packet>(b + k * ldb + P);
     const auto multiply_add = [&](Index row, Packet& first, Packet& second) {
       const Scalar a_rk = Layout == ALayout::packed ? a[k * R + row] : Layout == ALayout::rows ? a[row * lda + k] : a[k * lda + row];
@@ -106,6 +108,59 @@ inline void micro_kernel_rows(Index rows, Index depth, const Scalar* a, Index ld
   if constexpr (Rows > 1)
     if (rows < Rows) return micro_kernel_rows<Scalar, Layout, Accumulate, Rows - 1>(rows, depth, a, lda, b, ldb, c, ldc);
   micro_kernel<Scalar, Rows, Layout, Accumulate>(depth, a, lda, b, ldb, c, ldc);
+}
+
+/// The most rows micro_kernel_pair takes: its 4 Rows accumulators, 4 packets of B and a broadcast
+/// must fit in the registers (4 with 32 registers, 2 with 16).
+template <class Scalar>
+constexpr Index pair_rows = TileShape<Scalar>::registers >= 32 ? 4 : 2;
+
+/// The body of micro_kernel_pair: two W-column panels of B side by side (the second at b +
+/// next), into c and c + W.
+template <class Scalar, ALayout Layout, bool Accumulate, class BStored, Index... r>
+inline void micro_kernel_pair_of(std::integer_sequence<Index, r...>, Index depth, const Scalar* a, Index lda, const BStored* b,
+                                 Index ldb, Index next, Scalar* c, Index ldc) {
+  using namespace Eigen::internal;
+  using Shape = TileShape<Scalar>;
+  using Packet = typename Shape::Packet;
+  constexpr Index P = Shape::packet, W = Shape::lanes, R = Shape::rows;
+  constexpr Index prefetch_rows = 64;  // as micro_kernel's
+  const Packet zero = pset1<Packet>(Scalar(0));
+  const auto start = [&](const Scalar* at) { return Accumulate ? ploadu<Packet>(at) : zero; };
+  Packet acc[sizeof...(r)][4] = {{start(c + r * ldc), start(c + r * ldc + P), start(c + r * ldc + W), start(c + r * ldc + W + P)}...};
+  const BStored* b2 = b + next;
+  for (Index k = 0; k < depth; ++k) {
+    for (std::size_t line = 0; line < W * sizeof(BStored); line += 64) {
+      prefetch(reinterpret_cast<const char*>(b + (k + prefetch_rows) * ldb) + line);
+      prefetch(reinterpret_cast<const char*>(b2 + (k + prefetch_rows) * ldb) + line);
+    }
+    const Packet b0 = load_widened<Packet>(b + k * ldb), b1 = load_widened<Packet>(b + k * ldb + P);
+    const Packet b2_0 = load_widened<Packet>(b2 + k * ldb), b2_1 = load_widened<Packet>(b2 + k * ldb + P);
+    const auto multiply_add = [&](Index row, Packet* chains) {
+      const Scalar a_rk = Layout == ALayout::packed ? a[k * R + row] : Layout == ALayout::rows ? a[row * lda + k] : a[k * lda + row];
+      const Packet ar = pset1<Packet>(a_rk);
+      chains[0] = pmadd(ar, b0, chains[0]);
+      chains[1] = pmadd(ar, b1, chains[1]);
+      chains[2] = pmadd(ar, b2_0, chains[2]);
+      chains[3] = pmadd(ar, b2_1, chains[3]);
+    };
+    (multiply_add(r, acc[r]), ...);
+  }
+  ((pstoreu(c + r * ldc, acc[r][0]), pstoreu(c + r * ldc + P, acc[r][1]), pstoreu(c + r * ldc + W, acc[r][2]),
+    pstoreu(c + r * ldc + W + P, acc[r][3])), ...);
+}
+
+/// Two panels of micro_kernel at once, for a sliver of 1 .. pair_rows rows (a decoding step):
+/// c[:, 0, W) += a b and c[:, W, 2W) += a (b + next), continuing the chains in c. Every entry is
+/// the chain micro_kernel gives it (the same multiply-adds in the same order; Accumulate false:
+/// from 0, c not read): the same bits, with twice the independent chains in flight to hide the
+/// multiply-add's latency.
+template <class Scalar, ALayout Layout, bool Accumulate, class BStored, int Rows = static_cast<int>(pair_rows<Scalar>)>
+inline void micro_kernel_pair(Index rows, Index depth, const Scalar* a, Index lda, const BStored* b, Index ldb, Index next,
+                              Scalar* c, Index ldc) {
+  if constexpr (Rows > 1)
+    if (rows < Rows) return micro_kernel_pair<Scalar, Layout, Accumulate, BStored, Rows - 1>(rows, depth, a, lda, b, ldb, next, c, ldc);
+  micro_kernel_pair_of<Scalar, Layout, Accumulate, BStored>(std::make_integer_sequence<Index, Rows>{}, depth, a, lda, b, ldb, next, c, ldc);
 }
 
 /// Packs rows [0, rows) x depth [0, depth) of A in R-row slivers, k-major, zero rows past the edge:

@@ -312,6 +312,20 @@ void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index ro
   using Stored = StoredOf<Policy, Scalar>;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const Index d_head = call.kv.d_head();
+  if (rows <= pair_rows<Scalar>) {  // one short sliver (a decoding step): two panels at a time where both are seen, in one block
+    const KeyRange span = w.spans[0];
+    for (Index c0 = span.begin / W * W, step; c0 < span.end; c0 += step) {
+      const bool pair = c0 + W < span.end && j0 + c0 + W < call.kv.block_end(j0 + c0);
+      const Stored* panel = call.kv.template key_panel<Stored>(g, j0 + c0);
+      Scalar* s = w.s.data() + c0;
+      if (pair) micro_kernel_pair<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, call.kv.key_panel_stride(), s, call.tk);
+      else micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, s, call.tk);
+      step = pair ? 2 * W : W;
+      if constexpr (std::is_same_v<Stored, std::int8_t>)
+        for (Index p = 0; p < step; p += W) scale_columns(s + p, rows, call.tk, call.kv.key_scales(g, j0 + c0 + p));
+    }
+    return;
+  }
   // Panel by panel (a panel of keys stays in L1 while every sliver that sees it is multiplied).
   for (Index c0 = 0; c0 < cols; c0 += W)
     for (Index r0 = 0; r0 < rows; r0 += R) {
@@ -434,7 +448,12 @@ void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const Ro
         for (Index r = 0; r < nr; ++r)
           for (Index j = 0; j < b - a; ++j) p[r * call.tk + j] *= static_cast<Scalar>(scale[j]);
       }
-      for (Index c0 = 0; c0 < dv_padded; c0 += W)
+      Index c0 = 0;
+      if (nr <= pair_rows<Scalar>)  // a decoding step: two value panels at a time
+        for (; c0 + W < dv_padded; c0 += 2 * W)
+          micro_kernel_pair<Scalar, ALayout::rows, /*Accumulate=*/true>(nr, b - a, p, call.tk, values + c0 / W * stride, W, stride,
+                                                                       st.acc + r0 * dv_padded + c0, dv_padded);
+      for (; c0 < dv_padded; c0 += W)
         micro_kernel_rows<Scalar, ALayout::rows>(nr, b - a, p, call.tk, values + c0 / W * stride, W, st.acc + r0 * dv_padded + c0,
                                                  dv_padded);
     }
