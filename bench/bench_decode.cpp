@@ -11,7 +11,6 @@
 // serving: a batch of sequences of mixed lengths in a paged cache, in one call against one call
 // each, and a shared prompt attended once against by every sequence.
 #include <algorithm>
-#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -230,13 +229,15 @@ BENCHMARK(BM_DecodeStepLatentExpanded)
 // blocks of 64 tokens holding many sequences of mixed lengths.
 constexpr Index serve_heads = 32, serve_kv_heads = 8, serve_d = 128, serve_block = 64;
 
-/// A pool of `count` sequences of lengths in [16, longest) (a fixed spread) and each one's query.
+/// A pool of `count` sequences of lengths drawn in [16, longest) (the same on every run) and each one's query.
 struct ServingBatch {
   ServingBatch(Index count, Index longest)
       : pool(shape(count * (longest / serve_block + 1))), keys(random_matrix(longest, serve_kv_heads * serve_d, 1)),
         values(random_matrix(longest, serve_kv_heads * serve_d, 2)) {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<Index> lengths(16, longest - 1);
     for (Index i = 0; i < count; ++i) {
-      const Index s = pool.add_sequence(), length = 16 + Index((std::uint64_t(i) * 2654435761u) % std::uint64_t(longest - 16));
+      const Index s = pool.add_sequence(), length = lengths(rng);
       pool.append(s, keys.topRows(length), values.topRows(length), 2);
       tokens += length;
       batch.sequences.emplace_back(random_matrix(1, serve_heads * serve_d, unsigned(i) + 3) * 0.1f, pool.sequence(s));
