@@ -198,10 +198,7 @@ class MultiHeadAttention {
   AttentionResult<Scalar> attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
                                        const HeadOutputExtras<Scalar>& extras = {}) const {
     constexpr const char* where = "MultiHeadAttention::forward";
-    check_input(x, where);
-    check_own_keys(where);
-    const AttentionOptions all = options_for(options);
-    resolve_divisor<Scalar>(all, d_head_, where);
+    const AttentionOptions all = checked_call(x, options, where);
     const Positions at{first_position_of(all, where), first_position_of(all, where) + x.rows()};
     AttentionResult<Scalar> result;
     if (extras.keys_values) {
@@ -230,10 +227,7 @@ class MultiHeadAttention {
   Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
                                      const AttentionOptions& options = {}) const {
     constexpr const char* where = "MultiHeadAttention::forward_incremental";
-    check_input(x, where);
-    check_own_keys(where);
-    const AttentionOptions all = options_for(options);
-    resolve_divisor<Scalar>(all, d_head_, where);
+    const AttentionOptions all = checked_call(x, options, where);
     const KvCacheOrigin origin = check_cache(cache, x.rows(), all, where);
     const Index held = cache.size();
     const int threads = detail::thread_count(options.threads, where);
@@ -259,29 +253,9 @@ class MultiHeadAttention {
   /// it runs: feed a long prompt in chunks). A refused call changes nothing.
   Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, Index s,
                                      const AttentionOptions& options = {}) const {
-    constexpr const char* where = "MultiHeadAttention::forward_incremental";
-    check_input(x, where);
-    check_own_keys(where);
-    const AttentionOptions all = options_for(options);
-    resolve_divisor<Scalar>(all, d_head_, where);
-    check_pool(pool, where);
-    const Index held = pool.size(s);
-    const KvCacheOrigin origin = check_cache_origin(pool.origin(s), held, x.rows(), all, where);
-    const int threads = detail::thread_count(options.threads, where);
-    detail::PagedSequence<Scalar> sequence{pool, s};
-    const typename PagedKvCache<Scalar>::Saved saved = pool.save(s);
-    Matrix<Scalar> out;
-    try {
-      Matrix<Scalar> z = attend_rows(x, sequence, all, {}, Positions{held, held + x.rows()}, where).z;
-      apply_gate(x, z, threads);
-      out = output_of(z, threads, held, where);
-    } catch (...) {
-      pool.restore(saved);  // a refused call changes nothing (a block copied on write given back too)
-      throw;
-    }
-    if (pool.size(s) > 0) pool.set_origin(s, origin);
-    if (all.window) pool.forget_before(s, pool.size(s) + 1 - *all.window);  // the next query's window starts there
-    return out;
+    PagedBatch one;
+    one.rows = {{s, x.rows(), false}};
+    return forward_incremental(x, pool, one, options);  // a batch of one sequence
   }
   /// Batched decoding (serving): the tokens of several sequences of a pool in one call, x
   /// (Σ m_i, d_model) with sequence batch.rows[i].sequence's m_i = batch.rows[i].tokens rows after
@@ -292,10 +266,7 @@ class MultiHeadAttention {
   Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, const PagedBatch& batch,
                                      const AttentionOptions& options = {}) const {
     constexpr const char* where = "MultiHeadAttention::forward_incremental";
-    check_input(x, where);
-    check_own_keys(where);
-    const AttentionOptions all = options_for(options);
-    resolve_divisor<Scalar>(all, d_head_, where);
+    const AttentionOptions all = checked_call(x, options, where);
     check_pool(pool, where);
     const std::vector<KvCacheOrigin> origins = check_batch_rows(x, pool, batch, all, where);
     const int threads = detail::thread_count(options.threads, where);
@@ -355,10 +326,7 @@ class MultiHeadAttention {
   Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
                                       const HeadInterventions<Scalar>* interventions = nullptr) const {
     constexpr const char* where = "MultiHeadAttention::forward_step_by_step";
-    check_input(x, where);
-    check_own_keys(where);
-    const AttentionOptions all = options_for(options);
-    resolve_divisor<Scalar>(all, d_head_, where);
+    const AttentionOptions all = checked_call(x, options, where);
     const int threads = detail::thread_count(options.threads, where);
     const Index first = first_position_of(all, where);
     Matrix<Scalar> qkv = qkv_of(x, threads, where, first);
@@ -596,6 +564,15 @@ class MultiHeadAttention {
     for (Index i = 0, row = 0; i < static_cast<Index>(results.size()); row += batch.rows[static_cast<std::size_t>(i)].tokens, ++i)
       z.middleRows(row, batch.rows[static_cast<std::size_t>(i)].tokens) = results[static_cast<std::size_t>(i)].z;
     return z;
+  }
+  /// The checks every call on x starts with (its shape and values, keys of the layer's own, the
+  /// divisor); returns the call's options with the layer's own settings added.
+  AttentionOptions checked_call(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, const char* where) const {
+    check_input(x, where);
+    check_own_keys(where);
+    AttentionOptions all = options_for(options);
+    resolve_divisor<Scalar>(all, d_head_, where);
+    return all;
   }
   /// A pool whose heads or storage are not this layer's.
   void check_pool(const PagedKvCache<Scalar>& pool, const char* where) const {
