@@ -43,8 +43,9 @@ inline void check_per_head(const char* where, const char* name, const Vector<dou
     if (!std::isfinite(values(h))) detail::invalid(where, name, " has a non-finite value (", values(h), ") for head ", h);
 }
 
-/// The largest position a call may give: positions plus sizes stay far from overflowing.
-inline constexpr Index max_position = Index(1) << 62;
+/// The largest position a call may give: positions plus sizes stay far from overflowing (2^62
+/// where Index has 64 bits, 2^30 on a 32-bit target such as WebAssembly).
+inline constexpr Index max_position = Index(1) << (std::numeric_limits<Index>::digits - 1);
 
 }  // namespace detail
 
@@ -189,11 +190,12 @@ class ScoreRule {
       const Index p = position(i), first = first_key_ + keys.begin, last = first_key_ + keys.end - 1;
       farthest = std::max({farthest, p > first ? p - first : first - p, p > last ? p - last : last - p});
     }
-    constexpr Index exact = Index(1) << std::numeric_limits<Scalar>::digits;
-    if (farthest >= exact)
-      detail::invalid(where, "ALiBi at a key-query distance of ", farthest, ": ", detail::scalar_name<Scalar>(),
-                      " holds distances exactly only below 2^", std::numeric_limits<Scalar>::digits,
-                      " (the keys' differences would be lost); place the queries nearer their keys");
+    // (Every Index is exact where Scalar's significand is as wide: double on a 32-bit target.)
+    if constexpr (std::numeric_limits<Scalar>::digits < std::numeric_limits<Index>::digits)
+      if (farthest >= Index(1) << std::numeric_limits<Scalar>::digits)
+        detail::invalid(where, "ALiBi at a key-query distance of ", farthest, ": ", detail::scalar_name<Scalar>(),
+                        " holds distances exactly only below 2^", std::numeric_limits<Scalar>::digits,
+                        " (the keys' differences would be lost); place the queries nearer their keys");
     for (Index h = 0; h < options_.alibi_slopes.size(); ++h)
       if (!std::isfinite(static_cast<Scalar>(std::abs(options_.alibi_slopes(h)) * static_cast<double>(farthest))))
         detail::invalid(where, "alibi_slopes(", h, ") = ", options_.alibi_slopes(h), " times the key-query distance ", farthest,

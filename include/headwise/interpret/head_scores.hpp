@@ -3,6 +3,7 @@
 // where that kind of head would, averaged over the rows where the question makes sense.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -73,6 +74,19 @@ double induction_score(const Matrix<Scalar>& pattern, const std::vector<int>& to
     if (has_target) total += mass, ++rows;
   }
   return rows ? total / double(rows) : 0.0;
+}
+
+/// Each row's entropy (any rows x keys pattern), -Σ_j A[i, j] log A[i, j] in nats (0 log 0 = 0): 0 for a row on one key,
+/// log(n) for a row spread evenly over n keys.
+template <class Scalar>
+Vector<double> row_entropies(const Matrix<Scalar>& pattern) {
+  Vector<double> h = Vector<double>::Zero(pattern.rows());
+  for (Index i = 0; i < pattern.rows(); ++i)
+    for (Index j = 0; j < pattern.cols(); ++j) {
+      const double p = static_cast<double>(pattern(i, j));
+      if (p > 0) h(i) -= p * std::log(p);
+    }
+  return h;
 }
 
 }  // namespace headwise::interpret
