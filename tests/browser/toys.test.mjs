@@ -52,11 +52,12 @@ const server = http.createServer((request, response) => {
 await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
 const base = `http://127.0.0.1:${server.address().port}`;
 
+const profile = fs.mkdtempSync(path.join(args.screenshots, "profile-"));  // a fresh one, removed at the end
 const browser = await puppeteer.launch({
   executablePath: args.chromium || "/usr/bin/chromium",
   headless: true,
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", `--user-data-dir=${fs.mkdtempSync(path.join(args.screenshots, "profile-"))}`],
+         "--disable-component-update", "--disable-sync", `--user-data-dir=${profile}`],
 });
 
 async function open(file, width = 1100) {
@@ -254,6 +255,7 @@ try {
 } finally {
   await browser.close();
   server.close();
+  fs.rmSync(profile, { recursive: true, force: true });
 }
 console.log(`${checks} checks, ${failures.length} failed`);
 for (const f of failures) console.log(`FAILED: ${f}`);
