@@ -135,6 +135,13 @@ async function heads() {
         (b) => b.getAttribute("aria-pressed")) === "true");
   await checkHeadsState(page, first);
   await screenshot(page, "heads.png");
+  // From the keyboard: Enter on the first John, then on the second again.
+  await page.focus('#tokens .token[data-index="3"]');
+  await page.keyboard.press("Enter");
+  check("heads: Enter on a token chooses its row", (await page.$eval("#row-index", (e) => e.textContent)) === "3");
+  await page.focus(`#tokens .token[data-index="${first.row}"]`);
+  await page.keyboard.press("Enter");
+  await checkHeadsState(page, first);
 
   await page.click("#causal");  // the mask off
   await checkHeadsState(page, second);
@@ -223,6 +230,14 @@ async function playground() {
   await page.touchscreen.touchStart(qX, qY);
   for (let s = 1; s <= 8; ++s) await page.touchscreen.touchMove(qX + (tX - qX) * s / 8, qY + (tY - qY) * s / 8);
   await page.touchscreen.touchEnd();
+  await checkPlaygroundState(page, touched);
+
+  // From the keyboard: key 0 five steps right (0.1 each), and back.
+  await page.$eval('#plane .point.key[data-index="0"]', (g) => g.focus());  // (an SVG element)
+  for (let s = 0; s < 5; ++s) await page.keyboard.press("ArrowRight");
+  const moved = await pointAt(page, "key", 0);
+  check("playground: arrow keys move a key", Math.abs(moved[0] - (touched.keys[0][0] + 0.5)) < 1e-9 && moved[1] === touched.keys[0][1], `(${moved})`);
+  for (let s = 0; s < 5; ++s) await page.keyboard.press("ArrowLeft");
   await checkPlaygroundState(page, touched);
 
   // A divisor of 0 typed: the library's message, no numbers, no NaN; 8 again clears it.
