@@ -29,9 +29,9 @@ const Sentence sentences[] = {
     {"cat", "the cat sat on the mat and the cat saw the hat"},
 };
 
-void print_entropies(const char* label, const headwise::Vector<double>& entropy) {
+void print_entropies(const char* label, const interpret::ToyHeadPattern& pattern) {
   std::printf("   entropy per row, %-12s", label);
-  for (Index i = 0; i < entropy.size(); ++i) std::printf(" %.2f", entropy(i));
+  for (Index i = 0; i < pattern.statistics.entropy.cols(); ++i) std::printf(" %.2f", pattern.statistics.entropy(0, i));
   std::printf("\n");
 }
 
@@ -49,9 +49,10 @@ int main(int argc, char** argv) try {
       std::printf("-- %-16s previous %.2f  duplicate %.2f  induction %.2f  first-token %.2f\n", head.name,
                   interpret::previous_token_score(causal.weights), interpret::duplicate_token_score(causal.weights, causal.ids),
                   interpret::induction_score(causal.weights, causal.ids), interpret::first_token_score(causal.weights));
-      print_entropies("causal:", causal.entropy);
-      print_entropies("mask off:", open.entropy);
-      std::printf("   mean entropy %.3f nats with the mask, %.3f without\n", causal.entropy.mean(), open.entropy.mean());
+      print_entropies("causal:", causal);
+      print_entropies("mask off:", open);
+      std::printf("   mean entropy %.3f nats with the mask, %.3f without\n", causal.statistics.entropy.mean(),
+                  open.statistics.entropy.mean());
 
       const std::string title = std::string(head.name) + " head: \"" + sentence.name + "\"";
       const std::string svg = interpret::svg_heatmap(causal.weights, causal.tokens, causal.tokens, title, 30);

@@ -45,6 +45,16 @@ json rows_of(const Matrix<double>& m) {
   return rows;
 }
 
+// The statistics the pages show: each row's entropy, largest weight and its key, the mean entropy.
+void statistics_into(json& e, const RowStatistics<double>& s) {
+  std::vector<double> entropy, largest;
+  std::vector<Index> at;
+  for (Index i = 0; i < s.entropy.cols(); ++i)
+    entropy.push_back(s.entropy(0, i)), largest.push_back(s.max_weight(0, i)), at.push_back(s.argmax(0, i));
+  e["entropy"] = entropy, e["largest"] = largest, e["largest_at"] = at;
+  e["mean_entropy"] = s.entropy.mean();
+}
+
 Matrix<double> points(const json& list) {
   Matrix<double> m(static_cast<Index>(list.size()), 2);
   for (Index i = 0; i < m.rows(); ++i) m(i, 0) = list[i][0].get<double>(), m(i, 1) = list[i][1].get<double>();
@@ -69,6 +79,23 @@ TEST_CASE("toy heads: words and punctuation are tokens", "[toys]") {
   CHECK(interpret::word_tokens("the store, John!") == std::vector<std::string>{"the", "store", ",", "John", "!"});
   CHECK(interpret::word_tokens(" \t\n").empty());
   CHECK(interpret::first_occurrence_ids({"a", "b", "a", "c", "b"}) == std::vector<int>{0, 1, 0, 2, 1});
+  // UTF-8: letters of any script in words, curly quotes and dashes tokens of their own, Unicode spaces.
+  CHECK(interpret::word_tokens("caf\u00e9 na\u00efve") == std::vector<std::string>{"caf\u00e9", "na\u00efve"});
+  CHECK(interpret::word_tokens("John\u2019s \u201cdog\u201d\u2014ok\u00a0\u00bfs\u00ed?") ==
+        std::vector<std::string>{"John", "\u2019", "s", "\u201c", "dog", "\u201d", "\u2014", "ok", "\u00bf", "s\u00ed", "?"});
+  CHECK(interpret::word_tokens("\u732b\u304c\u5ea7\u3063\u305f\u3002") == std::vector<std::string>{"\u732b\u304c\u5ea7\u3063\u305f", "\u3002"});
+  // ’ and ” share their first two bytes: they must not be the same token to the duplicate head.
+  const auto quotes = interpret::toy_head_pattern(interpret::ToyHead::duplicate_token, "a\u2019 b\u201d", true);
+  CHECK(quotes.ids == std::vector<int>{0, 1, 2, 3});
+}
+
+TEST_CASE("toy heads: text that is not UTF-8 is refused by name", "[toys][errors]") {
+  CHECK_THROWS_WITH(interpret::word_tokens("ab\x80"), Catch::Contains("byte 2 is not UTF-8"));
+  CHECK_THROWS_WITH(interpret::word_tokens("\xc3"), Catch::Contains("byte 0 is not UTF-8"));       // truncated
+  CHECK_THROWS_WITH(interpret::word_tokens("\xc3\x28"), Catch::Contains("byte 1 is not UTF-8"));  // not a continuation
+  CHECK_THROWS_WITH(interpret::word_tokens("\xe0\x80\xaf"), Catch::Contains("bytes 0 to 2 are not UTF-8"));  // overlong
+  CHECK_THROWS_WITH(interpret::word_tokens("\xed\xa0\x80"), Catch::Contains("bytes 0 to 2 are not UTF-8"));  // a surrogate
+  CHECK_THROWS_WITH(interpret::word_tokens("\xf5\x80\x80\x80"), Catch::Contains("byte 0 is not UTF-8"));
 }
 
 TEST_CASE("toy heads: each pattern is the softmax of its rule, in closed form", "[toys]") {
@@ -79,15 +106,15 @@ TEST_CASE("toy heads: each pattern is the softmax of its rule, in closed form", 
   CHECK(dup.weights(9, 0) == Approx(miss_weight(1, 10)).epsilon(1e-14));
   CHECK(dup.weights(9, 10) == 0.0);                                      // the future, exactly 0
   CHECK(dup.weights(13, 5) == Approx(hit_weight(1, 14)).epsilon(1e-14));  // the second "to"
-  CHECK(dup.entropy(9) == Approx(entropy_of(1, 10)).epsilon(1e-12));
-  CHECK(dup.entropy(2) == Approx(std::log(3.0)).epsilon(1e-14));           // "and": nothing to find, uniform
-  CHECK(dup.entropy(0) == 0.0);
+  CHECK(dup.statistics.entropy(0, 9) == Approx(entropy_of(1, 10)).epsilon(1e-12));
+  CHECK(dup.statistics.entropy(0, 2) == Approx(std::log(3.0)).epsilon(1e-14));           // "and": nothing to find, uniform
+  CHECK(dup.statistics.entropy(0, 0) == 0.0);
 
   const auto open = interpret::toy_head_pattern(interpret::ToyHead::duplicate_token, mary, false);
   CHECK(open.weights(9, 3) == Approx(hit_weight(1, 14)).epsilon(1e-14));
   CHECK(open.weights(3, 9) == Approx(hit_weight(1, 14)).epsilon(1e-14));  // mask off: the first John finds the later one
-  CHECK(open.entropy(2) == Approx(std::log(14.0)).epsilon(1e-14));
-  CHECK(open.entropy.mean() > dup.entropy.mean() + 0.4);  // 1.89 against 1.45 nats
+  CHECK(open.statistics.entropy(0, 2) == Approx(std::log(14.0)).epsilon(1e-14));
+  CHECK(open.statistics.entropy.mean() > dup.statistics.entropy.mean() + 0.4);  // 1.89 against 1.45 nats
 
   const auto previous = interpret::toy_head_pattern(interpret::ToyHead::previous_token, mary, true);
   for (Index i = 1; i < 14; ++i) CHECK(previous.weights(i, i - 1) == Approx(hit_weight(1, int(i) + 1)).epsilon(1e-14));
@@ -108,7 +135,14 @@ TEST_CASE("toy heads: bad input refused by name", "[toys][errors]") {
   for (int i = 0; i < 257; ++i) long_text += "w ";
   CHECK_THROWS_WITH(interpret::toy_head_pattern(interpret::ToyHead::induction, long_text, true),
                     Catch::Contains("257 tokens; a toy takes at most 256"));
-  CHECK(interpret::row_entropies(Matrix<double>(Matrix<double>::Constant(2, 4, 0.25))).isApprox(Vector<double>::Constant(2, std::log(4.0))));
+  CHECK_THROWS_WITH(interpret::toy_head_pattern(interpret::ToyHead::induction, std::string(70000, 'a'), true),
+                    Catch::Contains("70000 bytes; a toy takes at most 65536"));
+  // A pattern's statistics: an even row has entropy log n; a NaN (overflowed scores) is refused.
+  const auto even = interpret::pattern_statistics(Matrix<double>(Matrix<double>::Constant(4, 4, 0.25)));
+  CHECK(even.entropy.isApprox(Matrix<double>::Constant(1, 4, std::log(4.0))));
+  Matrix<double> broken = Matrix<double>::Identity(3, 3);
+  broken(2, 1) = NAN;
+  CHECK_THROWS_WITH(interpret::pattern_statistics(broken), Catch::Contains("pattern(2, 1) = nan is not a weight in [0, 1]"));
 }
 
 TEST_CASE("toys: the numbers the browser test expects, from the native library", "[toys][browser]") {
@@ -122,8 +156,7 @@ TEST_CASE("toys: the numbers the browser test expects, from the native library",
     json e = s;
     e["tokens"] = p.tokens;
     e["weights"] = rows_of(p.weights);
-    e["entropy"] = std::vector<double>(p.entropy.data(), p.entropy.data() + p.entropy.size());
-    e["mean_entropy"] = p.entropy.mean();
+    statistics_into(e, p.statistics);
     e["scores"] = {{"previous_token", interpret::previous_token_score(p.weights)},
                    {"duplicate_token", interpret::duplicate_token_score(p.weights, p.ids)},
                    {"induction", interpret::induction_score(p.weights, p.ids)},
@@ -142,11 +175,10 @@ TEST_CASE("toys: the numbers the browser test expects, from the native library",
     const Matrix<double> a = attention_weights(longer, k, options);
     const Matrix<double> by_hand = playground_by_hand(q, k, *options.divisor, s["length"], options.causal);
     CHECK((a - by_hand).cwiseAbs().maxCoeff() < 1e-14);
-    const Vector<double> h = interpret::row_entropies(a), largest = a.rowwise().maxCoeff();
     json e = s;
     e["weights"] = rows_of(a);
-    e["entropy"] = std::vector<double>(h.data(), h.data() + h.size());
-    e["largest"] = std::vector<double>(largest.data(), largest.data() + largest.size());
+    statistics_into(e, interpret::pattern_statistics(a));
+    if (options.causal) CHECK(e["entropy"][0].get<double>() == 0.0);  // the first query sees one key
     expected["playground"].push_back(e);
   }
   REQUIRE(expected["playground"].size() == 6);

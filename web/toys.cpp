@@ -33,13 +33,22 @@ val rows_of(const Matrix<double>& m) {
   return out;
 }
 
+/// Each row's entropy (nats), largest weight and its key, and the mean entropy, of one head's statistics.
+void set_statistics(val& out, const headwise::RowStatistics<double>& s) {
+  out.set("entropy", array_of(s.entropy.row(0).transpose()));
+  out.set("largest", array_of(s.max_weight.row(0).transpose()));
+  out.set("largest_at", array_of(s.argmax.row(0).transpose().cast<double>()));
+  out.set("mean_entropy", s.entropy.mean());
+}
+
 val refusal(const std::exception& e) {
   val out = val::object();
   out.set("error", std::string(e.what()));
   return out;
 }
 
-/// The pattern of a toy head over a sentence: {tokens, weights (rows), entropy, scores}.
+/// The pattern of a toy head over a sentence: {tokens, weights (rows), entropy, largest,
+/// largest_at, mean_entropy, scores (the head-type scores)}.
 val head_pattern(const std::string& head, const std::string& text, bool causal) try {
   const interpret::ToyHeadPattern p = interpret::toy_head_pattern(interpret::toy_head_named(head), text, causal);
   val tokens = val::array();
@@ -52,7 +61,7 @@ val head_pattern(const std::string& head, const std::string& text, bool causal) 
   val out = val::object();
   out.set("tokens", tokens);
   out.set("weights", rows_of(p.weights));
-  out.set("entropy", array_of(p.entropy));
+  set_statistics(out, p.statistics);
   out.set("scores", scores);
   return out;
 } catch (const std::exception& e) {
@@ -66,17 +75,21 @@ Matrix<double> points_of(const val& points, const char* what) {
   if (n < 1 || n > max_points)
     headwise::detail::invalid("qk_pattern", "there are ", n, " ", what, "; the playground takes 1 to ", max_points);
   Matrix<double> m(n, 2);
-  for (Index i = 0; i < n; ++i)
+  for (Index i = 0; i < n; ++i) {
+    const val point = points[static_cast<unsigned>(i)];
+    if (!point.isArray() || point["length"].as<Index>() != 2)
+      headwise::detail::invalid("qk_pattern", what, " ", i, " is not a point [x, y]");
     for (Index c = 0; c < 2; ++c) {
-      const val x = points[static_cast<unsigned>(i)][static_cast<unsigned>(c)];
+      const val x = point[static_cast<unsigned>(c)];
       m(i, c) = x.isNumber() ? x.as<double>() : NAN;
       if (!std::isfinite(m(i, c))) headwise::detail::invalid("qk_pattern", what, " ", i, " has a coordinate that is not a finite number");
     }
+  }
   return m;
 }
 
 /// The QK playground: the pattern of queries (each times `length`) against keys in the plane,
-/// scores divided by `divisor`: {weights (rows), entropy, largest}.
+/// scores divided by `divisor`: {weights (rows), entropy, largest, largest_at, mean_entropy}.
 val qk_pattern(const val& queries, const val& keys, double divisor, double length, bool causal) try {
   const Matrix<double> q = points_of(queries, "queries"), k = points_of(keys, "keys");
   if (q.rows() != k.rows()) headwise::detail::invalid("qk_pattern", q.rows(), " queries for ", k.rows(), " keys");
@@ -86,16 +99,19 @@ val qk_pattern(const val& queries, const val& keys, double divisor, double lengt
   options.divisor = divisor;  // refused by the library unless finite and > 0
   const Matrix<double> longer = q * length;
   const Matrix<double> a = headwise::attention_weights(longer, k, options);
+  // A score that overflows double (a divisor of 1e-306, say) makes its row NaN: refused here, by name.
+  if (!a.allFinite())
+    headwise::detail::invalid("qk_pattern", "the scores q.k / ", divisor, " overflow a double; take a larger divisor");
   val out = val::object();
   out.set("weights", rows_of(a));
-  out.set("entropy", array_of(interpret::row_entropies(a)));
-  out.set("largest", array_of(a.rowwise().maxCoeff()));
+  set_statistics(out, interpret::pattern_statistics(a));
   return out;
 } catch (const std::exception& e) {
   return refusal(e);
 }
 
-val toy_head_ids() {
+/// The four heads: [{id, name}].
+val toy_head_list() {
   val out = val::array();
   for (const interpret::ToyHeadName& h : interpret::toy_heads()) {
     val head = val::object();
@@ -109,7 +125,7 @@ val toy_head_ids() {
 }  // namespace
 
 EMSCRIPTEN_BINDINGS(headwise_toys) {
-  emscripten::function("toyHeads", &toy_head_ids);
+  emscripten::function("toyHeads", &toy_head_list);
   emscripten::function("headPattern", &head_pattern);
   emscripten::function("qkPattern", &qk_pattern);
   emscripten::constant("version", std::string(HEADWISE_VERSION_STRING));

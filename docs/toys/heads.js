@@ -21,11 +21,12 @@
       button.dataset.index = String(j);
       button.setAttribute("aria-pressed", String(j === state.row));
       const w = result.weights[state.row][j];
-      button.classList.toggle("future", w === 0 && j > state.row);
+      const masked = w === 0 && j > state.row;  // the causal mask's exact zeros
+      button.classList.toggle("future", masked);
       button.innerHTML = '<span class="word"></span><span class="weight number"></span>';
       button.querySelector(".word").textContent = word;
       Toys.setNumber(button.querySelector(".weight"), w, 4);
-      button.setAttribute("aria-label", `${word}, position ${j}: weight ${Toys.format(w, 4)}`);
+      button.setAttribute("aria-label", `${word}, position ${j}: weight ${Toys.format(w, 4)}${masked ? ", masked (in the future)" : ""}`);
       Toys.shade(button, w);
       button.addEventListener("click", () => {
         state.row = j;
@@ -37,19 +38,17 @@
   }
 
   function drawRow(result) {
-    const row = result.weights[state.row];
-    let largest = 0;
-    row.forEach((w, j) => { if (w > row[largest]) largest = j; });
+    const largest = result.largest_at[state.row];
     $("row-index").textContent = String(state.row);
     $("row-token").textContent = result.tokens[state.row];
     Toys.setNumber($("row-entropy"), result.entropy[state.row], 4);
-    Toys.setNumber($("row-largest"), row[largest], 4);
+    Toys.setNumber($("row-largest"), result.largest[state.row], 4);
     $("row-largest-token").textContent = result.tokens[largest];
+    $("row-largest-at").textContent = String(largest);
   }
 
   function drawScores(result) {
-    const mean = result.entropy.reduce((a, b) => a + b, 0) / result.entropy.length;
-    Toys.setNumber($("mean-entropy"), mean, 4);
+    Toys.setNumber($("mean-entropy"), result.mean_entropy, 4);
     Toys.setNumber($("score-previous"), result.scores.previous_token, 3);
     Toys.setNumber($("score-duplicate"), result.scores.duplicate_token, 3);
     Toys.setNumber($("score-induction"), result.scores.induction, 3);
@@ -59,7 +58,7 @@
   function update() {
     $("custom-label").hidden = $("sentence").value !== "";
     const result = toys.headPattern($("head").value, sentence(), $("causal").checked);
-    const shown = document.querySelectorAll("#tokens, #row-summary, #pattern");
+    const shown = document.querySelectorAll("#tokens, #row-summary, #pattern, #summary");
     if (result.error) {  // the library's own message, e.g. a sentence with no tokens
       Toys.showMessage(Toys.plainError(result.error));
       shown.forEach((el) => { el.hidden = true; });

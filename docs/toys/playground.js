@@ -45,6 +45,7 @@
     for (let i = 0; i < n; ++i) {
       const g = element("g", { class: `point ${kind}`, tabindex: 0, role: "button", "aria-roledescription": "draggable point",
                                 "data-kind": kind, "data-index": i }, plane);
+      element("circle", { r: 18, class: "hit" }, g);  // a target a finger can hit
       if (kind === "query") element("circle", { r: 9, class: "mark" }, g);
       else element("rect", { x: -8, y: -8, width: 16, height: 16, class: "mark" }, g);
       element("text", { x: 11, y: -9 }, g).textContent = label(kind, i);
@@ -61,7 +62,7 @@
         g.setAttribute("transform", `translate(${px} ${py})`);
         g.dataset.x = String(p[0]);
         g.dataset.y = String(p[1]);
-        g.setAttribute("aria-label", `${kind} ${i} at ${coordinates(p)}; arrow keys move it`);
+        g.setAttribute("aria-label", `${kind} ${i} at ${coordinates(p)}; arrow keys move it${kind === "query" ? ", Enter shows its weights" : ""}`);
         g.classList.toggle("chosen", kind === "query" && i === state.row);
       });
   }
@@ -71,31 +72,49 @@
     update();
   }
 
+  // A point follows the pointer from where it was grabbed (a tap does not move it); arrow keys
+  // move it by steps; a query moved or chosen (Enter, Space) becomes the query shown.
   function attachDragging(g, kind, i) {
+    const list = () => state[kind === "query" ? "queries" : "keys"];
     const planePoint = (event) => {
-      const m = plane.getScreenCTM().inverse();
-      const v = new DOMPoint(event.clientX, event.clientY).matrixTransform(m);
+      const v = new DOMPoint(event.clientX, event.clientY).matrixTransform(plane.getScreenCTM().inverse());
       return [(v.x - centre) / unit, (centre - v.y) / unit];
     };
+    const choose = () => { if (kind === "query") { state.row = i; $("query").value = String(i); } };
+    let grab = null;  // the pointer's offset from the point while dragging
     g.addEventListener("pointerdown", (event) => {
       event.preventDefault();
       g.setPointerCapture(event.pointerId);
       g.focus();
-      if (kind === "query") { state.row = i; $("query").value = String(i); }
+      const p = planePoint(event);
+      grab = [list()[i][0] - p[0], list()[i][1] - p[1]];
+      choose();
+      update();
     });
     g.addEventListener("pointermove", (event) => {
-      if (g.hasPointerCapture(event.pointerId)) move(kind, i, planePoint(event));
+      if (!grab || !g.hasPointerCapture(event.pointerId)) return;
+      const p = planePoint(event);
+      move(kind, i, [p[0] + grab[0], p[1] + grab[1]]);
     });
-    g.addEventListener("pointerup", (event) => {
-      if (g.hasPointerCapture(event.pointerId)) { g.releasePointerCapture(event.pointerId); move(kind, i, planePoint(event)); }
-    });
+    const release = (event) => {
+      if (g.hasPointerCapture(event.pointerId)) g.releasePointerCapture(event.pointerId);
+      grab = null;
+    };
+    g.addEventListener("pointerup", release);
+    g.addEventListener("pointercancel", release);
     g.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") {
+        event.preventDefault();
+        choose();
+        update();
+        return;
+      }
       const step = event.shiftKey ? 0.5 : 0.1;
       const d = { ArrowLeft: [-step, 0], ArrowRight: [step, 0], ArrowUp: [0, step], ArrowDown: [0, -step] }[event.key];
       if (!d) return;
       event.preventDefault();
-      const p = state[kind === "query" ? "queries" : "keys"][i];
-      move(kind, i, [p[0] + d[0], p[1] + d[1]]);
+      choose();
+      move(kind, i, [list()[i][0] + d[0], list()[i][1] + d[1]]);
     });
   }
 
@@ -132,8 +151,12 @@
 
   function update() {
     placePoints();
-    const result = toys.qkPattern(state.queries, state.keys, state.divisor, state.length, state.causal);
-    if (result.error) {  // the library's own message: a divisor of 0, say
+    // Nothing typed, or no number a double holds (1e400): nothing to compute with. Otherwise the
+    // library decides, and its message is shown: a divisor of 0, say.
+    const result = Number.isFinite(state.divisor)
+        ? toys.qkPattern(state.queries, state.keys, state.divisor, state.length, state.causal)
+        : { error: "Type a divisor: a number greater than 0 (the slider goes from 1 to 16)." };
+    if (result.error) {
       Toys.showMessage(Toys.plainError(result.error));
       $("readouts").hidden = true;
       drawRays(null);
@@ -145,20 +168,22 @@
     drawWeights(result);
   }
 
+  // The divisor from the slider (1 to 16), a mark, or typed (any number the library takes: 0 or a
+  // negative one is refused there, with its message).
   function setDivisor(value, from) {
     state.divisor = value;
     if (from !== "typed") $("divisor-value").value = String(Math.round(value * 1e4) / 1e4);
-    if (from !== "slider" && value >= 1 && value <= 16) $("divisor").value = String(value);
-    $("divisor").setAttribute("aria-valuetext", Toys.format(value, 3));
+    if (from !== "slider") $("divisor").value = String(Math.max(1, Math.min(16, value)));
+    const onSlider = value >= 1 && value <= 16;
+    $("divisor").setAttribute("aria-valuetext", onSlider ? Toys.format(value, 3) : `beyond the slider: the divisor typed is ${value}`);
     update();
   }
 
   $("divisor").addEventListener("input", () => setDivisor(Number($("divisor").value), "slider"));
-  // A typed divisor goes to the library as typed: 0, a negative number or nothing at all is
-  // refused there, and its message shown.
   $("divisor-value").addEventListener("input", () => {
     const text = $("divisor-value").value.trim();
-    setDivisor(text === "" ? NaN : Number(text), "typed");
+    const value = text === "" ? NaN : Number(text);
+    setDivisor(value, "typed");
   });
   $("divisor-sqrt").addEventListener("click", () => setDivisor(Math.SQRT2, "mark"));
   $("divisor-8").addEventListener("click", () => setDivisor(8, "mark"));

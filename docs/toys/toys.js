@@ -1,6 +1,6 @@
 // What the two toys share: loading headwise's WebAssembly module (headwise_toys.js, built from
 // web/toys.cpp by `cmake --workflow --preset wasm`), showing numbers and messages, and drawing a
-// pattern as a table. Every number the pages show is computed by the module; this file only draws.
+// pattern as a table. Every number the pages show is computed by the module; these files only draw.
 "use strict";
 
 const Toys = {
@@ -11,7 +11,9 @@ const Toys = {
       throw new Error("headwise_toys.js missing");
     }
     try {
-      return await createHeadwiseToys();
+      const module = await createHeadwiseToys();
+      document.getElementById("version").textContent = module.version;
+      return module;
     } catch (e) {
       Toys.showMessage("The WebAssembly module did not start: " + e);
       throw e;
@@ -44,13 +46,13 @@ const Toys = {
   /** A library message ("headwise: <where>: <what>") as a sentence for the page. */
   plainError(error) {
     const what = error.replace(/^headwise: [A-Za-z_:]+: /, "");
-    return what.charAt(0).toUpperCase() + what.slice(1) + ".";
+    return what.charAt(0).toUpperCase() + what.slice(1) + (what.endsWith(".") ? "" : ".");
   },
 
-  /** Colours an element by a weight in [0, 1] (white text on the darker cells). */
+  /** Colours an element by a weight in [0, 1] (white text where the fill is dark enough for it). */
   shade(el, w) {
-    el.style.setProperty("--w", String(Math.max(0, Math.min(1, w)) * 0.85));
-    el.classList.toggle("strong", w > 0.55);
+    el.style.setProperty("--w", String(Math.max(0, Math.min(1, w)) * 0.9));
+    el.classList.toggle("strong", w > 0.9);
   },
 
   /**
@@ -88,6 +90,7 @@ const Toys = {
         td.dataset.value = String(w);
         td.title = `${rowLabels[i]} → ${colLabels[j]}: ${Toys.format(w, 4)}`;
         if (digits > 0) td.textContent = Toys.format(w, digits);
+        else td.innerHTML = `<span class="visually-hidden">${Toys.format(w, 4)}</span>`;  // for screen readers
         Toys.shade(td, w);
       });
       if (entropy) {

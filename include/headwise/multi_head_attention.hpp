@@ -652,7 +652,7 @@ class MultiHeadAttention {
       detail::invalid(where, "first_query_position = ", *options.first_query_position, " differs from first_key_position = ",
                       options.first_key_position, ": a layer's queries and keys are the same tokens (set first_key_position only)");
     if (options.first_key_position < 0 || options.first_key_position > detail::max_position)
-      detail::invalid(where, "first_key_position must be >= 0 and <= 2^62, got ", options.first_key_position);
+      detail::invalid(where, "first_key_position must be >= 0 and <= ", detail::max_position, ", got ", options.first_key_position);
     return options.first_key_position;
   }
 

@@ -214,9 +214,10 @@ class ScoreRule {
                       " folds heads into rows: ALiBi slopes and sinks are per head and need them unfolded");
     if (o.window && *o.window <= 0) detail::invalid(where, "window must be > 0, got ", *o.window);
     if (o.first_key_position < 0 || o.first_key_position > detail::max_position)
-      detail::invalid(where, "first_key_position must be >= 0 and <= 2^62, got ", o.first_key_position);
+      detail::invalid(where, "first_key_position must be >= 0 and <= ", detail::max_position, ", got ", o.first_key_position);
     if (o.first_query_position && (*o.first_query_position < 0 || *o.first_query_position > detail::max_position))
-      detail::invalid(where, "first_query_position must be >= 0 and <= 2^62, got ", *o.first_query_position);
+      detail::invalid(where, "first_query_position must be >= 0 and <= ", detail::max_position, ", got ",
+                      *o.first_query_position);
     if (o.window && !o.causal) detail::invalid(where, "a sliding window needs the causal mask (causal = true)");
     if (o.chunk && *o.chunk <= 0) detail::invalid(where, "chunk must be > 0, got ", *o.chunk);
     if (o.chunk && !o.causal) detail::invalid(where, "chunked attention needs the causal mask (causal = true)");

@@ -41,7 +41,13 @@ const root = path.resolve(args.pages);
 const types = { ".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".wasm": "application/wasm",
                 ".svg": "image/svg+xml", ".png": "image/png", ".json": "application/json" };
 const server = http.createServer((request, response) => {
-  const file = path.resolve(root, "." + decodeURIComponent(new URL(request.url, "http://x").pathname));
+  let file;
+  try {
+    file = path.resolve(root, "." + decodeURIComponent(new URL(request.url, "http://x").pathname));
+  } catch {
+    response.writeHead(400).end("bad request");
+    return;
+  }
   if (!file.startsWith(root + path.sep) || !fs.existsSync(file) || !fs.statSync(file).isFile()) {
     response.writeHead(404).end("not found");
     return;
@@ -73,6 +79,8 @@ async function open(file, width = 1100) {
 const read = (page, selector) => page.$$eval(selector, (els) => els.map((e) => ({ text: e.textContent.trim(), value: e.dataset.value })));
 const readOne = async (page, selector) => (await read(page, selector))[0];
 const visibleText = (page) => page.evaluate(() => document.body.innerText);
+// What must never show in a page: NaN or an infinity, in any case.
+const showsNonNumber = async (page) => /\b(nan|-?inf|infinity)\b/i.test(await visibleText(page));
 
 // A screenshot, saved, and not blank: decoded by the browser itself, at least 3% of its pixels
 // differ from the background and it has more than 20 colours.
@@ -109,6 +117,8 @@ async function checkHeadsState(page, want) {
   const weights = await read(page, "#tokens .token .weight");
   weights.forEach((w, j) => checkNumber(`heads, ${want.name}: weight on token ${j}`, w, want.weights[want.row][j], 4));
   checkNumber(`heads, ${want.name}: the row's entropy`, await readOne(page, "#row-entropy"), want.entropy[want.row], 4);
+  checkNumber(`heads, ${want.name}: the row's largest weight`, await readOne(page, "#row-largest"), want.largest[want.row], 4);
+  check(`heads, ${want.name}: where the largest weight is`, (await readOne(page, "#row-largest-at")).text === String(want.largest_at[want.row]));
   const entropies = await read(page, "#pattern td.entropy");
   check(`heads, ${want.name}: an entropy per row`, entropies.length === want.entropy.length, `${entropies.length}`);
   entropies.forEach((e, i) => checkNumber(`heads, ${want.name}: entropy of row ${i}`, e, want.entropy[i], 2));
@@ -120,6 +130,8 @@ async function checkHeadsState(page, want) {
   checkNumber(`heads, ${want.name}: mean entropy`, await readOne(page, "#mean-entropy"), want.mean_entropy, 4);
   checkNumber(`heads, ${want.name}: duplicate-token score`, await readOne(page, "#score-duplicate"), want.scores.duplicate_token, 3);
   checkNumber(`heads, ${want.name}: previous-token score`, await readOne(page, "#score-previous"), want.scores.previous_token, 3);
+  checkNumber(`heads, ${want.name}: induction score`, await readOne(page, "#score-induction"), want.scores.induction, 3);
+  checkNumber(`heads, ${want.name}: first-token score`, await readOne(page, "#score-first"), want.scores.first_token, 3);
 }
 
 async function heads() {
@@ -155,9 +167,18 @@ async function heads() {
   const want = empty.message.replace(/^headwise: [a-z_]+: /, "").toLowerCase();
   check("heads: an empty sentence is refused with the library's message", !message.hidden && message.text.toLowerCase().includes(want),
         JSON.stringify(message));
-  check("heads: nothing shows NaN", !(await visibleText(page)).includes("NaN"));
+  check("heads: no number is shown while refused", await page.$$eval("#tokens, #row-summary, #pattern, #summary",
+        (els) => els.every((e) => e.hidden)));
+  check("heads: nothing shows NaN", !(await showsNonNumber(page)));
   await page.type("#custom-text", "a b a");
   check("heads: a sentence again clears the message", await page.$eval("#message", (m) => m.hidden));
+
+  // A phone's width: no sideways scrolling.
+  await page.setViewport({ width: 390, height: 844, hasTouch: true, isMobile: true });  // (reloads the page)
+  await page.waitForSelector("body[data-ready=true]", { timeout: 20000 });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check("heads: fits a phone's width", overflow <= 0, `${overflow}px too wide`);
+  await screenshot(page, "heads-phone.png");
   await page.close();
 }
 
@@ -166,10 +187,13 @@ async function pointAt(page, kind, i) {
   return page.$eval(`#plane .point.${kind}[data-index="${i}"]`, (g) => [Number(g.dataset.x), Number(g.dataset.y)]);
 }
 
-// Where plane coordinate (x, y) is on the screen (the plane spans -4 .. 4 over its 400-unit box).
+// Where plane coordinate (x, y) is on the screen: the plane spans -4 .. 4 over its 400-unit
+// box, mapped to the screen by the SVG's own transform (the one the page inverts).
 async function screenOf(page, [x, y]) {
-  const box = await page.$eval("#plane", (svg) => { const r = svg.getBoundingClientRect(); return { x: r.x, y: r.y, w: r.width, h: r.height }; });
-  return [box.x + (200 + 50 * x) * box.w / 400, box.y + (200 - 50 * y) * box.h / 400];
+  return page.$eval("#plane", (svg, x, y) => {
+    const p = new DOMPoint(200 + 50 * x, 200 - 50 * y).matrixTransform(svg.getScreenCTM());
+    return [p.x, p.y];
+  }, x, y);
 }
 
 async function checkPlaygroundState(page, want) {
@@ -192,9 +216,9 @@ async function checkPlaygroundState(page, want) {
 }
 
 async function typeInto(page, selector, text) {
-  await page.click(selector, { clickCount: 3 });
+  await page.$eval(selector, (field) => field.select());
   await page.keyboard.press("Backspace");
-  await page.type(selector, text);
+  if (text) await page.type(selector, text);
 }
 
 async function playground() {
@@ -211,8 +235,9 @@ async function playground() {
   await page.mouse.up();
   await checkPlaygroundState(page, dragged);
 
-  await typeInto(page, "#divisor-value", String(divisor8.divisor));  // the divisor typed: 8
-  check("playground: the slider follows the typed divisor", Number(await page.$eval("#divisor", (s) => s.value)) === 8);
+  await page.click("#divisor-8");  // the divisor's mark at 8
+  check("playground: the slider is at 8", Number(await page.$eval("#divisor", (s) => s.value)) === divisor8.divisor);
+  check("playground: the typed field shows 8", (await page.$eval("#divisor-value", (f) => f.value)) === "8");
   await checkPlaygroundState(page, divisor8);
 
   await page.focus("#length");  // the length slider to x8 from the keyboard
@@ -240,15 +265,20 @@ async function playground() {
   for (let s = 0; s < 5; ++s) await page.keyboard.press("ArrowLeft");
   await checkPlaygroundState(page, touched);
 
-  // A divisor of 0 typed: the library's message, no numbers, no NaN; 8 again clears it.
+  // A divisor of 0 typed: the library's message, no numbers, no NaN; so for -3, nothing, and 1e400
+  // (no double); 8 typed again clears it.
   const zero = expected.refusals["divisor typed"];
-  await typeInto(page, "#divisor-value", String(zero.input));
-  const message = await page.$eval("#message", (m) => ({ hidden: m.hidden, text: m.textContent }));
-  const want = zero.message.replace(/^headwise: [a-z_]+: /, "").toLowerCase();
-  check("playground: a divisor of 0 is refused with the library's message", !message.hidden && message.text.toLowerCase().includes(want),
-        JSON.stringify(message));
-  check("playground: the numbers are hidden while refused", await page.$eval("#readouts", (r) => r.hidden));
-  check("playground: nothing shows NaN", !(await visibleText(page)).includes("NaN"));
+  const refused = async (what, text, want) => {
+    await typeInto(page, "#divisor-value", text);
+    const message = await page.$eval("#message", (m) => ({ hidden: m.hidden, text: m.textContent }));
+    check(`playground: ${what} is refused with a message`, !message.hidden && message.text.toLowerCase().includes(want), JSON.stringify(message));
+    check(`playground: ${what}: the numbers are hidden`, await page.$eval("#readouts", (r) => r.hidden));
+    check(`playground: ${what}: nothing shows NaN`, !(await showsNonNumber(page)));
+  };
+  await refused("a divisor of 0", String(zero.input), zero.message.replace(/^headwise: [a-z_]+: /, "").toLowerCase());
+  await refused("a divisor of -3", "-3", "divisor must be finite and > 0, got -3");
+  await refused("no divisor", "", "type a divisor");
+  await refused("a divisor of 1e400", "1e400", "type a divisor");
   await typeInto(page, "#divisor-value", "8");
   check("playground: a divisor again clears the message", await page.$eval("#message", (m) => m.hidden));
   await checkPlaygroundState(page, touched);

@@ -1,13 +1,16 @@
 // Head-type scores: how much a head's attention pattern looks like a known kind of head, from the
 // pattern (n, n) and the token ids. Each score is a mean weight in [0, 1]: the mass the head puts
-// where that kind of head would, averaged over the rows where the question makes sense.
+// where that kind of head would, averaged over the rows where the question makes sense. And the
+// row statistics of a whole pattern, as the fused kernel gives them.
 #pragma once
 
-#include <cmath>
 #include <cstddef>
 #include <vector>
 
+#include "headwise/attend.hpp"
 #include "headwise/detail/errors.hpp"
+#include "headwise/kernels/row_statistics.hpp"
+#include "headwise/score_rule.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::detail {
@@ -76,17 +79,21 @@ double induction_score(const Matrix<Scalar>& pattern, const std::vector<int>& to
   return rows ? total / double(rows) : 0.0;
 }
 
-/// Each row's entropy (any rows x keys pattern), -Σ_j A[i, j] log A[i, j] in nats (0 log 0 = 0): 0 for a row on one key,
-/// log(n) for a row spread evenly over n keys.
+/// The row statistics of a square pattern (n, n) held whole (the toys', a trace's), as the
+/// fused kernel records them without it: each row's entropy, first- and previous-token mass,
+/// largest weight and its key; one head (row 0 of each matrix). Every entry must be a weight in
+/// [0, 1]: a NaN (a row whose scores overflowed) is refused by name, not counted as 0.
 template <class Scalar>
-Vector<double> row_entropies(const Matrix<Scalar>& pattern) {
-  Vector<double> h = Vector<double>::Zero(pattern.rows());
+RowStatistics<Scalar> pattern_statistics(const Matrix<Scalar>& pattern) {
+  detail::check_pattern("pattern_statistics", pattern, -1);
   for (Index i = 0; i < pattern.rows(); ++i)
-    for (Index j = 0; j < pattern.cols(); ++j) {
-      const double p = static_cast<double>(pattern(i, j));
-      if (p > 0) h(i) -= p * std::log(p);
-    }
-  return h;
+    for (Index j = 0; j < pattern.cols(); ++j)
+      if (!(pattern(i, j) >= Scalar(0) && pattern(i, j) <= Scalar(1)))
+        detail::invalid("pattern_statistics", "pattern(", i, ", ", j, ") = ", pattern(i, j), " is not a weight in [0, 1]");
+  RowStatistics<Scalar> out;
+  out.resize(1, pattern.rows());
+  detail::record_statistics_of_weights(pattern, ScoreRule<Scalar>({}, pattern.rows(), pattern.cols(), 1, "pattern_statistics"), 0, out);
+  return out;
 }
 
 }  // namespace headwise::interpret

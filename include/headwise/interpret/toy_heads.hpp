@@ -7,14 +7,54 @@
 
 #include <array>
 #include <cctype>
+#include <cstddef>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
 #include "headwise/interpret/head_scores.hpp"
+#include "headwise/kernels/row_statistics.hpp"
 #include "headwise/softmax.hpp"
 #include "headwise/types.hpp"
+
+namespace headwise::detail {
+/// The code point at text[at] (UTF-8) and its length in bytes; anything that is not UTF-8 (a
+/// stray continuation byte, a truncated or overlong sequence, a surrogate) is refused by name.
+inline std::pair<char32_t, std::size_t> utf8_at(const std::string& text, std::size_t at) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  if (lead < 0x80) return {lead, 1};
+  const std::size_t length = lead >= 0xF5 ? 0 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC2 ? 2 : 0;
+  if (length == 0 || at + length > text.size()) invalid("word_tokens", "byte ", at, " is not UTF-8");
+  char32_t c = lead & (0x7F >> length);
+  for (std::size_t i = 1; i < length; ++i) {
+    if ((byte(at + i) & 0xC0) != 0x80) invalid("word_tokens", "byte ", at + i, " is not UTF-8");
+    c = (c << 6) | (byte(at + i) & 0x3F);
+  }
+  const char32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (c < smallest[length] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+    invalid("word_tokens", "bytes ", at, " to ", at + length - 1, " are not UTF-8");
+  return {c, length};
+}
+
+/// What a code point is to word_tokens: part of a word, white space, or a token of its own.
+enum class CharacterKind { word, space, mark };
+inline CharacterKind kind_of(char32_t c) {
+  if (c < 0x80) {
+    const unsigned char a = static_cast<unsigned char>(c);
+    return std::isalnum(a) ? CharacterKind::word : std::isspace(a) ? CharacterKind::space : CharacterKind::mark;
+  }
+  if (c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200D) || c == 0x2028 || c == 0x2029 ||
+      c == 0x202F || c == 0x205F || c == 0x3000 || c == 0xFEFF)
+    return CharacterKind::space;  // Unicode's spaces and zero-width joiners
+  if ((c >= 0xA1 && c <= 0xBF) || c == 0xD7 || c == 0xF7 || (c >= 0x2010 && c <= 0x2027) || (c >= 0x2030 && c <= 0x205E) ||
+      (c >= 0x3001 && c <= 0x3003) || (c >= 0x3008 && c <= 0x3011))
+    return CharacterKind::mark;  // Latin-1's signs, general and CJK punctuation: curly quotes, dashes, « »
+  return CharacterKind::word;    // letters of every script, digits, and the rest
+}
+}  // namespace headwise::detail
 
 namespace headwise::interpret {
 
@@ -51,18 +91,26 @@ inline constexpr Index toy_max_tokens = 256;
 /// The score a toy head gives where it looks (0 elsewhere): e^10 outweighs any sentence here.
 inline constexpr double toy_high_score = 10.0;
 
-/// A sentence's tokens: runs of letters and digits are words, every other visible character a
-/// token of its own, white space separates.
+/// The most bytes a toy sentence may have (checked before it is split).
+inline constexpr std::size_t toy_max_bytes = 1 << 16;
+
+
+/// A sentence's tokens (UTF-8): runs of letters and digits (of any script) are words, every
+/// punctuation mark or sign a token of its own, white space separates. "John’s" is John, ’, s.
 inline std::vector<std::string> word_tokens(const std::string& text) {
   std::vector<std::string> tokens;
   std::string word;
-  for (const char c : text) {
-    if (std::isalnum(static_cast<unsigned char>(c))) {
-      word += c;
+  for (std::size_t at = 0; at < text.size();) {
+    const auto [c, length] = detail::utf8_at(text, at);
+    const std::string character = text.substr(at, length);
+    at += length;
+    const detail::CharacterKind kind = detail::kind_of(c);
+    if (kind == detail::CharacterKind::word) {
+      word += character;
       continue;
     }
     if (!word.empty()) tokens.push_back(word), word.clear();
-    if (!std::isspace(static_cast<unsigned char>(c))) tokens.emplace_back(1, c);
+    if (kind == detail::CharacterKind::mark) tokens.push_back(character);
   }
   if (!word.empty()) tokens.push_back(word);
   return tokens;
@@ -101,14 +149,16 @@ inline Matrix<double> toy_head_scores(ToyHead head, const std::vector<int>& ids)
 /// A toy head's pattern over a sentence, with what the toys show of it.
 struct ToyHeadPattern {
   std::vector<std::string> tokens;
-  std::vector<int> ids;       ///< first_occurrence_ids(tokens)
-  Matrix<double> weights;     ///< (n, n), each row a softmax of toy_head_scores
-  Vector<double> entropy;     ///< each row's entropy (nats)
+  std::vector<int> ids;              ///< first_occurrence_ids(tokens)
+  Matrix<double> weights;            ///< (n, n), each row a softmax of toy_head_scores
+  RowStatistics<double> statistics;  ///< pattern_statistics(weights): each row's entropy (nats), largest weight, ...
 };
 
-/// The pattern of `head` over `text`, with the causal mask or without. A text with no tokens, or
-/// more than toy_max_tokens, is refused by name.
+/// The pattern of `head` over `text`, with the causal mask or without. A text with no tokens, more
+/// than toy_max_tokens or more than toy_max_bytes, or not UTF-8, is refused by name.
 inline ToyHeadPattern toy_head_pattern(ToyHead head, const std::string& text, bool causal) {
+  if (text.size() > toy_max_bytes)
+    detail::invalid("toy_head_pattern", "the sentence is ", text.size(), " bytes; a toy takes at most ", toy_max_bytes);
   ToyHeadPattern p;
   p.tokens = word_tokens(text);
   if (p.tokens.empty()) detail::invalid("toy_head_pattern", "the sentence has no tokens (no words or punctuation)");
@@ -117,7 +167,7 @@ inline ToyHeadPattern toy_head_pattern(ToyHead head, const std::string& text, bo
   p.ids = first_occurrence_ids(p.tokens);
   p.weights = toy_head_scores(head, p.ids);
   softmax_rows(p.weights, causal);
-  p.entropy = row_entropies(p.weights);
+  p.statistics = pattern_statistics(p.weights);
   return p;
 }
 
