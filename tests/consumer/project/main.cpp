@@ -1,4 +1,5 @@
-// A consumer of headwise: one causal layer on the worked example's input, checked by hand.
+// A consumer of headwise: one causal layer on the worked example's input, checked by hand (or,
+// with HEADWISE_CONSUMER_STEPS, the same attention by the step-by-step core).
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -16,10 +17,16 @@ int main() {
   w.w_k << 1, 0, 1, 1, 0, 1, 0, 0;
   w.w_v << 0, 1, 1, 0, 1, 1, 0, -1;
   w.w_o = Matrix<double>::Identity(2, 4);  // W_O copies Z into the first two columns
-  const headwise::MultiHeadAttention<double> mha(/*n_heads=*/1, w);
   Matrix<double> x(3, 4);
   x << 1, 0, 1, 0, 0, 1, 1, 0, 1, 1, 0, 1;
+#ifdef HEADWISE_CONSUMER_STEPS
+  // The attention core step by step (no fused kernel: a second and third consumer build only
+  // need to show the targets work, in two thirds of the compile time): Z = A V is the layer's out.
+  const Matrix<double> out = headwise::attention(Matrix<double>(x * w.w_q), Matrix<double>(x * w.w_k), Matrix<double>(x * w.w_v)).z;
+#else
+  const headwise::MultiHeadAttention<double> mha(/*n_heads=*/1, w);
   const Matrix<double> out = mha.forward(x);
+#endif
   std::printf("headwise %s: out row 3 = (%.5f, %.5f)\n", HEADWISE_VERSION_STRING, out(2, 0), out(2, 1));
   // The worked example: row 1 is exactly v1 = (1, 2); row 3 is (1.28400, 0.56405).
   const bool ok = out(0, 0) == 1 && out(0, 1) == 2 && std::abs(out(2, 0) - 1.28400) < 5e-6 &&
