@@ -109,6 +109,17 @@ async function screenshot(page, name) {
   console.log(`screenshot ${file}: ${(100 * stats.fraction).toFixed(1)}% drawn, ${stats.colours} colours`);
 }
 
+// A phone's width (390 CSS pixels, touch): the page lays out without sideways scrolling; then
+// its screenshot, and the page is closed.
+async function onAPhone(page, name) {
+  await page.setViewport({ width: 390, height: 844, hasTouch: true, isMobile: true });  // (reloads the page)
+  await page.waitForSelector("body[data-ready=true]", { timeout: 20000 });
+  const widths = await page.evaluate(() => ({ layout: window.innerWidth, content: document.documentElement.scrollWidth }));
+  check(`${name}: fits a phone's width`, widths.layout === 390 && widths.content <= 390, JSON.stringify(widths));
+  await screenshot(page, `${name}-phone.png`);
+  await page.close();
+}
+
 // ---- Toy 1: the heads ----
 async function checkHeadsState(page, want) {
   const tokens = await read(page, "#tokens .token .word");
@@ -173,13 +184,7 @@ async function heads() {
   await page.type("#custom-text", "a b a");
   check("heads: a sentence again clears the message", await page.$eval("#message", (m) => m.hidden));
 
-  // A phone's width: no sideways scrolling.
-  await page.setViewport({ width: 390, height: 844, hasTouch: true, isMobile: true });  // (reloads the page)
-  await page.waitForSelector("body[data-ready=true]", { timeout: 20000 });
-  const heads = await page.evaluate(() => ({ layout: window.innerWidth, content: document.documentElement.scrollWidth }));
-  check("heads: fits a phone's width", heads.layout === 390 && heads.content <= 390, JSON.stringify(heads));
-  await screenshot(page, "heads-phone.png");
-  await page.close();
+  await onAPhone(page, "heads");
 }
 
 // ---- Toy 2: the QK playground ----
@@ -283,13 +288,7 @@ async function playground() {
   check("playground: a divisor again clears the message", await page.$eval("#message", (m) => m.hidden));
   await checkPlaygroundState(page, touched);
 
-  // A phone's width: the page still lays out without sideways scrolling.
-  await page.setViewport({ width: 390, height: 844, hasTouch: true, isMobile: true });  // (reloads the page)
-  await page.waitForSelector("body[data-ready=true]", { timeout: 20000 });
-  const widths = await page.evaluate(() => ({ layout: window.innerWidth, content: document.documentElement.scrollWidth }));
-  check("playground: fits a phone's width", widths.layout === 390 && widths.content <= 390, JSON.stringify(widths));
-  await screenshot(page, "playground-phone.png");
-  await page.close();
+  await onAPhone(page, "playground");
 }
 
 try {
