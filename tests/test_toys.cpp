@@ -84,6 +84,12 @@ TEST_CASE("toy heads: words and punctuation are tokens", "[toys]") {
   CHECK(interpret::word_tokens("John\u2019s \u201cdog\u201d\u2014ok\u00a0\u00bfs\u00ed?") ==
         std::vector<std::string>{"John", "\u2019", "s", "\u201c", "dog", "\u201d", "\u2014", "ok", "\u00bf", "s\u00ed", "?"});
   CHECK(interpret::word_tokens("\u732b\u304c\u5ea7\u3063\u305f\u3002") == std::vector<std::string>{"\u732b\u304c\u5ea7\u3063\u305f", "\u3002"});
+  CHECK(interpret::word_tokens("\u4f60\u597d\uff0c\u4e16\u754c\uff01") ==
+        std::vector<std::string>{"\u4f60\u597d", "\uff0c", "\u4e16\u754c", "\uff01"});  // fullwidth punctuation
+  CHECK(interpret::word_tokens("\U0001F469\u200D\U0001F4BB x\u00b2 \u00bd") ==
+        std::vector<std::string>{"\U0001F469\u200D\U0001F4BB", "x\u00b2", "\u00bd"});  // a joined emoji, x², ½: words
+  CHECK(interpret::word_tokens("a\x01" "b\x7f" "c\u0085" "d") == std::vector<std::string>{"a", "b", "c", "d"});  // controls separate
+  CHECK(interpret::word_tokens("\U0001F600!") == std::vector<std::string>{"\U0001F600", "!"});     // four bytes
   // ’ and ” share their first two bytes: they must not be the same token to the duplicate head.
   const auto quotes = interpret::toy_head_pattern(interpret::ToyHead::duplicate_token, "a\u2019 b\u201d", true);
   CHECK(quotes.ids == std::vector<int>{0, 1, 2, 3});
@@ -96,6 +102,9 @@ TEST_CASE("toy heads: text that is not UTF-8 is refused by name", "[toys][errors
   CHECK_THROWS_WITH(interpret::word_tokens("\xe0\x80\xaf"), Catch::Contains("bytes 0 to 2 are not UTF-8"));  // overlong
   CHECK_THROWS_WITH(interpret::word_tokens("\xed\xa0\x80"), Catch::Contains("bytes 0 to 2 are not UTF-8"));  // a surrogate
   CHECK_THROWS_WITH(interpret::word_tokens("\xf5\x80\x80\x80"), Catch::Contains("byte 0 is not UTF-8"));
+  CHECK_THROWS_WITH(interpret::word_tokens("\xf4\x90\x80\x80"), Catch::Contains("bytes 0 to 3 are not UTF-8"));  // past U+10FFFF
+  CHECK_THROWS_WITH(interpret::word_tokens("x\xc0\xaf"), Catch::Contains("byte 1 is not UTF-8"));  // an overlong "/"
+  CHECK_THROWS_WITH(interpret::word_tokens("ok \xf0\x9f\x98"), Catch::Contains("byte 3 is not UTF-8"));  // four bytes cut short
 }
 
 TEST_CASE("toy heads: each pattern is the softmax of its rule, in closed form", "[toys]") {
@@ -198,10 +207,17 @@ TEST_CASE("toys: the numbers the browser test expects, from the native library",
     options.divisor = refusals["divisor typed"].get<double>();
     attention_weights(points(scenarios["playground"][0]["queries"]), points(scenarios["playground"][0]["keys"]), options);
   });
+  const std::string negative_divisor = message_of([&] {
+    AttentionOptions options;
+    options.divisor = refusals["negative divisor typed"].get<double>();
+    attention_weights(points(scenarios["playground"][0]["queries"]), points(scenarios["playground"][0]["keys"]), options);
+  });
+  CHECK_THAT(negative_divisor, Catch::Contains("got -3"));
   CHECK_THAT(empty_sentence, Catch::Contains("no tokens"));
   CHECK_THAT(zero_divisor, Catch::Contains("divisor must be finite and > 0"));
   expected["refusals"] = {{"empty sentence", {{"input", refusals["empty sentence"]}, {"message", empty_sentence}}},
-                          {"divisor typed", {{"input", refusals["divisor typed"]}, {"message", zero_divisor}}}};
+                          {"divisor typed", {{"input", refusals["divisor typed"]}, {"message", zero_divisor}}},
+                          {"negative divisor typed", {{"input", refusals["negative divisor typed"]}, {"message", negative_divisor}}}};
 
   std::ofstream out(std::string(HEADWISE_TEST_TMP_DIR) + "/toys-expected.json");
   out << expected.dump(1) << "\n";

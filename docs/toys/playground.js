@@ -81,22 +81,24 @@
       return [(v.x - centre) / unit, (centre - v.y) / unit];
     };
     const choose = () => { if (kind === "query") { state.row = i; $("query").value = String(i); } };
-    let grab = null;  // the pointer's offset from the point while dragging
+    let grab = null;  // while dragging: the pointer's id and its offset from the point
     g.addEventListener("pointerdown", (event) => {
+      if (grab || (event.pointerType === "mouse" && event.button !== 0)) return;  // one pointer, the main button
       event.preventDefault();
       g.setPointerCapture(event.pointerId);
       g.focus();
       const p = planePoint(event);
-      grab = [list()[i][0] - p[0], list()[i][1] - p[1]];
+      grab = { id: event.pointerId, dx: list()[i][0] - p[0], dy: list()[i][1] - p[1] };
       choose();
       update();
     });
     g.addEventListener("pointermove", (event) => {
-      if (!grab || !g.hasPointerCapture(event.pointerId)) return;
+      if (!grab || event.pointerId !== grab.id) return;
       const p = planePoint(event);
-      move(kind, i, [p[0] + grab[0], p[1] + grab[1]]);
+      move(kind, i, [p[0] + grab.dx, p[1] + grab.dy]);
     });
     const release = (event) => {
+      if (!grab || event.pointerId !== grab.id) return;
       if (g.hasPointerCapture(event.pointerId)) g.releasePointerCapture(event.pointerId);
       grab = null;
     };
@@ -173,9 +175,10 @@
   function setDivisor(value, from) {
     state.divisor = value;
     if (from !== "typed") $("divisor-value").value = String(Math.round(value * 1e4) / 1e4);
-    if (from !== "slider") $("divisor").value = String(Math.max(1, Math.min(16, value)));
+    if (from !== "slider" && Number.isFinite(value)) $("divisor").value = String(Math.max(1, Math.min(16, value)));
     const onSlider = value >= 1 && value <= 16;
-    $("divisor").setAttribute("aria-valuetext", onSlider ? Toys.format(value, 3) : `beyond the slider: the divisor typed is ${value}`);
+    $("divisor").setAttribute("aria-valuetext", onSlider ? Toys.format(value, 3)
+        : Number.isFinite(value) ? `beyond the slider: the divisor typed is ${value}` : "no divisor typed");
     update();
   }
 

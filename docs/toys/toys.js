@@ -49,10 +49,20 @@ const Toys = {
     return what.charAt(0).toUpperCase() + what.slice(1) + (what.endsWith(".") ? "" : ".");
   },
 
-  /** Colours an element by a weight in [0, 1] (white text where the fill is dark enough for it). */
+  /**
+   * Colours an element by a weight in [0, 1]: the fill blends white into the ink blue (#0b5cad) by
+   * the weight; the text is black where the fill is light and white where it is dark, switching
+   * at the relative luminance (WCAG) where both read at 4.5 : 1.
+   */
   shade(el, w) {
-    el.style.setProperty("--w", String(Math.max(0, Math.min(1, w)) * 0.9));
-    el.classList.toggle("strong", w > 0.9);
+    const a = Math.max(0, Math.min(1, w)) * 0.9;
+    el.style.setProperty("--w", String(a));
+    const channel = (ink) => {
+      const c = (255 * (1 - a) + ink * a) / 255;
+      return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    };
+    const luminance = 0.2126 * channel(11) + 0.7152 * channel(92) + 0.0722 * channel(173);
+    el.classList.toggle("strong", luminance < 0.175);
   },
 
   /**

@@ -126,6 +126,7 @@ async function checkHeadsState(page, want) {
   check(`heads, ${want.name}: the tokens`, JSON.stringify(tokens.map((t) => t.text)) === JSON.stringify(want.tokens),
         tokens.map((t) => t.text).join(" "));
   const weights = await read(page, "#tokens .token .weight");
+  check(`heads, ${want.name}: a weight per token`, weights.length === want.tokens.length, `${weights.length}`);
   weights.forEach((w, j) => checkNumber(`heads, ${want.name}: weight on token ${j}`, w, want.weights[want.row][j], 4));
   checkNumber(`heads, ${want.name}: the row's entropy`, await readOne(page, "#row-entropy"), want.entropy[want.row], 4);
   checkNumber(`heads, ${want.name}: the row's largest weight`, await readOne(page, "#row-largest"), want.largest[want.row], 4);
@@ -134,6 +135,7 @@ async function checkHeadsState(page, want) {
   check(`heads, ${want.name}: an entropy per row`, entropies.length === want.entropy.length, `${entropies.length}`);
   entropies.forEach((e, i) => checkNumber(`heads, ${want.name}: entropy of row ${i}`, e, want.entropy[i], 2));
   const cells = await read(page, "#pattern td:not(.entropy)");
+  check(`heads, ${want.name}: the whole pattern`, cells.length === want.tokens.length ** 2, `${cells.length}`);
   cells.forEach((c, k) => {
     const i = Math.floor(k / want.tokens.length), j = k % want.tokens.length;
     check(`heads, ${want.name}: pattern (${i}, ${j})`, Math.abs(Number(c.value) - want.weights[i][j]) <= 1e-12, `${c.value} vs ${want.weights[i][j]}`);
@@ -179,7 +181,7 @@ async function heads() {
   check("heads: an empty sentence is refused with the library's message", !message.hidden && message.text.toLowerCase().includes(want),
         JSON.stringify(message));
   check("heads: no number is shown while refused", await page.$$eval("#tokens, #row-summary, #pattern, #summary",
-        (els) => els.every((e) => e.hidden)));
+        (els) => els.length === 4 && els.every((e) => e.hidden)));
   check("heads: nothing shows NaN", !(await showsNonNumber(page)));
   await page.type("#custom-text", "a b a");
   check("heads: a sentence again clears the message", await page.$eval("#message", (m) => m.hidden));
@@ -231,12 +233,25 @@ async function playground() {
   const [start, dragged, divisor8, longer, maskOff, touched] = expected.playground;
   await checkPlaygroundState(page, start);
 
-  // Drag key 2 with the mouse.
-  const [fromX, fromY] = await screenOf(page, start.keys[2]);
+  // From the keyboard, Enter on query 2 shows its weights; on query 3, back.
+  for (const i of [2, 3]) {
+    await page.$eval(`#plane .point.query[data-index="${i}"]`, (g) => g.focus());  // (an SVG element)
+    await page.keyboard.press("Enter");
+    check(`playground: Enter on query ${i} shows it`, (await page.$eval("#row-index", (e) => e.textContent)) === `q${i}` &&
+          (await page.$eval("#query", (q) => q.value)) === String(i));
+  }
+  await checkPlaygroundState(page, start);
+
+  // A click on a point, off its centre, does not move it.
+  const [k2X, k2Y] = await screenOf(page, start.keys[2]);
+  await page.mouse.click(k2X + 5, k2Y - 4);
+  await checkPlaygroundState(page, start);
+
+  // Drag key 2 with the mouse, grabbed off its centre: it moves as the pointer does.
   const [toX, toY] = await screenOf(page, dragged.keys[2]);
-  await page.mouse.move(fromX, fromY);
+  await page.mouse.move(k2X + 5, k2Y - 4);
   await page.mouse.down();
-  await page.mouse.move(toX, toY, { steps: 8 });
+  await page.mouse.move(toX + 5, toY - 4, { steps: 8 });
   await page.mouse.up();
   await checkPlaygroundState(page, dragged);
 
@@ -279,9 +294,12 @@ async function playground() {
     check(`playground: ${what} is refused with a message`, !message.hidden && message.text.toLowerCase().includes(want), JSON.stringify(message));
     check(`playground: ${what}: the numbers are hidden`, await page.$eval("#readouts", (r) => r.hidden));
     check(`playground: ${what}: nothing shows NaN`, !(await showsNonNumber(page)));
+    const valueText = await page.$eval("#divisor", (d) => d.getAttribute("aria-valuetext"));
+    check(`playground: ${what}: the slider says no NaN`, !/\b(nan|-?inf|infinity)\b/i.test(valueText), valueText);
   };
   await refused("a divisor of 0", String(zero.input), zero.message.replace(/^headwise: [a-z_]+: /, "").toLowerCase());
-  await refused("a divisor of -3", "-3", "divisor must be finite and > 0, got -3");
+  const negative = expected.refusals["negative divisor typed"];
+  await refused("a divisor of -3", String(negative.input), negative.message.replace(/^headwise: [a-z_]+: /, "").toLowerCase());
   await refused("no divisor", "", "type a divisor");
   await refused("a divisor of 1e400", "1e400", "type a divisor");
   await typeInto(page, "#divisor-value", "8");

@@ -81,7 +81,8 @@ double induction_score(const Matrix<Scalar>& pattern, const std::vector<int>& to
 
 /// The row statistics of a square pattern (n, n) held whole (the toys', a trace's), as the
 /// fused kernel records them without it: each row's entropy, first- and previous-token mass,
-/// largest weight and its key; one head (row 0 of each matrix). Every entry must be a weight in
+/// largest weight and its key; one head (row 0 of each matrix; sink_mass 0: a pattern held whole
+/// has no sink). Every entry must be a weight in
 /// [0, 1]: a NaN (a row whose scores overflowed) is refused by name, not counted as 0.
 template <class Scalar>
 RowStatistics<Scalar> pattern_statistics(const Matrix<Scalar>& pattern) {

@@ -44,15 +44,19 @@ enum class CharacterKind { word, space, mark };
 inline CharacterKind kind_of(char32_t c) {
   if (c < 0x80) {
     const unsigned char a = static_cast<unsigned char>(c);
-    return std::isalnum(a) ? CharacterKind::word : std::isspace(a) ? CharacterKind::space : CharacterKind::mark;
+    if (std::isalnum(a)) return CharacterKind::word;
+    return std::isspace(a) || std::iscntrl(a) ? CharacterKind::space : CharacterKind::mark;  // controls separate, unseen
   }
-  if (c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200D) || c == 0x2028 || c == 0x2029 ||
-      c == 0x202F || c == 0x205F || c == 0x3000 || c == 0xFEFF)
-    return CharacterKind::space;  // Unicode's spaces and zero-width joiners
-  if ((c >= 0xA1 && c <= 0xBF) || c == 0xD7 || c == 0xF7 || (c >= 0x2010 && c <= 0x2027) || (c >= 0x2030 && c <= 0x205E) ||
-      (c >= 0x3001 && c <= 0x3003) || (c >= 0x3008 && c <= 0x3011))
-    return CharacterKind::mark;  // Latin-1's signs, general and CJK punctuation: curly quotes, dashes, « »
-  return CharacterKind::word;    // letters of every script, digits, and the rest
+  if (c <= 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200B) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+      c == 0x205F || c == 0x3000 || c == 0xFEFF)
+    return CharacterKind::space;  // C1 controls, Unicode's spaces (the joiners U+200C, U+200D stay inside words)
+  const bool latin1_sign = c >= 0xA1 && c <= 0xBF && c != 0xAA && c != 0xAD && c != 0xB2 && c != 0xB3 && c != 0xB5 &&
+                           c != 0xB9 && c != 0xBA && !(c >= 0xBC && c <= 0xBE);  // not ª, soft hyphen, ² ³ µ ¹ º, ¼ ½ ¾
+  if (latin1_sign || c == 0xD7 || c == 0xF7 || (c >= 0x2010 && c <= 0x2027) || (c >= 0x2030 && c <= 0x205E) ||
+      (c >= 0x3001 && c <= 0x3003) || (c >= 0x3008 && c <= 0x301F) || (c >= 0xFF01 && c <= 0xFF0F) ||
+      (c >= 0xFF1A && c <= 0xFF20) || (c >= 0xFF3B && c <= 0xFF40) || (c >= 0xFF5B && c <= 0xFF65))
+    return CharacterKind::mark;  // Latin-1's signs, general, CJK and fullwidth punctuation: “ ” — « » 。 ，！
+  return CharacterKind::word;    // letters of every script, digits, joiners, emoji, and the rest
 }
 }  // namespace headwise::detail
 
