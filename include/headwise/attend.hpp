@@ -116,32 +116,6 @@ void check_heads(const char* where, const Heads& heads, const Eigen::Ref<const M
     invalid(where, "v has ", v.cols(), " columns, not divisible by n_kv_heads = ", heads.key_value);
 }
 
-/// The statistics of row i of one head's weights a (n_q, n_k), as the fused kernel records them:
-/// entropy over the keys, the mass on the key at position 0 and on the key just before the
-/// query, the largest weight with its key (-1 if the row sees nothing), and what a sink took,
-/// 1 - Σ_j a_ij.
-template <class Scalar>
-void record_statistics_of_weights(const Matrix<Scalar>& a, const ScoreRule<Scalar>& rule, Index h,
-                                  RowStatistics<Scalar>& out) {
-  for (Index i = 0; i < a.rows(); ++i) {
-    Scalar entropy = 0, best = 0, sum = 0;
-    Index best_at = -1;
-    for (Index j = 0; j < a.cols(); ++j) {
-      const Scalar p = a(i, j);
-      if (p > Scalar(0)) entropy -= p * std::log(p);
-      if (p > best) best = p, best_at = j;
-      sum += p;
-    }
-    const Index first = -rule.first_key(), previous = rule.position(i) - 1 - rule.first_key();
-    out.entropy(h, i) = entropy;
-    out.first_token_mass(h, i) = first >= 0 && first < a.cols() ? a(i, first) : Scalar(0);
-    out.previous_token_mass(h, i) = previous >= 0 && previous < a.cols() ? a(i, previous) : Scalar(0);
-    out.max_weight(h, i) = best;
-    out.argmax(h, i) = best_at;
-    out.sink_mass(h, i) = rule.has_sinks() ? Scalar(1) - sum : Scalar(0);
-  }
-}
-
 /// The step-by-step path: each head's pattern from the rule, then A V.
 template <class Scalar>
 AttentionResult<Scalar> attend_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& q,

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <vector>
 
-#include "headwise/attend.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/score_rule.hpp"
