@@ -118,11 +118,11 @@ void fused_args(benchmark::internal::Benchmark* b) {
 // The fused core, once per iteration: every head of a (n, 3 d_model) QKV buffer, no (n, n) matrix.
 void run_fused_core(benchmark::State& state, Index n, const headwise::AttentionOptions& options) {
   const Mat qkv = random_matrix(n, 3 * d_model, 7);
-  Mat z(n, d_model);
+  headwise::AttentionCall call;
+  call.heads = {n_heads, n_heads}, call.options = &options;
   for (auto _ : state) {
-    headwise::fused_multi_head_attention<float>(qkv.leftCols(d_model), qkv.middleCols(d_model, d_model),
-                                                qkv.rightCols(d_model), n_heads, n_heads, z, nullptr, options);
-    benchmark::DoNotOptimize(z.data());
+    auto r = headwise::attend<float>(qkv.leftCols(d_model), qkv.middleCols(d_model, d_model), qkv.rightCols(d_model), call);
+    benchmark::DoNotOptimize(r.z.data());
     benchmark::ClobberMemory();
   }
 }
@@ -142,10 +142,11 @@ void run_packed_core(benchmark::State& state, Index n, const headwise::Attention
   const Mat qkv = random_matrix(n, 3 * d_model, 7);
   headwise::PackedKeysValues<float> kv(n, n_heads, d_head, d_head);
   kv.append(qkv.middleCols(d_model, d_model), qkv.rightCols(d_model));
-  Mat z(n, d_model);
+  headwise::AttentionCall call;
+  call.heads = {n_heads, n_heads}, call.options = &options;
   for (auto _ : state) {
-    headwise::fused_attention_packed<float>(qkv.leftCols(d_model), n_heads, kv, z, nullptr, options);
-    benchmark::DoNotOptimize(z.data());
+    auto r = headwise::attend<float>(qkv.leftCols(d_model), kv, call);
+    benchmark::DoNotOptimize(r.z.data());
     benchmark::ClobberMemory();
   }
 }

@@ -58,18 +58,18 @@ void decode_step(benchmark::State& state, Index n_heads_, Index n_kv_heads, Inde
   const Index context = state.range(0);
   headwise::AttentionOptions options;
   options.threads = static_cast<int>(state.range(1));
-  headwise::FusedTiles tiles;
-  tiles.split_keys = state.range(2) != 0;
   headwise::KvCache<float> cache(context, n_kv_heads, d);
   for (Index t = 0; t < context; t += 4096) {  // in blocks: the random fill stays small
     const Index m = std::min<Index>(4096, context - t);
     cache.append(random_matrix(m, n_kv_heads * d, unsigned(t) + 1), random_matrix(m, n_kv_heads * d, unsigned(t) + 2));
   }
   const Mat q = random_matrix(1, n_heads_ * d, 3);
-  Mat z(1, n_heads_ * d);
+  headwise::AttentionCall call;
+  call.heads = {n_heads_, n_kv_heads}, call.options = &options;
+  call.tiles.split_keys = state.range(2) != 0;
   for (auto _ : state) {
-    headwise::fused_attention_packed<float>(q, n_heads_, cache.packed(), z, nullptr, options, tiles);
-    benchmark::DoNotOptimize(z.data());
+    auto r = headwise::attend<float>(q, cache.packed(), call);
+    benchmark::DoNotOptimize(r.z.data());
     benchmark::ClobberMemory();
   }
   const double bytes = 2.0 * double(context) * double(n_kv_heads * d) * sizeof(float);

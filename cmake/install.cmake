@@ -29,6 +29,12 @@ if(TARGET headwise_io)
   install(TARGETS headwise_io EXPORT headwiseIoTargets)
   install(EXPORT headwiseIoTargets NAMESPACE headwise:: DESTINATION ${HEADWISE_CMAKE_DIR})
 endif()
+set(HEADWISE_EXPORTS_COMPILED OFF)
+if(TARGET headwise_compiled)
+  set(HEADWISE_EXPORTS_COMPILED ON)
+  install(TARGETS headwise_compiled EXPORT headwiseCompiledTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT headwiseCompiledTargets NAMESPACE headwise:: DESTINATION ${HEADWISE_CMAKE_DIR})
+endif()
 if(TARGET headwise_distributed)
   set(HEADWISE_EXPORTS_DISTRIBUTED ON)
   install(TARGETS headwise_distributed EXPORT headwiseDistributedTargets)
@@ -40,7 +46,7 @@ configure_package_config_file(cmake/headwiseConfig.cmake.in
   INSTALL_DESTINATION ${HEADWISE_CMAKE_DIR})
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/headwiseConfigVersion.cmake
   COMPATIBILITY SameMinorVersion
-  ARCH_INDEPENDENT)
+)
 install(FILES
   ${CMAKE_CURRENT_BINARY_DIR}/headwiseConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/headwiseConfigVersion.cmake

@@ -48,22 +48,25 @@ void check_case(const std::string& prefix, const Matrix<Scalar>& q, const Matrix
   const Matrix<double> out = side_by_side<double>(prefix + ".out");
   const Matrix<double> lse = variants().matrix<double>(prefix + ".logsumexp");
   // The fused kernel, every head in one call, with small tiles so that masks cross tile edges.
-  Matrix<Scalar> z(q.rows(), q.cols()), fused_lse;
-  fused_multi_head_attention<Scalar>(q, k, v, heads, heads, z, &fused_lse, options, FusedTiles{8, 8});
-  CHECK_THAT(z.template cast<double>(), IsNear(out, tolerance<Scalar>()));
-  CHECK_THAT(fused_lse.template cast<double>(), IsNear(lse, tolerance<Scalar>()));
+  AttentionCall call;
+  call.heads = {heads, heads}, call.options = &options, call.logsumexp = true, call.tiles = FusedTiles{8, 8};
+  const AttentionResult<Scalar> small_tiles = attend<Scalar>(q, k, v, call);
+  CHECK_THAT(small_tiles.z.template cast<double>(), IsNear(out, tolerance<Scalar>()));
+  CHECK_THAT(small_tiles.logsumexp.template cast<double>(), IsNear(lse, tolerance<Scalar>()));
   // The default tiles too (one tile covers T = 37).
-  fused_multi_head_attention<Scalar>(q, k, v, heads, heads, z, &fused_lse, options);
-  CHECK_THAT(z.template cast<double>(), IsNear(out, tolerance<Scalar>()));
+  call.tiles = FusedTiles{};
+  const AttentionResult<Scalar> default_tiles = attend<Scalar>(q, k, v, call);
+  CHECK_THAT(default_tiles.z.template cast<double>(), IsNear(out, tolerance<Scalar>()));
   // Keys in the smallest shards (one micro-tile of keys each) merged by the kernel: split across
   // jobs (all T rows in one query tile: split-key decoding), and in turn (8-row query tiles).
-  Matrix<Scalar> z_split(q.rows(), q.cols()), split_lse;
-  fused_multi_head_attention<Scalar>(q, k, v, heads, heads, z_split, &split_lse, options, FusedTiles{128, 1, 1});
-  CHECK_THAT(z_split.template cast<double>(), IsNear(out, tolerance<Scalar>()));
-  CHECK_THAT(split_lse.template cast<double>(), IsNear(lse, tolerance<Scalar>()));
-  fused_multi_head_attention<Scalar>(q, k, v, heads, heads, z, &fused_lse, options, FusedTiles{8, 1, 1});
-  CHECK_THAT(headwise_test::as_double(z), IsExactly(z_split));
-  CHECK_THAT(headwise_test::as_double(fused_lse), IsExactly(split_lse));
+  call.tiles = FusedTiles{128, 1, 1};
+  const AttentionResult<Scalar> split = attend<Scalar>(q, k, v, call);
+  CHECK_THAT(split.z.template cast<double>(), IsNear(out, tolerance<Scalar>()));
+  CHECK_THAT(split.logsumexp.template cast<double>(), IsNear(lse, tolerance<Scalar>()));
+  call.tiles = FusedTiles{8, 1, 1};
+  const AttentionResult<Scalar> in_turn = attend<Scalar>(q, k, v, call);
+  CHECK_THAT(headwise_test::as_double(in_turn.z), IsExactly(split.z));
+  CHECK_THAT(headwise_test::as_double(in_turn.logsumexp), IsExactly(split.logsumexp));
   // Step by step, head by head.
   for (Index h = 0; h < heads; ++h) {
     CAPTURE(h);

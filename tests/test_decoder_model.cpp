@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -281,6 +282,55 @@ TEMPLATE_TEST_CASE("Decoding token by token equals the whole forward's logits bi
     CHECK(model.generate(ids, 3, sampled) == model.generate(ids, 3, sampled));  // the seed fixes the draw
     sampled.top_k = 1;
     CHECK(model.generate(ids, 3, sampled) == model.generate(ids, 3));  // top-1 sampling is greedy
+  }
+}
+
+/// A GPT-2 checkpoint folder with random weights, n_embd 40 (rows of 160 bytes: not a multiple of
+/// a 64-byte vector, so each row of a batch starts at another alignment than a row decoded alone).
+std::string random_gpt2_folder(std::mt19937& rng) {
+  const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/gpt2-n-embd-40";
+  std::filesystem::create_directories(folder);
+  std::ofstream(folder + "/config.json") << R"({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 40, "n_head": 4,
+    "n_layer": 2, "n_positions": 64, "n_ctx": 64, "vocab_size": 96, "layer_norm_epsilon": 1e-05, "activation_function": "gelu_new",
+    "scale_attn_weights": true, "n_inner": null})";
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  std::map<std::string, headwise_test::TensorSpec> tensors;
+  const auto add = [&](const std::string& name, std::vector<std::uint64_t> shape, float offset = 0.0f) {
+    headwise_test::TensorSpec t{shape, 0.0f, {}};
+    std::uint64_t count = 1;
+    for (const auto d : shape) count *= d;
+    for (std::uint64_t i = 0; i < count; ++i) t.values.push_back(offset + normal(rng));
+    tensors[name] = t;
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "transformer.h." + std::to_string(l) + ".";
+    add(p + "attn.c_attn.weight", {40, 120}), add(p + "attn.c_attn.bias", {120}), add(p + "attn.c_proj.weight", {40, 40});
+    add(p + "attn.c_proj.bias", {40}), add(p + "ln_1.weight", {40}, 1.0f), add(p + "ln_1.bias", {40}), add(p + "ln_2.weight", {40}, 1.0f);
+    add(p + "ln_2.bias", {40}), add(p + "mlp.c_fc.weight", {40, 160}), add(p + "mlp.c_fc.bias", {160});
+    add(p + "mlp.c_proj.weight", {160, 40}), add(p + "mlp.c_proj.bias", {40});
+  }
+  add("transformer.ln_f.weight", {40}, 1.0f), add("transformer.ln_f.bias", {40}), add("transformer.wpe.weight", {64, 40});
+  add("transformer.wte.weight", {96, 40});
+  const std::vector<unsigned char> bytes = headwise_test::write_safetensors(tensors);
+  std::ofstream(folder + "/model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  return folder;
+}
+
+TEMPLATE_TEST_CASE("Decoding equals the forward bit for bit at a width whose rows are not vector-aligned (GPT-2, n_embd 40)",
+                   "[model][decode]", float, double) {
+  std::mt19937 rng(40);
+  const auto model = io::load_decoder_model<TestType>(random_gpt2_folder(rng));
+  std::vector<Index> ids;
+  std::uniform_int_distribution<int> token(0, 95);
+  for (int t = 0; t < 23; ++t) ids.push_back(token(rng));
+  const Matrix<TestType> whole = model.logits(ids);
+  for (const std::size_t prompt : {std::size_t(1), std::size_t(3), std::size_t(8)}) {
+    CAPTURE(prompt);
+    auto caches = model.make_caches(static_cast<Index>(ids.size()));
+    Matrix<TestType> decoded(whole.rows(), whole.cols());
+    decoded.topRows(Index(prompt)) = model.decode(std::vector<Index>(ids.begin(), ids.begin() + Index(prompt)), caches);
+    for (std::size_t t = prompt; t < ids.size(); ++t) decoded.row(Index(t)) = model.decode({ids[t]}, caches);
+    CHECK_THAT(headwise_test::as_double(decoded), headwise_test::IsExactly(whole));
   }
 }
 

@@ -83,9 +83,9 @@ TEMPLATE_TEST_CASE("fused equals step-by-step over random shapes, tiles and thre
     options.divisor = c.divisor;
     options.threads = c.threads;
 
-    Matrix<TestType> z(c.n_q, c.n_heads * c.d_head);
-    Matrix<TestType> lse;
-    fused_multi_head_attention<TestType>(q, k, v, c.n_heads, c.n_kv_heads, z, &lse, options, c.tiles);
+    AttentionCall call;
+    call.heads = {c.n_heads, c.n_kv_heads}, call.options = &options, call.logsumexp = true, call.tiles = c.tiles;
+    const AttentionResult<TestType> fused = attend<TestType>(q, k, v, call);
 
     for (Index h = 0; h < c.n_heads; ++h) {
       CAPTURE(h);
@@ -101,21 +101,21 @@ TEMPLATE_TEST_CASE("fused equals step-by-step over random shapes, tiles and thre
       const double v_max = vd.size() ? vd.cwiseAbs().maxCoeff() : 1.0;
       const double allowed = 8 * eps * (1 + largest_score(qd, kd, c.divisor) + std::sqrt(double(c.n_k + 1))) * v_max;
       const double rel = allowed / std::max(reference.size() ? reference.cwiseAbs().maxCoeff() : 0.0, v_max / 4);
-      const Eigen::MatrixXd fused_h = headwise_test::as_double(z.middleCols(h * c.d_head, c.d_head));
+      const Eigen::MatrixXd fused_h = headwise_test::as_double(fused.z.middleCols(h * c.d_head, c.d_head));
       CHECK_THAT(fused_h, headwise_test::IsNear(reference, rel, v_max / 4));
       CHECK_THAT(fused_h, headwise_test::IsNear(headwise_test::as_double(step.z), 2 * rel, v_max / 4));
       // Rows that see nothing: exactly 0 and logsumexp -inf, on both paths.
       for (Index i = 0; i < c.n_q; ++i) {
         if (visible_keys(i, c.n_q, c.n_k, c.causal) > 0) continue;
-        CHECK((z.row(i).middleCols(h * c.d_head, c.d_head).array() == TestType(0)).all());
-        CHECK(lse(h, i) == -std::numeric_limits<TestType>::infinity());
+        CHECK((fused.z.row(i).middleCols(h * c.d_head, c.d_head).array() == TestType(0)).all());
+        CHECK(fused.logsumexp(h, i) == -std::numeric_limits<TestType>::infinity());
         CHECK(step.logsumexp(i) == -std::numeric_limits<TestType>::infinity());
       }
       // logsumexp of the rows that see something, against the step-by-step path's.
       for (Index i = 0; i < c.n_q; ++i)
         if (visible_keys(i, c.n_q, c.n_k, c.causal) > 0)
-          CHECK_THAT(double(lse(h, i)), WithinAbs(double(step.logsumexp(i)),
-                                                  16 * eps * (1 + largest_score(qd, kd, c.divisor))));
+          CHECK_THAT(double(fused.logsumexp(h, i)), WithinAbs(double(step.logsumexp(i)),
+                                                              16 * eps * (1 + largest_score(qd, kd, c.divisor))));
     }
   }
 }

@@ -29,10 +29,12 @@ TEMPLATE_TEST_CASE("fused == step by step over sizes around the tile edges", "[f
   const Matrix<TestType> v = headwise_test::random_matrix<TestType>(n, d_head, rng);
   AttentionOptions options;
   options.causal = causal;
-  const auto fused = fused_attention(q, k, v, options, tiles);
+  AttentionCall call;
+  call.heads = {1, 1}, call.options = &options, call.logsumexp = true, call.tiles = tiles;
+  const AttentionResult<TestType> fused = attend<TestType>(q, k, v, call);
   const auto reference = attention(q, k, v, options);
   CHECK_THAT(headwise_test::as_double(fused.z), IsNear(reference.z, tolerance<TestType>()));
-  CHECK_THAT(headwise_test::as_double(fused.logsumexp), IsNear(reference.logsumexp, tolerance<TestType>()));
+  CHECK_THAT(headwise_test::as_double(fused.logsumexp.row(0).transpose()), IsNear(reference.logsumexp, tolerance<TestType>()));
   if (n > 0) CHECK(fused.z.row(0) == (causal ? v.row(0) : fused.z.row(0)));  // row 1 sees only key 1
 }
 
@@ -46,14 +48,16 @@ TEMPLATE_TEST_CASE("fused: odd tile sizes, more keys than queries, more queries 
   const Matrix<TestType> q = headwise_test::random_matrix<TestType>(n_q, 24, rng);
   const Matrix<TestType> k = headwise_test::random_matrix<TestType>(n_k, 24, rng);
   const Matrix<TestType> v = headwise_test::random_matrix<TestType>(n_k, 24, rng);
-  const auto fused = fused_attention(q, k, v, AttentionOptions{}, FusedTiles{tq, tk});
+  AttentionCall call;
+  call.heads = {1, 1}, call.logsumexp = true, call.tiles = FusedTiles{tq, tk};
+  const AttentionResult<TestType> fused = attend<TestType>(q, k, v, call);
   const Eigen::MatrixXd expected = headwise_test::reference_attention(
       q.template cast<double>(), k.template cast<double>(), v.template cast<double>(), std::sqrt(24.0), true);
   CHECK_THAT(headwise_test::as_double(fused.z), IsNear(expected, 10 * tolerance<TestType>()));
   for (Index i = 0; i < n_q; ++i)
     if (visible_keys(i, n_q, n_k, true) == 0) {
       CHECK((fused.z.row(i).array() == TestType(0)).all());
-      CHECK(fused.logsumexp(i) == -std::numeric_limits<TestType>::infinity());
+      CHECK(fused.logsumexp(0, i) == -std::numeric_limits<TestType>::infinity());
     }
 }
 
@@ -75,23 +79,27 @@ TEMPLATE_TEST_CASE("fused kernel reproduces PyTorch on every sdpa-reference case
     AttentionOptions options;
     options.causal = c.causal;
     options.divisor = c.divisor;
+    AttentionCall call;
+    call.heads = {1, 1}, call.options = &options, call.logsumexp = true, call.tiles = FusedTiles{8, 8};
     for (Index h = 0; h < 4; ++h) {
       CAPTURE(h);
       const std::string p = c.prefix;
-      const auto out = fused_attention(file.slice<TestType>(p + "q", h), file.slice<TestType>(p + "k", h),
-                                       file.slice<TestType>(p + "v", h), options, FusedTiles{8, 8});
+      const AttentionResult<TestType> out = attend<TestType>(file.slice<TestType>(p + "q", h), file.slice<TestType>(p + "k", h),
+                                                             file.slice<TestType>(p + "v", h), call);
       CHECK_THAT(headwise_test::as_double(out.z), IsNear(file.slice<double>(c.out, h), tolerance<TestType>()));
       if (std::string(c.out) == "causal.out")
-        CHECK_THAT(headwise_test::as_double(out.logsumexp.transpose()), IsNear(lse.row(h), tolerance<TestType>()));
+        CHECK_THAT(headwise_test::as_double(out.logsumexp), IsNear(lse.row(h), tolerance<TestType>()));
     }
   }
 }
 
 TEST_CASE("fused kernel: scores in the tens of thousands (float64)", "[fused][fixture]") {
   const auto file = headwise_test::load_fixture("sdpa-reference.safetensors");
+  AttentionCall call;
+  call.heads = {1, 1}, call.logsumexp = true, call.tiles = FusedTiles{4, 4};
   for (Index h = 0; h < 2; ++h) {
-    const auto out = fused_attention(file.slice<double>("large.q", h), file.slice<double>("large.k", h),
-                                     file.slice<double>("large.v", h), AttentionOptions{}, FusedTiles{4, 4});
+    const AttentionResult<double> out = attend<double>(file.slice<double>("large.q", h), file.slice<double>("large.k", h),
+                                                       file.slice<double>("large.v", h), call);
     CHECK_THAT(out.z, IsNear(file.slice<double>("large.out", h), 1e-12));
   }
 }
@@ -107,11 +115,12 @@ TEMPLATE_TEST_CASE("fused kernel: grouped-query heads read their key/value head 
     k.middleCols(h * d, d) = file.slice<TestType>("gqa.k", h);
     v.middleCols(h * d, d) = file.slice<TestType>("gqa.v", h);
   }
-  Matrix<TestType> z(n, 8 * d);
-  fused_multi_head_attention<TestType>(q, k, v, 8, 2, z);
+  AttentionCall call;
+  call.heads = {8, 2};
+  const AttentionResult<TestType> r = attend<TestType>(q, k, v, call);
   for (Index h = 0; h < 8; ++h) {
     CAPTURE(h);
-    CHECK_THAT(headwise_test::as_double(z.middleCols(h * d, d)), IsNear(file.slice<double>("gqa.out", h), tolerance<TestType>()));
+    CHECK_THAT(headwise_test::as_double(r.z.middleCols(h * d, d)), IsNear(file.slice<double>("gqa.out", h), tolerance<TestType>()));
   }
 }
 
@@ -123,43 +132,44 @@ TEMPLATE_TEST_CASE("fused kernel: 1, 2, 3 and 8 threads give bitwise equal resul
   const Matrix<TestType> v = headwise_test::random_matrix<TestType>(n, n_heads * d_head, rng);
   AttentionOptions options;
   options.threads = 1;
-  Matrix<TestType> z1(n, n_heads * d_head), lse1;
-  fused_multi_head_attention<TestType>(q, k, v, n_heads, n_heads, z1, &lse1, options, FusedTiles{32, 32});
+  AttentionCall call;
+  call.heads = {n_heads, n_heads}, call.options = &options, call.logsumexp = true, call.tiles = FusedTiles{32, 32};
+  const AttentionResult<TestType> one = attend<TestType>(q, k, v, call);
   for (int threads : {2, 3, 8}) {
     CAPTURE(threads);
     options.threads = threads;
-    Matrix<TestType> z(n, n_heads * d_head), lse;
-    fused_multi_head_attention<TestType>(q, k, v, n_heads, n_heads, z, &lse, options, FusedTiles{32, 32});
-    CHECK_THAT(headwise_test::as_double(z), IsExactly(z1));
-    CHECK_THAT(headwise_test::as_double(lse), IsExactly(lse1));
+    const AttentionResult<TestType> r = attend<TestType>(q, k, v, call);
+    CHECK_THAT(headwise_test::as_double(r.z), IsExactly(one.z));
+    CHECK_THAT(headwise_test::as_double(r.logsumexp), IsExactly(one.logsumexp));
   }
 }
 
 TEMPLATE_TEST_CASE("fused kernel refuses bad shapes, head counts, tiles and divisors", "[fused][errors]", float, double) {
   const Matrix<TestType> q = Matrix<TestType>::Ones(5, 8), kv = Matrix<TestType>::Ones(5, 8);
-  Matrix<TestType> z(5, 8);
   using M = Matrix<TestType>;
-  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 0, 1, z),
-                      "headwise: fused_multi_head_attention: n_heads and n_kv_heads must be > 0, got 0 and 1");
-  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 4, 3, z),
-                      "headwise: fused_multi_head_attention: n_heads = 4 is not divisible by n_kv_heads = 3");
-  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 3, 3, z),
-                      "headwise: fused_multi_head_attention: q has 8 columns, not divisible by n_heads = 3");
-  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, M::Ones(5, 6), kv, 2, 2, z),
-                      "headwise: fused_multi_head_attention: k has 6 columns, expected n_kv_heads d_head = 8");
-  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, M::Ones(4, 8), 2, 2, z),
-                      "headwise: fused_multi_head_attention: v has 4 rows but k has 5 (one per key)");
-  M small(5, 4);
-  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 2, 2, small),
-                      "headwise: fused_multi_head_attention: z is 5x4, expected 5x8");
-  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 2, 2, z, nullptr, AttentionOptions{}, FusedTiles{0, 8}),
-                      "headwise: fused_multi_head_attention: tile sizes must be > 0, got 0 queries, 8 keys and shards of 1024 keys");
-  REQUIRE_THROWS_WITH(fused_multi_head_attention<TestType>(q, kv, kv, 2, 2, z, nullptr, AttentionOptions{}, FusedTiles{8, 8, 0}),
-                      "headwise: fused_multi_head_attention: tile sizes must be > 0, got 8 queries, 8 keys and shards of 0 keys");
+  AttentionCall call;
+  call.heads = {0, 1};
+  REQUIRE_THROWS_WITH(attend<TestType>(q, kv, kv, call), "headwise: attend: n_heads and n_kv_heads must be > 0, got 0 and 1");
+  call.heads = {4, 3};
+  REQUIRE_THROWS_WITH(attend<TestType>(q, kv, kv, call), "headwise: attend: n_heads = 4 is not divisible by n_kv_heads = 3");
+  call.heads = {3, 3};
+  REQUIRE_THROWS_WITH(attend<TestType>(q, kv, kv, call), "headwise: attend: q has 8 columns, not divisible by n_heads = 3");
+  call.heads = {2, 2};
+  REQUIRE_THROWS_WITH(attend<TestType>(q, M::Ones(5, 6), kv, call),
+                      "headwise: attend: k has 6 columns, expected n_kv_heads d_head = 8");
+  REQUIRE_THROWS_WITH(attend<TestType>(q, kv, M::Ones(4, 8), call), "headwise: attend: v has 4 rows but k has 5 (one per key)");
+  call.tiles = FusedTiles{0, 8};
+  REQUIRE_THROWS_WITH(attend<TestType>(q, kv, kv, call),
+                      "headwise: attend: tile sizes must be > 0, got 0 queries, 8 keys and shards of 1024 keys");
+  call.tiles = FusedTiles{8, 8, 0};
+  REQUIRE_THROWS_WITH(attend<TestType>(q, kv, kv, call),
+                      "headwise: attend: tile sizes must be > 0, got 8 queries, 8 keys and shards of 0 keys");
   AttentionOptions options;
   options.divisor = -1.0;
-  REQUIRE_THROWS_WITH(fused_attention(q, kv, kv, options),
-                      "headwise: fused_multi_head_attention: divisor must be finite and > 0, got -1");
-  REQUIRE_THROWS_WITH(fused_attention(q, M::Ones(5, 7), kv),
-                      "headwise: fused_attention: q has 8 columns but k has 7 (both must be d_head)");
+  AttentionCall one_head;
+  one_head.heads = {1, 1}, one_head.options = &options;
+  REQUIRE_THROWS_WITH(attend<TestType>(q, kv, kv, one_head), "headwise: attend: divisor must be finite and > 0, got -1");
+  one_head.options = nullptr;
+  REQUIRE_THROWS_WITH(attend<TestType>(q, M::Ones(5, 7), kv, one_head),
+                      "headwise: attend: k has 7 columns, expected n_kv_heads d_head = 8");
 }

@@ -108,8 +108,11 @@ TEMPLATE_TEST_CASE("tile sizes far larger than the input work, and give the same
                                                      {{index_max, index_max}, {128, 128}}};
   for (const auto& [huge, small] : cases) {
     CAPTURE(huge.queries, huge.keys);
-    const auto expected = fused_attention(q, k, v, AttentionOptions{}, small);
-    const auto got = fused_attention(q, k, v, AttentionOptions{}, huge);
+    AttentionCall call;
+    call.heads = {1, 1}, call.logsumexp = true, call.tiles = small;
+    const AttentionResult<TestType> expected = attend<TestType>(q, k, v, call);
+    call.tiles = huge;
+    const AttentionResult<TestType> got = attend<TestType>(q, k, v, call);
     CHECK_THAT(headwise_test::as_double(got.z), IsExactly(expected.z));
     CHECK_THAT(headwise_test::as_double(got.logsumexp), IsExactly(expected.logsumexp));
   }
@@ -205,11 +208,15 @@ TEMPLATE_TEST_CASE("the kernels refuse non-finite q, k and v rather than leak th
   Matrix<TestType> k = headwise_test::random_matrix<TestType>(9, 4, rng);
   Matrix<TestType> v = headwise_test::random_matrix<TestType>(9, 4, rng);
   v(8, 1) = std::numeric_limits<TestType>::infinity();
-  REQUIRE_THROWS_WITH(fused_attention(q, k, v), Contains("v has a non-finite value (inf) at row 8, column 1"));
+  AttentionCall call;
+  call.heads = {1, 1}, call.logsumexp = true;
+  REQUIRE_THROWS_WITH(attend<TestType>(q, k, v, call),
+                      Contains("v of the token at position 8 (head 0, component 1) is not finite (inf)"));
   REQUIRE_THROWS_WITH(attention(q, k, v), "headwise: attention: v has a non-finite value (inf) at row 8, column 1");
   v(8, 1) = 0;
   k(7, 2) = std::numeric_limits<TestType>::quiet_NaN();
-  REQUIRE_THROWS_WITH(fused_attention(q, k, v), Contains("k has a non-finite value (nan) at row 7, column 2"));
+  REQUIRE_THROWS_WITH(attend<TestType>(q, k, v, call),
+                      Contains("k of the token at position 7 (head 0, component 2) is not finite (nan)"));
   PackedKeysValues<TestType> kv(9, 1, 4, 4);
   REQUIRE_THROWS_WITH(kv.append(k, v), "headwise: PackedKeysValues::append: k of the token at position 7 (head 0, "
                                        "component 2) is not finite (nan): keys and values must be finite");
@@ -238,11 +245,10 @@ TEMPLATE_TEST_CASE("a refused append leaves the store as it was: later tokens at
   for (const Index size : {Index(6), n}) {
     kv.append(k.middleRows(kv.size(), size - kv.size()), v.middleRows(kv.size(), size - kv.size()), 2);
     for (const AttentionOptions& options : {AttentionOptions{}, capped}) {
-      Matrix<TestType> z(size, h * d);
-      fused_attention_packed<TestType>(q.topRows(size), h, kv, z, nullptr, options);
-      Matrix<TestType> expected(size, h * d);
-      fused_multi_head_attention<TestType>(q.topRows(size), k.topRows(size), v.topRows(size), h, h, expected, nullptr,
-                                           options);
+      AttentionCall call;
+      call.heads = {h, h}, call.options = &options;
+      const Matrix<TestType> z = attend<TestType>(q.topRows(size), kv, call).z;
+      const Matrix<TestType> expected = attend<TestType>(q.topRows(size), k.topRows(size), v.topRows(size), call).z;
       CHECK_THAT(headwise_test::as_double(z), headwise_test::IsExactly(expected));
       if (options.softcap) continue;
       for (Index head = 0; head < h; ++head) {
@@ -282,11 +288,13 @@ TEMPLATE_TEST_CASE("NaN weights are refused; scores that overflow make their own
   q.row(5) << huge, -huge, huge, -huge;
   k.row(2) << huge, -huge, huge, -huge;  // q5 · k2 = +inf
   k.row(3) << -huge, huge, -huge, huge;  // q5 · k3 = -inf
-  const auto fused = fused_attention(q, k, v, AttentionOptions{}, FusedTiles{4, 4});
+  AttentionCall call;
+  call.heads = {1, 1}, call.logsumexp = true, call.tiles = FusedTiles{4, 4};
+  const AttentionResult<TestType> fused = attend<TestType>(q, k, v, call);
   const auto step = attention(q, k, v);
   CHECK(all_nan<TestType>(fused.z.row(5)));
   CHECK(all_nan<TestType>(step.z.row(5)));
-  CHECK(std::isnan(fused.logsumexp(5)));
+  CHECK(std::isnan(fused.logsumexp(0, 5)));
   for (Index i : {0, 1, 2, 3, 4, 6, 7}) {
     CAPTURE(i);
     CHECK(fused.z.row(i).allFinite());
@@ -297,6 +305,43 @@ TEMPLATE_TEST_CASE("NaN weights are refused; scores that overflow make their own
       q_top, headwise_test::as_double(k.topRows(5)), headwise_test::as_double(v.topRows(5)), 2.0, true);
   if (std::is_same<TestType, double>::value)  // float32 rounds k2 · q_i at |k| ~ 1e19 too coarsely to compare
     CHECK_THAT(headwise_test::as_double(fused.z.topRows(5)), IsNear(reference, 1e-9));
+}
+
+// A row every one of whose visible scores overflows to -inf is not a row that sees nothing (the
+// mask shows it keys): it is NaN on both paths, as docs/bad-input.md says, not a silent Z = 0.
+TEMPLATE_TEST_CASE("scores that all overflow to -inf make their row NaN in both paths, with or without sinks",
+                   "[hardening][nan]", float, double) {
+  std::mt19937 rng(8);
+  const TestType huge = std::sqrt(std::numeric_limits<TestType>::max());
+  Matrix<TestType> q = headwise_test::random_matrix<TestType>(8, 4, rng);
+  Matrix<TestType> k = headwise_test::random_matrix<TestType>(8, 4, rng);
+  const Matrix<TestType> v = headwise_test::random_matrix<TestType>(8, 4, rng);
+  q.row(5) << huge, -huge, huge, -huge;
+  for (Index j = 0; j <= 5; ++j) k.row(j) << -huge, huge, -huge, huge;  // q5 · kj = -inf for every key row 5 sees
+  AttentionOptions sinks;
+  sinks.sinks = Vector<double>::Constant(1, 0.5);
+  for (const AttentionOptions* options : {static_cast<const AttentionOptions*>(nullptr), &sinks})
+    for (const AttentionPath path : {AttentionPath::fused, AttentionPath::step_by_step}) {
+      CAPTURE(options != nullptr, path == AttentionPath::fused);
+      AttentionCall call;
+      call.options = options, call.path = path, call.logsumexp = true, call.tiles = FusedTiles{4, 4};
+      const AttentionResult<TestType> r = attend<TestType>(q, k, v, call);
+      CHECK(all_nan<TestType>(r.z.row(5)));
+      CHECK(std::isnan(r.logsumexp(0, 5)));
+      for (Index i : {0, 1, 2, 3, 4, 6, 7}) {
+        CAPTURE(i);
+        CHECK(r.z.row(i).allFinite());
+      }
+    }
+  // A row the mask hides every key from still sees nothing: Z = 0 and logsumexp -inf.
+  AttentionOptions hidden;
+  hidden.mask = Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>::Constant(8, 8, true);
+  hidden.mask.row(5).setConstant(false);
+  AttentionCall call;
+  call.options = &hidden, call.logsumexp = true;
+  const AttentionResult<TestType> r = attend<TestType>(q, k, v, call);
+  CHECK(r.z.row(5).isZero(0));
+  CHECK(r.logsumexp(0, 5) == -std::numeric_limits<TestType>::infinity());
 }
 
 // Finding 6: a directory asked for 2^63 - 1 bytes and threw std::bad_alloc.

@@ -67,9 +67,9 @@ TEST_CASE("statistics: a row that sees nothing, and a hand-made pattern", "[inte
   v << 1, 2, 3, 4;
   KvCache<double> cache(1, 1, 4);
   cache.append(k, v);
-  Matrix<double> z(2, 4), lse;
-  RowStatistics<double> stats;
-  fused_attention_packed<double>(q, 1, cache.packed(), z, &lse, AttentionOptions{}, FusedTiles{}, &stats);
+  AttentionCall call;
+  call.heads = {1, 1}, call.statistics = true;
+  const RowStatistics<double> stats = attend<double>(q, cache.packed(), call).statistics;
   CHECK(stats.argmax(0, 0) == -1);
   CHECK(stats.max_weight(0, 0) == 0.0);
   CHECK(stats.entropy(0, 0) == 0.0);

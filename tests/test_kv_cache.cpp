@@ -120,8 +120,9 @@ TEMPLATE_TEST_CASE("PyTorch's decode case through a KV cache", "[kv-cache][fixtu
     q.middleCols(h * d, d) = file.slice<TestType>("decode.q", h);
   }
   cache.append(k, v);
-  Matrix<TestType> z(3, heads * d);
-  fused_attention_packed<TestType>(q, heads, cache.packed(), z);
+  AttentionCall call;
+  call.heads = {heads, heads};
+  const Matrix<TestType> z = attend<TestType>(q, cache.packed(), call).z;
   for (Index h = 0; h < heads; ++h)
     CHECK_THAT(headwise_test::as_double(z.middleCols(h * d, d)),
                IsNear(file.slice<double>("decode.out", h), headwise_test::tolerance<TestType>()));

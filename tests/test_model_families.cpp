@@ -101,6 +101,30 @@ TEMPLATE_TEST_CASE("Llama 4 (chunked RoPE layers with an L2 norm after RoPE, a N
   CHECK_FALSE(config_of("smollm3-tiny").layer(3).rope);
 }
 
+TEST_CASE("Llama 4 Scout's and Maverick's rope scaling (llama3, low_freq_factor = high_freq_factor = 1) loads as Hugging Face "
+          "computes it", "[families][rope]") {
+  std::string text = headwise::io::read_text_file(headwise_test::data_path("llama4-tiny/config.json"), "config");
+  const std::string scaling = R"("rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192, "rope_type": "llama3"})";
+  text.replace(text.find("\"rope_scaling\": null"), std::string("\"rope_scaling\": null").size(), scaling);
+  const io::LlamaConfig c = io::parse_llama_config(text, "llama4 config");
+  const RotaryEmbedding rope(c.layer(0).rope.value());
+  // Hugging Face's _compute_llama3_parameters with no band between the two wavelengths: 8192 /
+  // low_freq_factor = 8192 / high_freq_factor. Wavelengths below it kept, above it divided by 16.
+  const double pi = std::acos(-1.0);
+  Matrix<double> expected(1, 8);
+  for (Index i = 0; i < 8; ++i) {
+    const double f = std::pow(500000.0, -2.0 * double(i) / 16.0);
+    expected(0, i) = 2 * pi / f < 8192 ? f : f / 16;
+  }
+  CHECK(2 * pi / std::pow(500000.0, -2.0 * 7 / 16.0) > 8192);  // both sides of the boundary are tested
+  CHECK(2 * pi / std::pow(500000.0, -2.0 * 1 / 16.0) < 8192);
+  CHECK_THAT(Matrix<double>(rope.inv_freq(40).transpose()), IsNear(expected, 1e-15));
+  RopeConfig above = c.layer(0).rope.value();
+  above.scaling.low_freq_factor = 2;  // low > high: still refused
+  CHECK_THROWS_WITH(RotaryEmbedding(above), Catch::Contains("0 < low_freq_factor <= high_freq_factor"));
+}
+
 TEMPLATE_TEST_CASE("Ministral 3 (YaRN with mscale, the query scale by position) and Llama from a v5 config", "[families][fixture][v5]",
                    float, double) {
   check_layers<TestType>("ministral3-tiny", "ministral3-tiny/attention-reference.safetensors");

@@ -295,6 +295,50 @@ TEST_CASE("paged cache: a layer's batched call gives each sequence's rows of its
   CHECK(small.references(table.back()) == 2);
 }
 
+TEST_CASE("paged cache: restore after a truncation that let a block go keeps it from others; written-over tokens and "
+          "views past what blocks hold are refused", "[paged][errors]") {
+  const Index G = 1, d = 8, B = KvBlocks<float>::lanes;
+  PagedKvCache<float> pool(shape_of<float>(4, B, G, d));
+  const auto rows = [&](float value, Index m) { return Matrix<float>::Constant(m, G * d, value); };
+  const Index a = pool.add_sequence(), b = pool.add_sequence();
+  pool.append(a, rows(1, B + 1), rows(1, B + 1));  // two blocks, the second holding one token
+  const auto saved = pool.save(a);
+  pool.truncate(a, B);                             // lets the second block go
+  CHECK(pool.free_blocks() == 3);
+  pool.restore(saved);                             // takes it back: it must leave the free list
+  CHECK(pool.free_blocks() == 2);
+  CHECK(pool.size(a) == B + 1);
+  pool.append(b, rows(7, 2 * B), rows(7, 2 * B));  // the two free blocks, not a's
+  CHECK(pool.sequence(a).key(0, B, 0) == 1.0f);
+  CHECK(pool.free_blocks() == 0);
+  // A truncation, then an append into the same block, writes over a saved token: refused.
+  const auto again = pool.save(a);
+  pool.truncate(a, B / 2);
+  pool.append(a, rows(3, 1), rows(3, 1));
+  CHECK_THROWS_WITH(pool.restore(again), Contains("token " + std::to_string(B / 2) + " of sequence 0") && Contains("written over"));
+  CHECK(pool.size(a) == B / 2 + 1);  // unchanged by the refusal
+  // A saved block handed to another sequence and written there: refused.
+  PagedKvCache<float> small(shape_of<float>(2, B, G, d));
+  const Index c = small.add_sequence(), e = small.add_sequence();
+  small.append(c, rows(1, B + 1), rows(1, B + 1));
+  const auto before = small.save(c);
+  small.truncate(c, B);
+  small.append(e, rows(5, 1), rows(5, 1));
+  CHECK_THROWS_WITH(small.restore(before), Contains("token " + std::to_string(B) + " of sequence 0") && Contains("written over"));
+  // A view of a table reads no more tokens than its blocks hold for some sequence.
+  PagedKvCache<float> views(shape_of<float>(3, B, G, d));
+  const Index f = views.add_sequence(), gone = views.add_sequence();
+  views.append(f, rows(2, 5), rows(2, 5));
+  views.append(gone, rows(4, B), rows(4, B));
+  const std::vector<Index> table = views.block_table(f);
+  CHECK(views.blocks(table, 5).size() == 5);
+  CHECK_THROWS_WITH(views.blocks(table, 6), Contains("entry 0 reads 6 tokens of block " + std::to_string(table[0]) + ", which holds 5"));
+  views.free(gone);
+  views.truncate(f, 0);
+  views.append(f, rows(2, 5), rows(2, 5));  // the freed sequence's block may hold its old keys past these 5
+  CHECK_THROWS_WITH(views.blocks(views.block_table(f), B), Contains("which holds 5"));
+}
+
 TEST_CASE("paged cache: what does not fit is refused by name, changing nothing", "[paged][errors]") {
   std::mt19937 rng(16);
   const Index G = 2, d = 16, B = 32, W = KvBlocks<float>::lanes;

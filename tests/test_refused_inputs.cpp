@@ -75,8 +75,9 @@ TEST_CASE("thread counts outside [0, 1024] are refused by name on every path", "
     auto cache = layer.make_cache(8);
     CHECK_THROWS_WITH(layer.forward_incremental(x, cache, o), refused);
     CHECK(cache.size() == 0);
-    Matrix<float> z(5, 16);
-    CHECK_THROWS_WITH(fused_multi_head_attention<float>(x, x, x, 2, 2, z, nullptr, o), refused);
+    AttentionCall call;
+    call.heads = {2, 2}, call.options = &o;
+    CHECK_THROWS_WITH(attend<float>(x, x, x, call), refused);
     CHECK_THROWS_WITH(layer_backward(layer, x, x, o), refused);
     PackedKeysValues<float> kv(5, 2, 8, 8);
     CHECK_THROWS_WITH(kv.append(x, x, threads), Contains("PackedKeysValues::append") && refused);
@@ -98,9 +99,11 @@ TEST_CASE("options finite in double but not in float are refused by a float call
   const Matrix<float> q = headwise_test::random_matrix<float>(5, 8, rng), k = headwise_test::random_matrix<float>(5, 8, rng);
   const Matrix<double> qd = q.cast<double>(), kd = k.cast<double>();
   const auto refused_by_both = [&](const AttentionOptions& o, const std::string& message) {
-    CHECK_THROWS_WITH(fused_attention(q, k, k, o), Contains(message) && Contains("float"));
+    AttentionCall call;
+    call.heads = {1, 1}, call.options = &o, call.logsumexp = true;
+    CHECK_THROWS_WITH(attend<float>(q, k, k, call), Contains(message) && Contains("float"));
     CHECK_THROWS_WITH(attention(q, k, k, o), Contains(message) && Contains("float"));
-    CHECK(fused_attention(qd, kd, kd, o).z.allFinite());  // a double call takes them
+    CHECK(attend<double>(qd, kd, kd, call).z.allFinite());  // a double call takes them
     CHECK(attention(qd, kd, kd, o).z.allFinite());
   };
   AttentionOptions o;
@@ -192,8 +195,9 @@ TEST_CASE("key padding costs O(n) memory: a million tokens with a window and pad
   o.window = 4;
   o.key_valid = Eigen::Array<bool, Eigen::Dynamic, 1>::Constant(n, true);
   for (Index j = 0; j < n; j += 3) o.key_valid(j) = false;
-  Matrix<float> z(n, d), lse;
-  fused_multi_head_attention<float>(q, k, k, 1, 1, z, &lse, o);
+  AttentionCall call;
+  call.heads = {1, 1}, call.options = &o, call.logsumexp = true;
+  const AttentionResult<float> r = attend<float>(q, k, k, call);
   // A few rows against the float64 plain loop over the keys each row sees.
   for (const Index i : {Index(0), Index(1), Index(2), Index(3), n / 2 + 1, n - 1}) {
     CAPTURE(i);
@@ -207,12 +211,12 @@ TEST_CASE("key padding costs O(n) memory: a million tokens with a window and pad
       sum += p, acc += p * k.row(j).cast<double>();
     }
     if (sum == 0) {  // row 0: its only key is padding
-      CHECK(z.row(i).isZero(0));
-      CHECK(lse(0, i) == -std::numeric_limits<float>::infinity());
+      CHECK(r.z.row(i).isZero(0));
+      CHECK(r.logsumexp(0, i) == -std::numeric_limits<float>::infinity());
       continue;
     }
-    CHECK_THAT(headwise_test::as_double(z.row(i)), IsNear(acc / sum, tolerance<float>()));
-    CHECK(std::abs(lse(0, i) - (max + std::log(sum))) <= 1e-5 * std::max(1.0, std::abs(max + std::log(sum))));
+    CHECK_THAT(headwise_test::as_double(r.z.row(i)), IsNear(acc / sum, tolerance<float>()));
+    CHECK(std::abs(r.logsumexp(0, i) - (max + std::log(sum))) <= 1e-5 * std::max(1.0, std::abs(max + std::log(sum))));
   }
 }
 
@@ -281,7 +285,11 @@ TEMPLATE_TEST_CASE("a window near INT64_MAX is a window that hides nothing", "[r
   const Matrix<TestType> q = headwise_test::random_matrix<TestType>(7, 8, rng), k = headwise_test::random_matrix<TestType>(3, 8, rng);
   AttentionOptions o;
   o.window = std::numeric_limits<Index>::max();
-  const CoreOutput<TestType> windowed = fused_attention(q, k, k, o), plain = fused_attention(q, k, k);
+  AttentionCall call;
+  call.heads = {1, 1}, call.logsumexp = true;
+  const AttentionResult<TestType> plain = attend<TestType>(q, k, k, call);
+  call.options = &o;
+  const AttentionResult<TestType> windowed = attend<TestType>(q, k, k, call);
   CHECK_THAT(headwise_test::as_double(windowed.z), IsExactly(plain.z));
   CHECK_THAT(headwise_test::as_double(attention(q, k, k, o).z), IsExactly(attention(q, k, k).z));
 }
@@ -293,7 +301,10 @@ TEMPLATE_TEST_CASE("attention over no keys gives zero rows and -inf logsumexps",
   for (const bool causal : {true, false}) {
     AttentionOptions o;
     o.causal = causal;
-    const CoreOutput<TestType> fused = fused_attention(q, none, none, o), step = attention(q, none, none, o);
+    AttentionCall call;
+    call.heads = {1, 1}, call.options = &o, call.logsumexp = true;
+    const AttentionResult<TestType> fused = attend<TestType>(q, none, none, call);
+    const CoreOutput<TestType> step = attention(q, none, none, o);
     CHECK(fused.z.rows() == 3);
     CHECK(fused.z.isZero(0));
     CHECK(step.z.isZero(0));
@@ -335,12 +346,14 @@ TEST_CASE("a mask or bias with one empty side is refused, not taken for none", "
   std::mt19937 rng(14);
   const Matrix<double> q = headwise_test::random_matrix<double>(5, 4, rng);
   AttentionOptions o;
+  AttentionCall call;
+  call.heads = {1, 1}, call.options = &o, call.logsumexp = true;
   o.mask.resize(0, 5);
-  CHECK_THROWS_WITH(fused_attention(q, q, q, o), Contains("mask is 0x5, expected (n_q, n_k) = 5x5"));
+  CHECK_THROWS_WITH(attend<double>(q, q, q, call), Contains("mask is 0x5, expected (n_q, n_k) = 5x5"));
   CHECK_THROWS_WITH(attention(q, q, q, o), Contains("mask is 0x5, expected (n_q, n_k) = 5x5"));
   o = {};
   o.bias.resize(5, 0);
-  CHECK_THROWS_WITH(fused_attention(q, q, q, o), Contains("bias is 5x0, expected (n_q, n_k) = 5x5"));
+  CHECK_THROWS_WITH(attend<double>(q, q, q, call), Contains("bias is 5x0, expected (n_q, n_k) = 5x5"));
 }
 
 // Finding 15: a config.json that is a directory was "not a JSON object"; a YaRN attention factor

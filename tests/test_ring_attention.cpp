@@ -78,8 +78,9 @@ TEMPLATE_TEST_CASE("ring attention: each rank's rows equal the single-process ca
   const Matrix<TestType> k = headwise_test::random_matrix<TestType>(n, n_kv_heads * d, rng);
   const Matrix<TestType> v = headwise_test::random_matrix<TestType>(n, n_kv_heads * d, rng);
   const AttentionOptions options = options_named(name, H);
-  Matrix<TestType> z(n, H * d), lse;
-  fused_multi_head_attention<TestType>(q, k, v, H, n_kv_heads, z, &lse, options);
+  AttentionCall call;
+  call.heads = {H, n_kv_heads}, call.options = &options, call.logsumexp = true;
+  const AttentionResult<TestType> whole = attend<TestType>(q, k, v, call);
 
   const Block b = my_block(n, even);
   CHECK(distributed::ring_layout(MPI_COMM_WORLD, b.rows).first() == b.first);
@@ -87,9 +88,9 @@ TEMPLATE_TEST_CASE("ring attention: each rank's rows equal the single-process ca
       MPI_COMM_WORLD, q.middleRows(b.first, b.rows), k.middleRows(b.first, b.rows), v.middleRows(b.first, b.rows), H,
       n_kv_heads, options);
   CHECK_THAT(headwise_test::as_double(mine.z),
-             IsNear(headwise_test::as_double(z.middleRows(b.first, b.rows)), merge_tolerance<TestType>()));
+             IsNear(headwise_test::as_double(whole.z.middleRows(b.first, b.rows)), merge_tolerance<TestType>()));
   CHECK_THAT(headwise_test::as_double(mine.logsumexp),
-             IsNear(headwise_test::as_double(lse.middleCols(b.first, b.rows)), merge_tolerance<TestType>()));
+             IsNear(headwise_test::as_double(whole.logsumexp.middleCols(b.first, b.rows)), merge_tolerance<TestType>()));
 }
 
 TEMPLATE_TEST_CASE("ring forward: Llama, Qwen2 and Mistral layers split across ranks, as PyTorch computes them",

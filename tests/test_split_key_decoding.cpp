@@ -30,10 +30,12 @@ struct Decoded {
 template <class Scalar>
 Decoded decode(const Matrix<Scalar>& q, Index heads, const PackedKeysValues<Scalar>& kv, const AttentionOptions& options,
                const FusedTiles& tiles) {
-  Matrix<Scalar> z(q.rows(), heads * kv.d_v()), lse;
-  RowStatistics<Scalar> stats;
-  fused_attention_packed<Scalar>(q, heads, kv, z, &lse, options, tiles, &stats);
-  return {headwise_test::as_double(z), headwise_test::as_double(lse), headwise_test::as_double(stats.entropy),
+  AttentionCall call;
+  call.heads = {heads, kv.n_kv_heads()}, call.options = &options, call.tiles = tiles;
+  call.logsumexp = true, call.statistics = true;
+  const AttentionResult<Scalar> r = attend<Scalar>(q, kv, call);
+  const RowStatistics<Scalar>& stats = r.statistics;
+  return {headwise_test::as_double(r.z), headwise_test::as_double(r.logsumexp), headwise_test::as_double(stats.entropy),
           headwise_test::as_double(stats.first_token_mass), headwise_test::as_double(stats.previous_token_mass),
           headwise_test::as_double(stats.max_weight), stats.argmax.template cast<double>()};
 }

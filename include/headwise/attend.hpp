@@ -1,8 +1,8 @@
 // One attention call: queries over keys and values given as plain matrices or as a packed store
 // (a KV cache), with named arguments (the heads, the options, what to record, which path), and one
 // result (Z, and the logsumexp and per-row statistics when asked). Every other way in is a thin
-// wrapper over attend(): fused_multi_head_attention, fused_attention_packed and fused_attention
-// below, partial_attention (partial_attention.hpp), the layer's forward and its cache.
+// wrapper over attend(): partial_attention (partial_attention.hpp), the layer's forward and its
+// cache.
 //
 //   AttentionCall call;
 //   call.heads = {32, 8};                  // 32 query heads over 8 key/value heads
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "headwise/attention_core.hpp"
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
@@ -162,7 +163,7 @@ void unpack(const PackedKeysValues<Scalar>& kv, Matrix<Scalar>& k, Matrix<Scalar
 }
 
 template <class Scalar, class Observer = NoPhaseObserver>
-AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
+HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
                                       const AttentionCall& call, const char* where, std::vector<Observer>* observers = nullptr);
 
 /// Throws unless every key a row of the call sees is still held (a window's bounded cache lets
@@ -238,7 +239,7 @@ AttentionResult<Scalar> attend_folded(const Eigen::Ref<const Matrix<Scalar>>& q,
 
 /// attend() on a packed store, its errors named by `where` (the function the caller called).
 template <class Scalar, class Observer>
-AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
+HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
                                       const AttentionCall& call, const char* where,
                                       std::vector<Observer>* observers) {
   const AttentionOptions defaults;
@@ -275,7 +276,7 @@ AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q,
 
 /// attend() on plain matrices, its errors named by `where`.
 template <class Scalar>
-AttentionResult<Scalar> attend_matrices(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
+HEADWISE_ISA_TAG AttentionResult<Scalar> attend_matrices(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
                                         const Eigen::Ref<const Matrix<Scalar>>& v, const AttentionCall& call,
                                         const char* where) {
   check_heads<Scalar>(where, call.heads, q, k, v);
@@ -456,7 +457,7 @@ class BatchCalls {
 
 /// attend() on a batch, its errors named by `where`.
 template <class Scalar>
-std::vector<AttentionResult<Scalar>> attend_batch(const AttentionBatch<Scalar>& batch, const AttentionCall& call, const char* where) {
+HEADWISE_ISA_TAG std::vector<AttentionResult<Scalar>> attend_batch(const AttentionBatch<Scalar>& batch, const AttentionCall& call, const char* where) {
   const AttentionOptions defaults;
   const AttentionOptions& options = call.options ? *call.options : defaults;
   if (batch.sequences.empty()) return {};
@@ -515,60 +516,17 @@ AttentionResult<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& q, const 
   return detail::attend_packed<Scalar, Observer>(q, kv.blocks(), call, "attend", &observers);
 }
 
-// The entry points before attend(), kept as thin wrappers for version 0.x (CHANGELOG.md).
-
-/// Fused attention against keys and values already packed: attend() with the store's heads,
-/// Z written into z (n_q, n_heads d_v) and, if given, the logsumexp (n_heads, n_q) and statistics.
-template <class Scalar>
-void fused_attention_packed(const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads, const PackedKeysValues<Scalar>& kv,
-                            Eigen::Ref<Matrix<Scalar>> z, Matrix<Scalar>* logsumexp = nullptr,
-                            const AttentionOptions& options = {}, const FusedTiles& tiles = {},
-                            RowStatistics<Scalar>* statistics = nullptr) {
-  constexpr const char* where = "fused_multi_head_attention";
-  AttentionCall call;
-  call.heads = {n_heads, kv.n_kv_heads()};
-  call.options = &options, call.logsumexp = logsumexp != nullptr, call.statistics = statistics != nullptr;
-  call.tiles = tiles;
-  detail::check_packed_call<Scalar>(where, q, n_heads, kv.blocks(), z, tiles);
-  AttentionResult<Scalar> r = detail::attend_packed<Scalar>(q, kv.blocks(), call, where);
-  z = r.z;
-  if (logsumexp) *logsumexp = std::move(r.logsumexp);
-  if (statistics) *statistics = std::move(r.statistics);
-}
-
-/// Fused multi-head attention on heads side by side: attend() on the fused path, Z written into z
-/// (n_q, n_heads d_v) and, if given, the logsumexp (n_heads, n_q).
-template <class Scalar>
-void fused_multi_head_attention(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
-                                const Eigen::Ref<const Matrix<Scalar>>& v, Index n_heads, Index n_kv_heads,
-                                Eigen::Ref<Matrix<Scalar>> z, Matrix<Scalar>* logsumexp = nullptr,
-                                const AttentionOptions& options = {}, const FusedTiles& tiles = {}) {
-  constexpr const char* where = "fused_multi_head_attention";
-  AttentionCall call;
-  call.heads = {n_heads, n_kv_heads};
-  call.options = &options, call.logsumexp = logsumexp != nullptr, call.tiles = tiles;
-  detail::check_heads<Scalar>(where, call.heads, q, k, v);
-  if (z.rows() != q.rows() || z.cols() != n_heads * (v.cols() / n_kv_heads))
-    detail::invalid(where, "z is ", z.rows(), "x", z.cols(), ", expected ", q.rows(), "x", n_heads * (v.cols() / n_kv_heads));
-  AttentionResult<Scalar> r = detail::attend_matrices<Scalar>(q, k, v, call, where);
-  z = r.z;
-  if (logsumexp) *logsumexp = std::move(r.logsumexp);
-}
-
-/// The fused kernel on one head, with the interface of attention() in attention_core.hpp.
-/// q: (n_q, d_head), k: (n_k, d_head), v: (n_k, d_v) -> z (n_q, d_v), logsumexp (n_q).
-template <class DerivedQ, class DerivedK, class DerivedV>
-CoreOutput<typename DerivedQ::Scalar> fused_attention(const Eigen::MatrixBase<DerivedQ>& q,
-                                                      const Eigen::MatrixBase<DerivedK>& k,
-                                                      const Eigen::MatrixBase<DerivedV>& v,
-                                                      const AttentionOptions& options = {},
-                                                      const FusedTiles& tiles = {}) {
-  using Scalar = typename DerivedQ::Scalar;
-  detail::check_core_shapes("fused_attention", q, k, v);
-  AttentionCall call;
-  call.options = &options, call.logsumexp = true, call.tiles = tiles;
-  AttentionResult<Scalar> r = detail::attend_matrices<Scalar>(q, k, v, call, "fused_multi_head_attention");
-  return {std::move(r.z), r.logsumexp.row(0).transpose()};
-}
+/// The compiled mode's instantiations (detail/compiled.hpp): the three ways into the kernel.
+#define HEADWISE_ATTEND_INSTANTIATIONS(PREFIX, S)                                                                       \
+  PREFIX template AttentionResult<S> detail::attend_packed<S, NoPhaseObserver>(                                       \
+      const Eigen::Ref<const Matrix<S>>&, const KvBlocks<S>&, const AttentionCall&, const char*, std::vector<NoPhaseObserver>*); \
+  PREFIX template AttentionResult<S> detail::attend_matrices<S>(const Eigen::Ref<const Matrix<S>>&,                   \
+                                                               const Eigen::Ref<const Matrix<S>>&,                   \
+                                                               const Eigen::Ref<const Matrix<S>>&, const AttentionCall&, const char*); \
+  PREFIX template std::vector<AttentionResult<S>> detail::attend_batch<S>(const AttentionBatch<S>&, const AttentionCall&, const char*);
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_ATTEND_INSTANTIATIONS(extern, float)
+HEADWISE_ATTEND_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise

@@ -8,6 +8,7 @@
 
 #include <optional>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/rotary_embedding.hpp"
@@ -16,9 +17,9 @@
 namespace headwise {
 
 template <class Scalar>
-class MultiHeadAttention;
+class HEADWISE_ISA_TAG MultiHeadAttention;
 template <class Scalar>
-class MultiHeadLatentAttention;
+class HEADWISE_ISA_TAG MultiHeadLatentAttention;
 
 /// What filled a cache: the rotary embedding of the layer (none for a layer without one) and the
 /// sliding window its calls used (none for no window).
@@ -34,7 +35,7 @@ struct KvCacheOrigin {
 ///   Matrix<float> y0 = layer.forward_incremental(prompt, cache);   // (p, d_model)
 ///   Matrix<float> y1 = layer.forward_incremental(next_token, cache);
 template <class Scalar>
-class KvCache {
+class HEADWISE_ISA_TAG KvCache {
  public:
   /// Room for `capacity` tokens of n_kv_heads heads of width d_head.
   KvCache(Index capacity, Index n_kv_heads, Index d_head) : store_(capacity, n_kv_heads, d_head, d_head) {}
@@ -93,5 +94,13 @@ class KvCache {
   PackedKeysValues<Scalar> store_;
   std::optional<KvCacheOrigin> origin_;
 };
+
+/// The compiled mode's instantiations of the cache (detail/compiled.hpp).
+#define HEADWISE_KV_CACHE_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template class KvCache<S>;
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_KV_CACHE_INSTANTIATIONS(extern, float)
+HEADWISE_KV_CACHE_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise

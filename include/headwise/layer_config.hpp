@@ -12,7 +12,7 @@
 
 #include "headwise/kv_storage.hpp"
 #include "headwise/options.hpp"
-#include "headwise/projection_norms.hpp"
+#include "headwise/norms.hpp"
 #include "headwise/query_scale.hpp"
 #include "headwise/rotary_embedding.hpp"
 #include "headwise/types.hpp"

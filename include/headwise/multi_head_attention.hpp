@@ -10,6 +10,7 @@
 #include "headwise/attend.hpp"
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/kv_cache.hpp"
@@ -17,7 +18,7 @@
 #include "headwise/linear.hpp"
 #include "headwise/options.hpp"
 #include "headwise/paged_kv_cache.hpp"
-#include "headwise/projection_norms.hpp"
+#include "headwise/norms.hpp"
 #include "headwise/qkv_layout.hpp"
 #include "headwise/rotary_embedding.hpp"
 #include "headwise/score_rule.hpp"
@@ -68,7 +69,7 @@ struct MultiHeadTrace {
 ///   Matrix<float> out = mha.forward(x);           // x, out: (n, d_model)
 ///   MultiHeadTrace<float> t = mha.trace(x);       // every head's intermediates and contribution
 template <class Scalar>
-class MultiHeadAttention {
+class HEADWISE_ISA_TAG MultiHeadAttention {
  public:
   /// n_heads query heads; n_kv_heads is read from the width of w.w_k (n_kv_heads d_head columns).
   MultiHeadAttention(Index n_heads, MultiHeadWeights<Scalar> w, LayerConfig config = {})
@@ -814,5 +815,13 @@ class MultiHeadAttention {
   Matrix<Scalar> w_qkv_, w_o_, w_gate_;
   RowVector<Scalar> b_qkv_, b_o_, b_gate_;
 };
+
+/// The compiled mode's instantiations of the layer (detail/compiled.hpp).
+#define HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template class MultiHeadAttention<S>;
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(extern, float)
+HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise

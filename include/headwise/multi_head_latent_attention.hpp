@@ -25,12 +25,14 @@
 
 #include "headwise/attend.hpp"
 #include "headwise/attention_head.hpp"
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/options.hpp"
+#include "headwise/norms.hpp"
 #include "headwise/rotary_embedding.hpp"
 #include "headwise/types.hpp"
 
@@ -83,7 +85,7 @@ struct LatentAttentionTrace {
 };
 
 template <class Scalar>
-class MultiHeadLatentAttention {
+class HEADWISE_ISA_TAG MultiHeadLatentAttention {
  public:
   /// Throws std::invalid_argument naming a weight whose shape does not fit the config, or a
   /// setting out of range.
@@ -243,9 +245,9 @@ class MultiHeadLatentAttention {
   }
   /// w x / sqrt(mean(x²) + eps), row by row (Hugging Face's DeepseekV3RMSNorm).
   Matrix<Scalar> rms_norm(Matrix<Scalar> x, const RowVector<Scalar>& weight) const {
-    for (Index t = 0; t < x.rows(); ++t) {
-      const Scalar inverse = Scalar(1) / std::sqrt(x.row(t).squaredNorm() / Scalar(x.cols()) + static_cast<Scalar>(config_.norm_eps));
-      x.row(t) = (x.row(t) * inverse).cwiseProduct(weight);
+    for (Index t = 0; t < x.rows(); ++t) {  // (norms.hpp: summed in index order, the same bits alone or among rows)
+      const double inverse = detail::row_moments(x.row(t).data(), x.cols(), /*centred=*/false, config_.norm_eps).inverse;
+      for (Index c = 0; c < x.cols(); ++c) x(t, c) = static_cast<Scalar>(double(x(t, c)) * inverse * double(weight(c)));
     }
     return x;
   }
@@ -445,5 +447,13 @@ void MultiHeadLatentAttention<Scalar>::check_weights(const char* where) const {
   if (w_.w_o.cols() != d) detail::invalid(where, "w_o has ", w_.w_o.cols(), " columns, expected d_model = ", d);
   if (w_.b_o.size()) shape("b_o", w_.b_o, 1, d);
 }
+
+/// The compiled mode's instantiations of the latent-attention layer (detail/compiled.hpp).
+#define HEADWISE_LATENT_ATTENTION_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template class MultiHeadLatentAttention<S>;
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_LATENT_ATTENTION_INSTANTIATIONS(extern, float)
+HEADWISE_LATENT_ATTENTION_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise

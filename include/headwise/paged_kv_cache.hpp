@@ -18,10 +18,12 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
@@ -57,7 +59,7 @@ struct PagedBatch {
 };
 
 template <class Scalar>
-class PagedKvCache {
+class HEADWISE_ISA_TAG PagedKvCache {
  public:
   static constexpr Index lanes = KvBlocks<Scalar>::lanes;
 
@@ -93,6 +95,7 @@ class PagedKvCache {
       detail::allocate(value_scales_, scales, 0.0f, where, "the pool's int8 scales");
     }
     references_.assign(static_cast<std::size_t>(shape_.blocks), 0);
+    row_writes_.assign(static_cast<std::size_t>(detail::checked_size<Scalar>(where, "the pool's rows", shape_.blocks, B)), 0);
     for (Index b = shape_.blocks - 1; b >= 0; --b) free_.push_back(b);  // block 0 handed out first
   }
 
@@ -170,24 +173,37 @@ class PagedKvCache {
     append_rows(s, k, nullptr, threads);
   }
 
-  /// What sequence s holds (its block table, size, first block), to put back with restore().
+  /// What sequence s holds (its block table, size, first block), and when (the pool's count of
+  /// writes), to put back with restore().
   struct Saved {
     Index sequence;
     std::vector<Index> table;
     Index size, first_block;
+    std::uint64_t writes;
   };
   Saved save(Index s) const {
     const Sequence& seq = live("PagedKvCache::save", s);
-    return {s, seq.table, seq.size, seq.first_block};
+    return {s, seq.table, seq.size, seq.first_block, writes_};
   }
   /// Puts sequence saved.sequence back as save() found it, its own blocks since (a copy on write
   /// included) given back: how a refused call changes nothing. Only appends and truncations may
-  /// have happened to it since (not forget_before, which gives blocks away for good).
+  /// have happened to it since (not forget_before, which gives blocks away for good). Throws,
+  /// changing nothing, if a saved block was since handed to another sequence or its saved rows
+  /// written over (a truncation, then an append into the same block).
   void restore(const Saved& saved) {
-    Sequence& seq = live("PagedKvCache::restore", saved.sequence);
+    constexpr const char* where = "PagedKvCache::restore";
+    Sequence& seq = live(where, saved.sequence);
     if (saved.first_block != seq.first_block)
-      detail::invalid("PagedKvCache::restore", "sequence ", saved.sequence, " let blocks go since it was saved");
-    for (const Index b : saved.table) ++references_[static_cast<std::size_t>(b)];  // first: a block in both never reaches 0
+      detail::invalid(where, "sequence ", saved.sequence, " let blocks go since it was saved");
+    for (std::size_t i = 0; i < saved.table.size(); ++i) {
+      const Index b = saved.table[i], start = (saved.first_block + static_cast<Index>(i)) * shape_.block_tokens;
+      for (Index r = 0; r < std::clamp<Index>(saved.size - start, 0, shape_.block_tokens); ++r)
+        if (row_writes_[static_cast<std::size_t>(b * shape_.block_tokens + r)] > saved.writes)
+          detail::invalid(where, "token ", start + r, " of sequence ", saved.sequence, " (block ", b, ") was written over since it ",
+                          "was saved (a truncation and an append into its block, or the block handed to another sequence)");
+    }
+    for (const Index b : saved.table)  // first: a block in both never reaches 0; one let go since leaves the free list
+      if (references_[static_cast<std::size_t>(b)]++ == 0) free_.erase(std::find(free_.begin(), free_.end(), b));
     release(seq.table, 0);
     seq.table = saved.table, seq.size = saved.size;
   }
@@ -208,7 +224,9 @@ class PagedKvCache {
     return KvBlocks<Scalar>(pool(), seq.table.data(), seq.first_block, seq.size);
   }
   /// `size` tokens of a block table kept outside the pool (a scheduler's): checked to name blocks
-  /// of the pool that some sequence holds, and enough of them. The table must outlive the view.
+  /// of the pool that some sequence holds, each holding the tokens the view reads from it (entry
+  /// i: tokens i B .. min(size, (i + 1) B) - 1 of some sequence holding that block there). The
+  /// table must outlive the view.
   KvBlocks<Scalar> blocks(const std::vector<Index>& table, Index size) const {
     constexpr const char* where = "PagedKvCache::blocks";
     for (std::size_t i = 0; i < table.size(); ++i) {
@@ -220,6 +238,13 @@ class PagedKvCache {
     }
     if (size < 0 || size > static_cast<Index>(table.size()) * shape_.block_tokens)
       detail::invalid(where, size, " tokens do not fit in a table of ", table.size(), " blocks of ", shape_.block_tokens);
+    const std::vector<Index> held = tokens_held();
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      const Index wanted = std::clamp<Index>(size - static_cast<Index>(i) * shape_.block_tokens, 0, shape_.block_tokens);
+      if (wanted > held[static_cast<std::size_t>(table[i])])
+        detail::invalid(where, "block table entry ", i, " reads ", wanted, " tokens of block ", table[i], ", which holds ",
+                        held[static_cast<std::size_t>(table[i])], " of any sequence's (size ", size, " is past its tokens)");
+    }
     return KvBlocks<Scalar>(pool(), table.data(), 0, size);
   }
 
@@ -229,6 +254,17 @@ class PagedKvCache {
     Index size = 0, first_block = 0;
     std::optional<KvCacheOrigin> origin;
   };
+  /// How many tokens each block holds for the sequences that hold it (the most of any).
+  std::vector<Index> tokens_held() const {
+    std::vector<Index> held(static_cast<std::size_t>(shape_.blocks), 0);
+    for (const auto& [id, seq] : sequences_)
+      for (std::size_t i = 0; i < seq.table.size(); ++i) {
+        const Index start = (seq.first_block + static_cast<Index>(i)) * shape_.block_tokens;
+        Index& h = held[static_cast<std::size_t>(seq.table[i])];
+        h = std::max(h, std::clamp<Index>(seq.size - start, 0, shape_.block_tokens));
+      }
+    return held;
+  }
 
   Sequence& live(const char* where, Index s) {
     const auto it = sequences_.find(s);
@@ -266,6 +302,11 @@ class PagedKvCache {
     references_[static_cast<std::size_t>(b)] = 1;
     return b;
   }
+  /// Stamps rows [row, row + run) of block b with the count of writes so far (what restore() checks).
+  void note_written(Index b, Index row, Index run) {
+    ++writes_;
+    std::fill_n(row_writes_.begin() + b * shape_.block_tokens + row, run, writes_);
+  }
 
   /// append()'s work: every check first, then the blocks (a shared, partly filled last block copied
   /// first), then each block's run of tokens packed head by head.
@@ -286,6 +327,7 @@ class PagedKvCache {
     if (copy_last) {  // copy on write: the block another sequence also holds stays as it is
       const Index from = seq.table.back(), to = take_block();
       copy_block(from, to);
+      note_written(to, 0, B);
       drop(from);
       seq.table.back() = to;
     }
@@ -295,6 +337,7 @@ class PagedKvCache {
     for (Index t = 0; t < m;) {  // run by run of tokens in one block
       const Index pos = seq.size + t, run = std::min(m - t, B - pos % B);
       const Index block = seq.table[static_cast<std::size_t>(pos / B - seq.first_block)];
+      note_written(block, pos % B, run);
       HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1 && run >= 64))
       for (Index h = 0; h < n_kv_heads(); ++h)
         carrier.run([&] { pack(block, h, pos % B, k.block(t, h * d_head(), run, d_head()), v, t, run); });
@@ -337,6 +380,8 @@ class PagedKvCache {
   detail::StoredBuffers<Scalar> keys_, values_;
   std::vector<float> key_scales_, value_scales_;
   std::vector<Index> references_, free_;
+  std::vector<std::uint64_t> row_writes_;  // per block and row: the writes_ count when it was last written
+  std::uint64_t writes_ = 0;
   std::unordered_map<Index, Sequence> sequences_;
   Index next_id_ = 0;
 };
@@ -358,4 +403,12 @@ struct PagedSequence {
 };
 
 }  // namespace detail
+/// The compiled mode's instantiations of the paged pool (detail/compiled.hpp).
+#define HEADWISE_PAGED_KV_CACHE_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template class PagedKvCache<S>;
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_PAGED_KV_CACHE_INSTANTIATIONS(extern, float)
+HEADWISE_PAGED_KV_CACHE_INSTANTIATIONS(extern, double)
+#endif
+
 }  // namespace headwise

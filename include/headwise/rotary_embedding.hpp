@@ -119,10 +119,12 @@ class RotaryEmbedding {
       if (!std::isfinite(value)) detail::invalid(where, "rope scaling settings must be finite, got ", value);
     if (s.type == RopeScaling::Type::none || s.type == RopeScaling::Type::proportional) return;
     if (!(s.factor >= 1.0) || !std::isfinite(s.factor)) detail::invalid(where, "rope scaling factor must be finite and >= 1, got ", s.factor);
+    // low_freq_factor == high_freq_factor (Llama 4 Scout and Maverick ship 1.0 and 1.0): no band
+    // between the two wavelengths, as Hugging Face's formula accepts it.
     if (s.type == RopeScaling::Type::llama3 &&
-        (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0.0) || !std::isfinite(s.high_freq_factor) ||
+        (!(s.high_freq_factor >= s.low_freq_factor) || !(s.low_freq_factor > 0.0) || !std::isfinite(s.high_freq_factor) ||
          s.original_max_position <= 0))
-      detail::invalid(where, "llama3 scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position > 0, got ",
+      detail::invalid(where, "llama3 scaling needs 0 < low_freq_factor <= high_freq_factor and original_max_position > 0, got ",
                       s.low_freq_factor, ", ", s.high_freq_factor, ", ", s.original_max_position);
     if (s.type != RopeScaling::Type::yarn && s.type != RopeScaling::Type::longrope) return;
     // beta_fast == beta_slow is accepted as Hugging Face accepts it (the ramp then has width 0.001).
@@ -246,14 +248,16 @@ class RotaryEmbedding {
   }
 
   /// Llama 3.1: wavelengths below original / high_freq_factor kept, above original /
-  /// low_freq_factor divided by factor, and blended in between.
+  /// low_freq_factor divided by factor, and blended in between. With low_freq_factor ==
+  /// high_freq_factor (Llama 4) there is no between: a wavelength exactly at the one boundary is
+  /// kept (Hugging Face's blend would divide 0 by 0 there).
   void scale_llama3() {
     const RopeScaling& s = config_.scaling;
     const double original = double(s.original_max_position), pi = std::acos(-1.0);
     const double low_wavelength = original / s.low_freq_factor, high_wavelength = original / s.high_freq_factor;
     for (Index i = 0; i < inv_freq_.size(); ++i) {
       const double f = inv_freq_(i), wavelength = 2 * pi / f;
-      if (wavelength < high_wavelength) continue;
+      if (wavelength < high_wavelength || (wavelength == high_wavelength && low_wavelength == high_wavelength)) continue;
       if (wavelength > low_wavelength) {
         inv_freq_(i) = f / s.factor;
         continue;

@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/options.hpp"
 #include "headwise/types.hpp"
@@ -50,7 +51,7 @@ inline constexpr Index max_position = Index(1) << (std::numeric_limits<Index>::d
 }  // namespace detail
 
 template <class Scalar>
-class ScoreRule {
+class HEADWISE_ISA_TAG ScoreRule {
  public:
   /// Keys are counted in blocks of this many for skipping tiles that a mask hides entirely.
   static constexpr Index block = 8;
@@ -297,5 +298,13 @@ Matrix<Scalar> masked_scores(const Matrix<Scalar>& scaled, const ScoreRule<Scala
   }
   return shown;
 }
+
+/// The compiled mode's instantiations of the score rule (detail/compiled.hpp).
+#define HEADWISE_SCORE_RULE_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template class ScoreRule<S>;
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_SCORE_RULE_INSTANTIATIONS(extern, float)
+HEADWISE_SCORE_RULE_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise

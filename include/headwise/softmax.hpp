@@ -28,6 +28,11 @@ Vector<Scalar> softmax_rows(Matrix<Scalar>& scores, const ScoreRule<Scalar>& rul
     auto row = scores.row(i);
     auto seen = row.segment(keys.begin, keys.size());
     const Scalar max = keys.empty() ? minus_inf : seen.maxCoeff();
+    if (max == minus_inf && rule.sees_any(i, keys.begin, keys.end)) {  // every visible score overflowed to -inf: NaN, not a silent 0
+      row.setConstant(std::numeric_limits<Scalar>::quiet_NaN());
+      logsumexp(i) = std::numeric_limits<Scalar>::quiet_NaN();
+      continue;
+    }
     Scalar sum = 0;
     if (max != minus_inf) {  // else the row sees nothing (or only hidden keys)
       seen = (seen.array() == minus_inf).select(Scalar(0), (seen.array() - max).exp());

@@ -14,6 +14,7 @@ namespace headwise_test {
 struct TensorSpec {
   std::vector<std::uint64_t> shape;
   float fill = 0.0f;
+  std::vector<float> values;  ///< every entry, row-major, in place of `fill` when given
 };
 
 /// A file made of a header (JSON text, taken as it is) and data bytes.
@@ -34,7 +35,8 @@ inline std::vector<unsigned char> write_safetensors(const std::map<std::string, 
     for (auto d : spec.shape) count *= d;
     const std::uint64_t begin = data.size();
     data.resize(data.size() + count * 4);
-    for (std::uint64_t i = 0; i < count; ++i) std::memcpy(data.data() + begin + i * 4, &spec.fill, 4);
+    for (std::uint64_t i = 0; i < count; ++i)
+      std::memcpy(data.data() + begin + i * 4, spec.values.empty() ? &spec.fill : &spec.values.at(i), 4);
     header[name] = {{"dtype", "F32"}, {"shape", spec.shape}, {"data_offsets", {begin, data.size()}}};
   }
   return file_with_header(header.dump(), data);

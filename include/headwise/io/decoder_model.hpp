@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/io/checkpoint.hpp"
 #include "headwise/io/config_reader.hpp"
 #include "headwise/io/gpt2.hpp"
@@ -212,5 +213,13 @@ model::DecoderModel<Scalar> load_decoder_model(const std::string& folder) {
   if (r.string("model_type") == "gpt2") return detail::load_gpt2_model<Scalar>(folder, text);
   return detail::load_llama_style_model<Scalar>(folder, text);
 }
+
+/// The compiled mode's instantiations of the whole-model loader (detail/compiled.hpp).
+#define HEADWISE_MODEL_LOADER_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template model::DecoderModel<S> load_decoder_model<S>(const std::string&);
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_MODEL_LOADER_INSTANTIATIONS(extern, float)
+HEADWISE_MODEL_LOADER_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise::io

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/io/config_reader.hpp"
 #include "headwise/io/safetensors.hpp"
 #include "headwise/multi_head_attention.hpp"
@@ -121,5 +122,15 @@ MultiHeadAttention<Scalar> load_gpt2_attention(const std::string& folder, Index 
   const Gpt2Config config = read_gpt2_config(folder + "/config.json");
   return load_gpt2_attention<Scalar>(SafetensorsFile::open(folder + "/model.safetensors"), config, layer);
 }
+
+/// The compiled mode's instantiations of GPT-2's attention loaders (detail/compiled.hpp).
+#define HEADWISE_GPT2_LOADER_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template std::vector<MultiHeadAttention<S>> load_gpt2_attention_layers<S>(const SafetensorsFile&, const Gpt2Config&); \
+  PREFIX template std::vector<MultiHeadAttention<S>> load_gpt2_attention_layers<S>(const std::string&); \
+  PREFIX template MultiHeadAttention<S> load_gpt2_attention<S>(const std::string&, Index);
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_GPT2_LOADER_INSTANTIATIONS(extern, float)
+HEADWISE_GPT2_LOADER_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise::io

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/io/checkpoint.hpp"
 #include "headwise/io/llama.hpp"
 #include "headwise/multi_head_latent_attention.hpp"
@@ -77,5 +78,14 @@ std::vector<MultiHeadLatentAttention<Scalar>> load_latent_attention_layers(const
   for (Index layer = 0; layer < config.n_layers; ++layer) layers.push_back(load_latent_attention<Scalar>(model, config, layer));
   return layers;
 }
+
+/// The compiled mode's instantiations of the latent-attention loaders (detail/compiled.hpp).
+#define HEADWISE_LATENT_LOADER_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template MultiHeadLatentAttention<S> load_latent_attention<S>(const Checkpoint&, const LlamaConfig&, Index); \
+  PREFIX template std::vector<MultiHeadLatentAttention<S>> load_latent_attention_layers<S>(const std::string&);
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_LATENT_LOADER_INSTANTIATIONS(extern, float)
+HEADWISE_LATENT_LOADER_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise::io

@@ -10,7 +10,7 @@
 // of o_proj.weight. Biases where present (Qwen2, gpt-oss). Phi-3's fused qkv_proj is split by rows;
 // Qwen3-Next's q_proj holds [q_h | gate_h] per head; q_norm / k_norm weights and gpt-oss's sinks
 // are read where the family has them. The rest of the checkpoint (embeddings, norms, MLP, linear
-// attention) is not read. The config keys each family reads are in the README's table; a key
+// attention) is not read. The config keys each family reads are in docs/models.md; a key
 // that changes attention and that headwise does not read is refused by name, never ignored.
 #pragma once
 
@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/io/checkpoint.hpp"
 #include "headwise/io/config_reader.hpp"
 #include "headwise/io/gpt2.hpp"
@@ -876,5 +877,15 @@ template <class Scalar>
 MultiHeadAttention<Scalar> load_llama_attention(const std::string& folder, Index layer) {
   return load_llama_attention<Scalar>(Checkpoint::open(folder), read_llama_config(folder + "/config.json"), layer);
 }
+
+/// The compiled mode's instantiations of the attention loaders (detail/compiled.hpp).
+#define HEADWISE_LLAMA_LOADER_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template MultiHeadAttention<S> load_llama_attention<S>(const Checkpoint&, const LlamaConfig&, Index); \
+  PREFIX template std::vector<MultiHeadAttention<S>> load_llama_attention_layers<S>(const std::string&); \
+  PREFIX template MultiHeadAttention<S> load_llama_attention<S>(const std::string&, Index);
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_LLAMA_LOADER_INSTANTIATIONS(extern, float)
+HEADWISE_LLAMA_LOADER_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise::io

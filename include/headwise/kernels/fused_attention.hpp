@@ -482,15 +482,22 @@ void record_statistics(const FusedCall<Scalar>& call, const RowState<Scalar>& st
 /// Z = acc / sum, logsumexp = max + log(sum) and the statistics of the rows i0 .. i0 + rows - 1 of
 /// head h (with a sink: see attention_sinks.hpp). A row that sees no key gets Z = 0 and logsumexp
 /// -inf (the sink's logit with one). Which rows see nothing is decided by the mask, not by the
-/// sum: a row whose scores overflowed (inf or NaN) gets NaN, as on the step-by-step path, never a
-/// silent 0.
+/// sum: a row whose scores overflowed (+inf or NaN, or every score -inf where the mask shows keys)
+/// gets NaN, as on the step-by-step path, never a silent 0.
 template <class Scalar>
 void normalise_rows(const FusedCall<Scalar>& call, const RowState<Scalar>& state, Index i0, Index rows, Index h) {
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   const Index dv = call.kv.d_v(), dv_padded = call.dv_padded();
   for (Index r = 0; r < rows; ++r) {
-    const bool saw_something = !call.keys(i0 + r).empty() && state.max[r] != minus_inf;
+    const KeyRange keys = call.keys(i0 + r);
+    const bool saw_something = !keys.empty() && state.max[r] != minus_inf;
     auto z_row = call.z.row(i0 + r).segment(h * dv, dv);
+    if (!saw_something && call.rule.sees_any(i0 + r, keys.begin, keys.end)) {  // every visible score overflowed to -inf
+      z_row.setConstant(std::numeric_limits<Scalar>::quiet_NaN());
+      if (call.logsumexp) (*call.logsumexp)(h, i0 + r) = std::numeric_limits<Scalar>::quiet_NaN();
+      if (call.statistics) record_statistics(call, state, r, i0 + r, h, std::numeric_limits<Scalar>::quiet_NaN(), Scalar(1));
+      continue;
+    }
     const Eigen::Map<const RowVector<Scalar>> acc(state.acc + r * dv_padded, dv);
     Scalar lse = saw_something ? state.max[r] + std::log(state.sum[r]) : minus_inf, mass = Scalar(1);
     if (call.rule.has_sinks()) {  // the sink joins the denominator: Z sums to `mass` < 1

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "headwise/attend.hpp"
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
@@ -318,7 +319,7 @@ int check_backward_call(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::
 namespace detail {
 /// attend_backward, its errors naming `where` (the layer's backward calls it too).
 template <class Scalar>
-AttentionGradients<Scalar> backward_of_attend(const Eigen::Ref<const Matrix<Scalar>>& q,
+HEADWISE_ISA_TAG AttentionGradients<Scalar> backward_of_attend(const Eigen::Ref<const Matrix<Scalar>>& q,
                                               const Eigen::Ref<const Matrix<Scalar>>& k,
                                               const Eigen::Ref<const Matrix<Scalar>>& v,
                                               const AttentionResult<Scalar>& forward,
@@ -362,5 +363,13 @@ AttentionGradients<Scalar> attend_backward(const Eigen::Ref<const Matrix<Scalar>
                                            const Eigen::Ref<const Matrix<Scalar>>& d_z, const AttentionCall& call) {
   return detail::backward_of_attend<Scalar>(q, k, v, forward, d_z, call, "attend_backward");
 }
+
+/// The compiled mode's instantiations of the fused backward (detail/compiled.hpp).
+#define HEADWISE_BACKWARD_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template AttentionGradients<S> detail::backward_of_attend<S>(const Eigen::Ref<const Matrix<S>>&, const Eigen::Ref<const Matrix<S>>&, const Eigen::Ref<const Matrix<S>>&, const AttentionResult<S>&, const Eigen::Ref<const Matrix<S>>&, const AttentionCall&, const char*);
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_BACKWARD_INSTANTIATIONS(extern, float)
+HEADWISE_BACKWARD_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <vector>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
@@ -150,7 +151,7 @@ void pack_head_rows(const HeadPanels<Stored>& to, Index first, const Eigen::Ref<
 }  // namespace detail
 
 template <class Scalar>
-class PackedKeysValues {
+class HEADWISE_ISA_TAG PackedKeysValues {
  public:
   static constexpr Index lanes = detail::TileShape<Scalar>::lanes;
 
@@ -341,5 +342,13 @@ class PackedKeysValues {
   detail::StoredBuffers<Scalar> keys_, values_;  // in the stored type
   std::vector<float> key_scales_, value_scales_;  // int8: head h's token j at h rows_ + j
 };
+
+/// The compiled mode's instantiations of the packed store (detail/compiled.hpp).
+#define HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template class PackedKeysValues<S>;
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(extern, float)
+HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise

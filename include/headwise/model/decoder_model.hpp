@@ -24,10 +24,12 @@
 
 #include <random>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/multi_head_attention.hpp"
+#include "headwise/norms.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::model {
@@ -41,17 +43,16 @@ struct Norm {
   double eps = 1e-6;
   RowVector<Scalar> weight, bias;  ///< (1, d); bias: LayerNorm only
 
+  /// Row by row, from each row's moments (norms.hpp: summed in index order, so a row gets the same
+  /// bits alone as among others).
   Matrix<Scalar> apply(const Matrix<Scalar>& x) const {
     Matrix<Scalar> y(x.rows(), x.cols());
     for (Index t = 0; t < x.rows(); ++t) {
-      const auto row = x.row(t);
-      const Scalar mean = kind == Kind::layer_norm ? row.mean() : Scalar(0);
-      const Scalar spread = (row.array() - mean).square().mean();
-      const Scalar inverse = Scalar(1) / std::sqrt(spread + static_cast<Scalar>(eps));
-      y.row(t) = (row.array() - mean) * inverse;
-      if (kind == Kind::rms_offset) y.row(t).array() *= weight.array() + Scalar(1);
-      else y.row(t).array() *= weight.array();
-      if (bias.size()) y.row(t) += bias;
+      const headwise::detail::RowMoments m = headwise::detail::row_moments(x.row(t).data(), x.cols(), kind == Kind::layer_norm, eps);
+      for (Index c = 0; c < x.cols(); ++c) {
+        const double w = double(weight(c)) + (kind == Kind::rms_offset ? 1.0 : 0.0);
+        y(t, c) = static_cast<Scalar>((double(x(t, c)) - m.mean) * m.inverse * w + (bias.size() ? double(bias(c)) : 0.0));
+      }
     }
     return y;
   }
@@ -199,7 +200,7 @@ double next_token_loss(const Matrix<Scalar>& logits, const std::vector<Index>& i
 }
 
 template <class Scalar>
-class DecoderModel {
+class HEADWISE_ISA_TAG DecoderModel {
  public:
   Matrix<Scalar> embedding;        ///< (vocab, d_model)
   Matrix<Scalar> positions;        ///< (n_positions, d_model): GPT-2's learned positions; empty: none
@@ -422,5 +423,13 @@ class DecoderModel {
       if (l < 0 || l >= n_layers()) detail::invalid("DecoderModel::run", "interventions for layer ", l, ", the model has ", n_layers());
   }
 };
+
+/// The compiled mode's instantiations of the whole model (detail/compiled.hpp).
+#define HEADWISE_DECODER_MODEL_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template class DecoderModel<S>;
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_DECODER_MODEL_INSTANTIATIONS(extern, float)
+HEADWISE_DECODER_MODEL_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise::model

@@ -6,6 +6,22 @@
 
 #include <headwise/headwise.hpp>
 #include <headwise/io/safetensors.hpp>  // through headwise::io, which brings nlohmann_json
+#ifdef HEADWISE_CONSUMER_MODEL
+#include <headwise/io/decoder_model.hpp>
+#include <headwise/text/byte_level_bpe.hpp>  // through headwise::text, which brings PCRE2
+
+/// Tokenizes a sentence with GPT-2's tokenizer and runs the tests' tiny GPT-2 on it: true if the
+/// ids are GPT-2's (tests/data/gpt2-tokenizer/tokenization-reference.json has them) and every
+/// logit is finite.
+bool whole_model_runs() {
+  const auto bpe = headwise::text::BpeTokenizer::from_tokenizer_json(HEADWISE_CONSUMER_MODEL "/gpt2-tokenizer/tokenizer.json");
+  const auto model = headwise::io::load_decoder_model<float>(HEADWISE_CONSUMER_MODEL "/gpt2-model-tiny");
+  const std::vector<headwise::Index> ids = bpe.encode("Hello, world!");
+  const headwise::Matrix<float> logits = model.logits(ids);
+  std::printf("\"Hello, world!\" is %zu tokens; logits %ld x %ld\n", ids.size(), long(logits.rows()), long(logits.cols()));
+  return ids == std::vector<headwise::Index>{15496, 11, 995, 0} && logits.allFinite() && logits.cols() == model.vocab_size();
+}
+#endif
 
 int main() {
   using headwise::Matrix;
@@ -37,5 +53,8 @@ int main() {
   } catch (const headwise::io::SafetensorsError&) {
     refused = true;
   }
+#ifdef HEADWISE_CONSUMER_MODEL
+  if (!whole_model_runs()) return 1;
+#endif
   return ok && refused ? 0 : 1;
 }

@@ -1,10 +1,17 @@
-// Norms of the projected queries, keys and values, as the current model families apply them
+// Norms of one token's values, the one implementation the layers and the whole model use: the
+// RMS norm (v / sqrt(mean(v²) + eps) · w) and LayerNorm's centred form ((v - mean) / sqrt(var +
+// eps)), each from row_moments(), which sums in index order in double: the same bits whatever the
+// row's address (a vectorised reduction's order follows the row's alignment, so a token decoded
+// alone would not get the bits it gets inside a batch of rows).
+//
+// The norms of the projected queries, keys and values, as the current model families apply them
 // between the projection and the scores (QK-norm: Qwen3, Gemma 3, OLMo 2, Llama 4, Qwen3-Next,
-// Gemma 4; the value norm: Gemma 4). Each is an RMS norm of one token's values:
-//   v' = v / sqrt(mean(v²) + eps) · w
-// with w the stored weight (Qwen3, OLMo 2, Gemma 4), 1 + w for Gemma's zero-centred weights
-// (Gemma 3, Qwen3-Next), or 1 with no weight (Llama 4's L2 norm, Gemma 4's value norm), taken over
-// each head's d_head values, or over the whole projection of all heads before the split (OLMo 2).
+// Gemma 4; the value norm: Gemma 4), are RMS norms of one token's values with w the stored weight
+// (Qwen3, OLMo 2, Gemma 4), 1 + w for Gemma's zero-centred weights (Gemma 3, Qwen3-Next), or 1
+// with no weight (Llama 4's L2 norm, Gemma 4's value norm), taken over each head's d_head values,
+// or over the whole projection of all heads before the split (OLMo 2). The whole model's norms
+// (model/decoder_model.hpp: LayerNorm, RMSNorm, Gemma's RMSNorm with 1 + w) and latent
+// attention's use row_moments() too.
 #pragma once
 
 #include <cmath>
@@ -45,13 +52,30 @@ inline void check_norm(const RmsNorm& norm, Index heads, Index d_head, const cha
     if (!std::isfinite(norm.weight(i))) invalid(where, name, " weight ", i, " is not finite (", norm.weight(i), ")");
 }
 
-/// Normalises, in place, the `width` values at x: mean of squares in double, then each value
-/// divided by the RMS and multiplied by its weight.
+/// What a norm of one token's values needs: their mean (0 unless centred) and 1 / sqrt(the mean
+/// of squares about it + eps).
+struct RowMoments {
+  double mean = 0, inverse = 1;
+};
+
+/// The moments of the `width` values at x (stride `stride`), summed in index order in double.
+template <class Scalar>
+RowMoments row_moments(const Scalar* x, Index width, bool centred, double eps, Index stride = 1) {
+  double mean = 0;
+  if (centred) {
+    for (Index i = 0; i < width; ++i) mean += double(x[i * stride]);
+    mean /= double(width);
+  }
+  double squares = 0;
+  for (Index i = 0; i < width; ++i) squares += (double(x[i * stride]) - mean) * (double(x[i * stride]) - mean);
+  return {mean, 1.0 / std::sqrt(squares / double(width) + eps)};
+}
+
+/// Normalises, in place, the `width` values at x: each divided by the RMS and multiplied by its
+/// weight.
 template <class Scalar>
 void rms_normalise(Scalar* x, Index width, const RmsNorm& norm) {
-  double squares = 0;
-  for (Index i = 0; i < width; ++i) squares += double(x[i]) * double(x[i]);
-  const double inverse = 1.0 / std::sqrt(squares / double(width) + norm.eps);
+  const double inverse = row_moments(x, width, /*centred=*/false, norm.eps).inverse;
   for (Index i = 0; i < width; ++i) {
     const double w = norm.weight.size() ? norm.weight(i) + (norm.zero_centred ? 1.0 : 0.0) : 1.0;
     x[i] = static_cast<Scalar>(double(x[i]) * inverse * w);

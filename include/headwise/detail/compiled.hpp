@@ -1,0 +1,48 @@
+// The compiled mode, as fmt has one: the headers stay usable alone (every template is defined in
+// them), and a consumer that links headwise::compiled (src/, a static library) gets
+// HEADWISE_COMPILED defined, under which each heavy header declares its float and double
+// instantiations `extern template`: the kernel, the layers, the caches and the loaders are then
+// compiled once, in the library, not in every file that calls them.
+//
+// HEADWISE_EXTERN_TEMPLATES is true where those declarations are made. Each header lists its
+// instantiations once, in a macro taking the prefix (extern, or nothing in the library's own
+// source that defines them) and the scalar:
+//   #define HEADWISE_ATTEND_INSTANTIATIONS(PREFIX, S) PREFIX template class Thing<S>;
+//   #if HEADWISE_EXTERN_TEMPLATES
+//   HEADWISE_ATTEND_INSTANTIATIONS(extern, float) HEADWISE_ATTEND_INSTANTIATIONS(extern, double)
+//   #endif
+//
+// The kernel's packed layout (panels of W keys) follows the instruction set a file is compiled
+// for. HEADWISE_ISA_TAG marks the compiled entry points with that instruction set in their linker
+// names (GCC's and clang's abi_tag), so that a consumer compiled for another one than the library
+// fails to link, naming the symbol (`...[abi:avx]...` for an AVX2 build), instead of reading a store of another
+// layout.
+#pragma once
+
+#include <Eigen/Core>
+
+#ifdef HEADWISE_COMPILED
+#define HEADWISE_EXTERN_TEMPLATES 1
+#else
+#define HEADWISE_EXTERN_TEMPLATES 0
+#endif
+
+#if defined(EIGEN_VECTORIZE_AVX512)
+#define HEADWISE_ISA_NAME "avx512"
+#elif defined(EIGEN_VECTORIZE_AVX)
+#define HEADWISE_ISA_NAME "avx"
+#elif defined(EIGEN_VECTORIZE_SSE2)
+#define HEADWISE_ISA_NAME "sse2"
+#elif defined(EIGEN_VECTORIZE_NEON)
+#define HEADWISE_ISA_NAME "neon"
+#elif defined(EIGEN_VECTORIZE)
+#define HEADWISE_ISA_NAME "simd"
+#else
+#define HEADWISE_ISA_NAME "scalar"
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define HEADWISE_ISA_TAG __attribute__((abi_tag(HEADWISE_ISA_NAME)))
+#else
+#define HEADWISE_ISA_TAG
+#endif

@@ -1,0 +1,15 @@
+// headwise::compiled: the kernel's float instantiations (the three ways into it, the backward) and
+// those of the stores and rules it reads. See include/headwise/detail/compiled.hpp.
+#include "headwise/attend.hpp"
+#include "headwise/kernels/fused_attention_backward.hpp"
+#include "headwise/kv_cache.hpp"
+#include "headwise/paged_kv_cache.hpp"
+
+namespace headwise {
+HEADWISE_ATTEND_INSTANTIATIONS(, float)
+HEADWISE_BACKWARD_INSTANTIATIONS(, float)
+HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(, float)
+HEADWISE_PAGED_KV_CACHE_INSTANTIATIONS(, float)
+HEADWISE_KV_CACHE_INSTANTIATIONS(, float)
+HEADWISE_SCORE_RULE_INSTANTIATIONS(, float)
+}  // namespace headwise
