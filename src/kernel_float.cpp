@@ -1,7 +1,7 @@
 // headwise::compiled: the kernel's float instantiations (the three ways into it, the backward) and
 // those of the stores and rules it reads. See include/headwise/detail/compiled.hpp.
 #include "headwise/attend.hpp"
-#include "headwise/kernels/fused_attention_backward.hpp"
+#include "headwise/attend_backward.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/paged_kv_cache.hpp"
 

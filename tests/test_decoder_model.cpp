@@ -43,11 +43,7 @@ void check_model(const std::string& folder) {
   const io::SafetensorsFile ref = headwise_test::load_fixture(folder + "/model-reference.safetensors");
   const std::vector<Index> ids = ids_of(ref, "input_ids");
   model::RunOptions<Scalar> options;
-  for (const std::string& h : model.hook_names()) options.hooks.insert(h);
-  for (Index l = 0; l < model.n_layers(); ++l) {
-    options.hooks.insert("blocks." + std::to_string(l) + ".attn.statistics");
-    if (model.blocks[static_cast<std::size_t>(l)].experts) options.hooks.insert("blocks." + std::to_string(l) + ".mlp.routing");
-  }
+  for (const std::string& h : model.hook_names()) options.hooks.insert(h);  // statistics and routing included
   const auto run = model.run(ids, options);
   const auto tol = headwise_test::tolerance<Scalar>();
   CHECK_THAT(run.logits.template cast<double>(), IsNear(ref.matrix<double>("logits.f64"), tol));
@@ -60,10 +56,17 @@ void check_model(const std::string& folder) {
       CAPTURE(h);
       CHECK_THAT(run.hooks.at(p + h).template cast<double>(), IsNear(ref.matrix<double>(p + h + ".f64"), tol));
     }
-    for (const char* h : {"attn.q", "attn.k", "attn.v", "attn.hook_pattern"}) {
+    // (The fixtures name q, k and v attn.q, attn.k, attn.v; TransformerLens, and the model, attn.hook_q ...)
+    for (const auto& [h, fixture] : {std::pair{"attn.hook_q", "attn.q"}, {"attn.hook_k", "attn.k"}, {"attn.hook_v", "attn.v"},
+                                     {"attn.hook_pattern", "attn.hook_pattern"}}) {
       CAPTURE(h);
-      CHECK_THAT(run.hooks.at(p + h).template cast<double>(), IsNear(headwise_test::side_by_side<double>(ref, p + h + ".f64"), tol));
+      CHECK_THAT(run.hooks.at(p + h).template cast<double>(), IsNear(headwise_test::side_by_side<double>(ref, p + fixture + ".f64"), tol));
     }
+    // Per-head views, TransformerLens's [head, pos, d]: head 1 of the pattern and of Z.
+    const Index n = Index(ids.size()), heads = model.blocks[std::size_t(l)].attention.n_heads();
+    CHECK_THAT(run.head(p + "attn.hook_pattern", 1).template cast<double>(), IsNear(ref.slice<double>(p + "attn.hook_pattern.f64", 1), tol));
+    CHECK(run.head(p + "attn.hook_z", heads - 1).cols() == run.hooks.at(p + "attn.hook_z").cols() / heads);
+    CHECK(run.head(p + "attn.hook_z", heads - 1).rows() == n);
     CHECK_THAT(run.hooks.at(p + "attn.hook_z").template cast<double>(), IsNear(rows_of(ref, p + "attn.hook_z.f64"), tol));
     // Per-row statistics of every head from the fused kernel: the first-token mass is PyTorch's pattern's column 0.
     const auto& stats = run.statistics.at(l);
@@ -98,14 +101,30 @@ TEMPLATE_TEST_CASE("GPT-2 from text, and the reference interventions: a head abl
   const std::vector<Index> ids = bpe.encode("When Mary and John went to the store, John gave a drink to");
   CHECK(ids == ids_of(ref, "input_ids"));
   const auto tol = headwise_test::tolerance<TestType>();
+  // Through hooks alone: a hook function on blocks.1.attn.hook_z zeroes head 2 (its [pos, head 2, d]
+  // slice), one on blocks.0.attn.hook_z sets head 1 to the source run's Z.
   model::RunOptions<TestType> ablate;
-  ablate.interventions.emplace(1, HeadInterventions<TestType>(4));
-  ablate.interventions.at(1).ablate(2);
+  ablate.hook_functions["blocks.1.attn.hook_z"] = [](Matrix<TestType>& z, const model::HookPoint& at) { at.head(z, 2).setZero(); };
   CHECK_THAT(model.run(ids, ablate).logits.template cast<double>(), IsNear(ref.matrix<double>("interventions.zero_ablate.logits.f64"), tol));
+  const Matrix<TestType> source_z = ref.matrix<TestType>("interventions.patch.source_z.f64");
   model::RunOptions<TestType> patch;
-  patch.interventions.emplace(0, HeadInterventions<TestType>(4));
-  patch.interventions.at(0).patch(1, ref.matrix<TestType>("interventions.patch.source_z.f64"));
+  patch.hook_functions["blocks.0.attn.hook_z"] = [&](Matrix<TestType>& z, const model::HookPoint& at) { at.head(z, 1) = source_z; };
   CHECK_THAT(model.run(ids, patch).logits.template cast<double>(), IsNear(ref.matrix<double>("interventions.patch.logits.f64"), tol));
+  // The same two by HeadInterventions on the hook (model::intervene), and its head count checked.
+  HeadInterventions<TestType> zero(4);
+  zero.ablate(2);
+  model::RunOptions<TestType> by_interventions;
+  by_interventions.hook_functions["blocks.1.attn.hook_z"] = model::intervene(zero);
+  CHECK_THAT(headwise_test::as_double(model.run(ids, by_interventions).logits), headwise_test::IsExactly(model.run(ids, ablate).logits));
+  by_interventions.hook_functions["blocks.1.attn.hook_z"] = model::intervene(HeadInterventions<TestType>(3));
+  CHECK_THROWS_WITH(model.run(ids, by_interventions), Catch::Contains("interventions for 3 heads on blocks.1.attn.hook_z, which holds 4"));
+  // A run that starts at position 3 is the tokens 3 .. of a text whose earlier tokens are not
+  // attended: GPT-2's learned positions from row 3 on (its first row, alone, attends to itself).
+  model::RunOptions<TestType> later;
+  later.first_position = 3, later.threads = 1, later.hooks = {"blocks.0.hook_resid_pre"};
+  const auto from_3 = model.run({ids[5]}, later);
+  CHECK_THAT(headwise_test::as_double(from_3.hooks.at("blocks.0.hook_resid_pre")),
+             IsNear(Matrix<double>(model.embedding.row(ids[5]).template cast<double>() + model.positions.row(3).template cast<double>()), tol));
   // The loss of next tokens, from PyTorch's logits (log-softmax here in the test) and from the model's.
   const Matrix<double> reference = ref.matrix<double>("logits.f64");
   double expected_loss = 0;
@@ -122,7 +141,7 @@ TEMPLATE_TEST_CASE("GPT-2 from text, and the reference interventions: a head abl
   record.hooks = {"blocks.2.hook_resid_post"};
   const auto source_run = model.run(ids_of(ref, "interventions.patch.source_input_ids"), record);
   model::RunOptions<TestType> patched;
-  patched.patches["blocks.2.hook_resid_post"] = source_run.hooks.at("blocks.2.hook_resid_post");
+  patched.hook_functions["blocks.2.hook_resid_post"] = model::replace_with(source_run.hooks.at("blocks.2.hook_resid_post"));
   CHECK_THAT(headwise_test::as_double(model.run(ids, patched).logits), headwise_test::IsExactly(source_run.logits));
   // The source run's Z of layer 0, head 1, recorded by the model itself, is the reference's.
   model::RunOptions<TestType> source;
@@ -140,8 +159,24 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   o.hooks = {"blocks.9.hook_resid_pre"};
   CHECK_THROWS_WITH(model.run({1, 2}, o), Catch::Contains("no hook \"blocks.9.hook_resid_pre\" in this model"));
   model::RunOptions<float> p;
-  p.patches["blocks.0.hook_resid_mid"] = Matrix<float>::Zero(3, 48);
-  CHECK_THROWS_WITH(model.run({1, 2}, p), Catch::Contains("the patch for blocks.0.hook_resid_mid is 3x48, the stream there is 2x48"));
+  p.hook_functions["blocks.0.hook_resid_mid"] = model::replace_with(Matrix<float>(Matrix<float>::Zero(3, 48)));
+  CHECK_THROWS_WITH(model.run({1, 2}, p),
+                    Catch::Contains("the hook function on blocks.0.hook_resid_mid left it 3x48, the stream there is 2x48"));
+  model::RunOptions<float> q;
+  q.hook_functions["blocks.0.attn.hook_q"] = [](Matrix<float>&, const model::HookPoint&) {};
+  CHECK_THROWS_WITH(model.run({1, 2}, q), Catch::Contains("blocks.0.attn.hook_q is read-only"));
+  model::RunOptions<float> nan;
+  nan.hook_functions["blocks.0.attn.hook_z"] = [](Matrix<float>& z, const model::HookPoint&) { z(0, 0) = std::nanf(""); };
+  CHECK_THROWS_WITH(model.run({1, 2}, nan), Catch::Contains("the hook function on blocks.0.attn.hook_z left a value that is not finite"));
+  model::RunOptions<float> wrong;
+  wrong.hook_functions["blocks.0.hook_resid_pre"] = [](Matrix<float>& x, const model::HookPoint& at) { at.head(x, 0); };
+  CHECK_THROWS_WITH(model.run({1, 2}, wrong), Catch::Contains("head 0 of blocks.0.hook_resid_pre, which holds 0 heads"));
+  CHECK_THROWS_WITH(model.run({1, 2}).head("blocks.0.attn.hook_z", 0), Catch::Contains("blocks.0.attn.hook_z was not recorded"));
+  model::RunOptions<float> negative;
+  negative.first_position = -1;
+  CHECK_THROWS_WITH(model.run({1, 2}, negative), Catch::Contains("first_position must be >= 0, got -1"));
+  negative.first_position = 1023;
+  CHECK_THROWS_WITH(model.run({1, 2}, negative), Catch::Contains("1025 tokens, more than the model's 1024 positions"));
   CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gemma4-tiny")),
                     Catch::Contains("model_type \"gemma4_text\" has attention headwise loads, but the model code lacks per-layer inputs"));
   CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gpt-oss-tiny")),
@@ -294,9 +329,9 @@ std::string random_gpt2_folder(std::mt19937& rng) {
     "n_layer": 2, "n_positions": 64, "n_ctx": 64, "vocab_size": 96, "layer_norm_epsilon": 1e-05, "activation_function": "gelu_new",
     "scale_attn_weights": true, "n_inner": null})";
   std::normal_distribution<float> normal(0.0f, 0.3f);
-  std::map<std::string, headwise_test::TensorSpec> tensors;
+  std::map<std::string, headwise_test::TensorValues> tensors;
   const auto add = [&](const std::string& name, std::vector<std::uint64_t> shape, float offset = 0.0f) {
-    headwise_test::TensorSpec t{shape, 0.0f, {}};
+    headwise_test::TensorValues t{shape, {}};
     std::uint64_t count = 1;
     for (const auto d : shape) count *= d;
     for (std::uint64_t i = 0; i < count; ++i) t.values.push_back(offset + normal(rng));
@@ -311,7 +346,7 @@ std::string random_gpt2_folder(std::mt19937& rng) {
   }
   add("transformer.ln_f.weight", {40}, 1.0f), add("transformer.ln_f.bias", {40}), add("transformer.wpe.weight", {64, 40});
   add("transformer.wte.weight", {96, 40});
-  const std::vector<unsigned char> bytes = headwise_test::write_safetensors(tensors);
+  const std::vector<unsigned char> bytes = headwise_test::write_safetensors_values(tensors);
   std::ofstream(folder + "/model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
   return folder;
 }
@@ -339,7 +374,7 @@ TEST_CASE("Head studies over a whole model: the scores from PyTorch's patterns, 
   const io::SafetensorsFile ref = headwise_test::load_fixture("gpt2-model-tiny/model-reference.safetensors");
   const std::vector<Index> ids = ids_of(ref, "input_ids");
   const interpret::ModelHeadScores s = interpret::score_model_heads(model, ids, 10, 3);
-  const std::vector<int> tokens(ids.begin(), ids.end());
+  const std::vector<Index>& tokens = ids;
   for (Index l = 0; l < model.n_layers(); ++l)
     for (Index h = 0; h < 4; ++h) {
       const Matrix<double> p = ref.slice<double>("blocks." + std::to_string(l) + ".attn.hook_pattern.f64", h);
@@ -413,8 +448,9 @@ TEST_CASE("Signed head effects over a whole model: ablation effects from PyTorch
   const auto clean = llama.run(text, record);
   const Index d = llama.blocks[1].attention.d_head();
   model::RunOptions<double> by_hand;
-  by_hand.interventions.emplace(1, HeadInterventions<double>(llama.blocks[1].attention.n_heads()));
-  by_hand.interventions.at(1).ablate_with_mean(0, clean.hooks.at("blocks.1.attn.hook_z").leftCols(d).colwise().mean());
+  HeadInterventions<double> mean_of_0(llama.blocks[1].attention.n_heads());
+  mean_of_0.ablate_with_mean(0, clean.hooks.at("blocks.1.attn.hook_z").leftCols(d).colwise().mean());
+  by_hand.hook_functions["blocks.1.attn.hook_z"] = model::intervene(mean_of_0);
   CHECK(mean_effects(1, 0) == Approx(last_logit(llama.run(text, by_hand).logits) - last_logit(clean.logits)).epsilon(1e-12));
   CHECK(mean_effects(1, 0) != 0.0);
   // Head 1.2 by a patch whose every row is that head's mean Z, averaged here by a plain loop.
@@ -424,7 +460,6 @@ TEST_CASE("Signed head effects over a whole model: ablation effects from PyTorch
     for (Index c = 0; c < d; ++c)
       for (Index u = 0; u < z.rows(); ++u) mean_z(t, c) += z(u, 2 * d + c) / double(z.rows());
   model::RunOptions<double> patched;
-  patched.interventions.emplace(1, HeadInterventions<double>(llama.blocks[1].attention.n_heads()));
-  patched.interventions.at(1).patch(2, mean_z);
+  patched.hook_functions["blocks.1.attn.hook_z"] = [&](Matrix<double>& at_z, const model::HookPoint& at) { at.head(at_z, 2) = mean_z; };
   CHECK(mean_effects(1, 2) == Approx(last_logit(llama.run(text, patched).logits) - last_logit(clean.logits)).epsilon(1e-10));
 }

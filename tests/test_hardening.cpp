@@ -320,7 +320,8 @@ TEMPLATE_TEST_CASE("scores that all overflow to -inf make their row NaN in both 
   for (Index j = 0; j <= 5; ++j) k.row(j) << -huge, huge, -huge, huge;  // q5 · kj = -inf for every key row 5 sees
   AttentionOptions sinks;
   sinks.sinks = Vector<double>::Constant(1, 0.5);
-  for (const AttentionOptions* options : {static_cast<const AttentionOptions*>(nullptr), &sinks})
+  const AttentionOptions* const with_sinks = &sinks;
+  for (const AttentionOptions* options : {static_cast<const AttentionOptions*>(nullptr), with_sinks})
     for (const AttentionPath path : {AttentionPath::fused, AttentionPath::step_by_step}) {
       CAPTURE(options != nullptr, path == AttentionPath::fused);
       AttentionCall call;

@@ -164,7 +164,7 @@ TEST_CASE("head-type scores on hand-built patterns", "[interpret][scores]") {
 
   // Tokens A B C A B C: a duplicate-token head looks at the earlier copy, an induction head at
   // what followed it.
-  const std::vector<int> tokens = {1, 2, 3, 1, 2, 3};
+  const std::vector<Index> tokens = {1, 2, 3, 1, 2, 3};
   Matrix<double> duplicate = Matrix<double>::Identity(n, n), induction = Matrix<double>::Identity(n, n);
   for (Index i = 3; i < n; ++i) {
     duplicate.row(i).setZero();
@@ -236,7 +236,7 @@ TEMPLATE_TEST_CASE("attribution patching on toy heads: same sign and ranking as 
   for (Index h = 0; h < heads; ++h)
     for (Index t = 0; t < vocabulary; ++t) w.w_v(t, h * d_head + t) = 1, w.w_o(h * d_head + t, t) = TestType(1 + h);
   const MultiHeadAttention<TestType> layer(heads, std::move(w));
-  const std::vector<int> tokens{3, 1, 4, 1, 5, 2, 6, 3, 5, 5};
+  const std::vector<Index> tokens{3, 1, 4, 1, 5, 2, 6, 3, 5, 5};
   Matrix<TestType> clean = Matrix<TestType>::Zero(length, d_model);
   for (Index i = 0; i < length; ++i) clean(i, tokens[static_cast<std::size_t>(i)]) = 1, clean(i, vocabulary + i) = 1;
   Matrix<TestType> corrupted = clean;

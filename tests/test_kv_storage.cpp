@@ -104,7 +104,7 @@ TEST_CASE("a layer with narrow keys and values: decoding is bitwise its forward,
     CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x)), IsNear(headwise_test::as_double(whole), 1e-5));
     // Against float64: the output's error and each row's KL divergence, by type.
     const double error = (whole.cast<double>() - expected).cwiseAbs().maxCoeff() / expected.cwiseAbs().maxCoeff();
-    const interpret::Inspection<float> run = interpret::inspect(layer, x);
+    const ForwardRecord<float> run = interpret::inspect(layer, x);
     double kl = 0;
     for (Index h = 0; h < layer.n_heads(); ++h) kl = std::max(kl, mean_kl(ref.slice<double>(p + "pattern.f64", h), run.pattern(h).cast<double>()));
     CAPTURE(error, kl);

@@ -47,11 +47,11 @@ void check_latent_layer(const MultiHeadLatentAttention<Scalar>& layer, const io:
     CHECK_THAT(head.weights.template cast<double>(), IsNear(ref.slice<double>(p + "pattern.f64", h), tol));
   }
   // The absorbed form: each head's [q_nope W_UK | RoPE(q_pe)] and the latent keys [c_kv | RoPE(k_pe)].
-  Matrix<Scalar> q;
-  PackedKeysValues<Scalar> kv(0, 1, 1, 1);
-  HeadOutputExtras<Scalar> extras;
-  extras.q = &q, extras.keys_values = &kv;
-  layer.attend_heads(x, {}, extras);
+  ForwardRecord<Scalar> record;
+  record.keep_queries = record.keep_keys_values = true;
+  layer.attend_heads(x, {}, record);
+  const Matrix<Scalar>& q = record.q;
+  const PackedKeysValues<Scalar>& kv = record.keys_values;
   const Index L = layer.latent_width(), R = layer.kv_lora_rank();
   for (Index h = 0; h < layer.n_heads(); ++h) {
     CHECK_THAT(Matrix<double>(q.middleCols(h * L, R).template cast<double>()), IsNear(ref.slice<double>(p + "q_absorbed.f64", h), tol));
@@ -200,7 +200,7 @@ TEST_CASE("latent attention heads under the study tools: patterns, statistics, i
   const io::SafetensorsFile ref = headwise_test::load_fixture("deepseek-v3-tiny/attention-reference.safetensors");
   const auto& layer = layers[0];
   const Matrix<double> x = ref.matrix<double>("layers.0.attn.input");
-  const interpret::Inspection<double> run = interpret::inspect(layer, x);
+  const ForwardRecord<double> run = interpret::inspect(layer, x);
   const auto tol = headwise_test::tolerance<double>();
   for (Index h = 0; h < layer.n_heads(); ++h) {
     CAPTURE(h);

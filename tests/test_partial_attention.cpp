@@ -5,6 +5,7 @@
 
 #include "headwise/partial_attention.hpp"
 #include "headwise/variants/alibi.hpp"
+#include "support/shards.hpp"
 #include "support/catch.hpp"
 #include "support/matchers.hpp"
 #include "support/random.hpp"
@@ -50,7 +51,7 @@ TEMPLATE_TEST_CASE("shards of the keys, merged, equal the unsplit call", "[parti
     AttentionOptions shard = o;
     if (s > 0) shard.sinks = Vector<double>();
     const Index k0 = cuts[static_cast<std::size_t>(s)], m = cuts[static_cast<std::size_t>(s) + 1] - k0;
-    parts.push_back(partial_attention<TestType>(q, k.middleRows(k0, m), v.middleRows(k0, m), H, G, 0, k0, shard));
+    parts.push_back(headwise_test::shard_attention<TestType>(q, k.middleRows(k0, m), v.middleRows(k0, m), {H, G}, 0, k0, shard));
   }
   PartialAttention<TestType> left = parts[0];  // ((a b) c) ...
   for (Index s = 1; s < shards; ++s) merge_into(left, parts[static_cast<std::size_t>(s)]);
@@ -68,16 +69,16 @@ TEST_CASE("a shard no query can see contributes nothing, exactly", "[partial][me
   const Matrix<double> q = headwise_test::random_matrix<double>(10, 8, rng), k = headwise_test::random_matrix<double>(30, 8, rng);
   const Matrix<double> v = headwise_test::random_matrix<double>(30, 8, rng);
   // Queries at positions 0..9; keys 20..29 lie in their future.
-  const auto future = partial_attention<double>(q, k.bottomRows(10), v.bottomRows(10), 1, 1, 0, 20);
+  const auto future = headwise_test::shard_attention<double>(q, k.bottomRows(10), v.bottomRows(10), {1, 1}, 0, 20);
   CHECK((future.z.array() == 0).all());
   CHECK((future.logsumexp.array() == -std::numeric_limits<double>::infinity()).all());
-  const auto seen = partial_attention<double>(q, k.topRows(20), v.topRows(20), 1, 1, 0, 0);
+  const auto seen = headwise_test::shard_attention<double>(q, k.topRows(20), v.topRows(20), {1, 1}, 0, 0);
   const auto merged = merge(seen, future);
   CHECK_THAT(merged.z, headwise_test::IsExactly(seen.z));
   CHECK_THAT(merged.logsumexp, headwise_test::IsExactly(seen.logsumexp));
   PartialAttention<double> wrong;
   wrong.z = Matrix<double>::Zero(3, 8), wrong.logsumexp = Matrix<double>::Zero(1, 3);
   CHECK_THROWS_WITH(merge(seen, wrong), Catch::Contains("do not merge"));
-  CHECK_THROWS_WITH(partial_attention<double>(q, k, v, 1, 1, 0, -1), Catch::Contains("first_key_position must be >= 0"));
-  CHECK_THROWS_WITH(partial_attention<double>(q, k, v, 1, 1, -3, 0), Catch::Contains("first_query_position must be >= 0"));
+  CHECK_THROWS_WITH(headwise_test::shard_attention<double>(q, k, v, {1, 1}, 0, -1), Catch::Contains("first_key_position must be >= 0"));
+  CHECK_THROWS_WITH(headwise_test::shard_attention<double>(q, k, v, {1, 1}, -3, 0), Catch::Contains("first_query_position must be >= 0"));
 }

@@ -20,6 +20,7 @@
 #include "headwise/attend.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/partial_attention.hpp"
+#include "support/shards.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 #include "support/matchers.hpp"
@@ -228,13 +229,13 @@ TEMPLATE_TEST_CASE("ALiBi at distances a scalar cannot hold exactly is refused; 
   AttentionOptions o;
   o.alibi_slopes = Vector<double>::Constant(1, 0.5);
   const Index far = Index(1) << 62;
-  CHECK_THROWS_WITH(partial_attention<TestType>(q, k, k, 1, 1, far, 0, o),
+  CHECK_THROWS_WITH(headwise_test::shard_attention<TestType>(q, k, k, {1, 1}, far, 0, o),
                     Contains("ALiBi at a key-query distance of " + std::to_string(far + 2)) &&
                         Contains(std::is_same_v<TestType, float> ? "below 2^24" : "below 2^53"));
   // Queries and keys translated together by 2^20 attend as they do at 0 (ALiBi sees j - i only).
   const Index shift = Index(1) << 20;
-  const PartialAttention<TestType> at_zero = partial_attention<TestType>(q, k, k, 1, 1, 3, 0, o);
-  const PartialAttention<TestType> shifted = partial_attention<TestType>(q, k, k, 1, 1, shift + 3, shift, o);
+  const PartialAttention<TestType> at_zero = headwise_test::shard_attention<TestType>(q, k, k, {1, 1}, 3, 0, o);
+  const PartialAttention<TestType> shifted = headwise_test::shard_attention<TestType>(q, k, k, {1, 1}, shift + 3, shift, o);
   CHECK_THAT(headwise_test::as_double(shifted.z), IsExactly(at_zero.z));
 }
 

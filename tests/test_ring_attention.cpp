@@ -84,9 +84,10 @@ TEMPLATE_TEST_CASE("ring attention: each rank's rows equal the single-process ca
 
   const Block b = my_block(n, even);
   CHECK(distributed::ring_layout(MPI_COMM_WORLD, b.rows).first() == b.first);
+  AttentionCall ring;
+  ring.heads = {H, n_kv_heads}, ring.options = &options;
   const PartialAttention<TestType> mine = distributed::ring_attention<TestType>(
-      MPI_COMM_WORLD, q.middleRows(b.first, b.rows), k.middleRows(b.first, b.rows), v.middleRows(b.first, b.rows), H,
-      n_kv_heads, options);
+      MPI_COMM_WORLD, q.middleRows(b.first, b.rows), k.middleRows(b.first, b.rows), v.middleRows(b.first, b.rows), ring);
   CHECK_THAT(headwise_test::as_double(mine.z),
              IsNear(headwise_test::as_double(whole.z.middleRows(b.first, b.rows)), merge_tolerance<TestType>()));
   CHECK_THAT(headwise_test::as_double(mine.logsumexp),
@@ -120,7 +121,9 @@ TEST_CASE("ring attention: bad input on one rank is refused by every rank, by na
   Matrix<double> q = headwise_test::random_matrix<double>(6, 8, rng);
   const Matrix<double> kv = headwise_test::random_matrix<double>(6, 8, rng);
   const auto call = [&](const Matrix<double>& queries, const AttentionOptions& o = {}, Index heads = 2) {
-    return distributed::ring_attention<double>(MPI_COMM_WORLD, queries, kv, kv, heads, 2, o);
+    AttentionCall ring;
+    ring.heads = {heads, 2}, ring.options = &o;
+    return distributed::ring_attention<double>(MPI_COMM_WORLD, queries, kv, kv, ring);
   };
   // A NaN in the last rank's queries: every rank hears of it, with the rank's name.
   Matrix<double> bad = q;
@@ -139,7 +142,9 @@ TEST_CASE("ring attention: bad input on one rank is refused by every rank, by na
   if (ranks_of_world() > 1) {
     const Matrix<double> wider = headwise_test::random_matrix<double>(6, rank == last ? 16 : 8, rng);
     const Matrix<double> keys = rank == last ? Matrix<double>(kv.replicate(1, 2)) : kv;
-    CHECK_THROWS_WITH(distributed::ring_attention<double>(MPI_COMM_WORLD, wider, keys, kv, 2, 2),
+    AttentionCall two;
+    two.heads = {2, 2};
+    CHECK_THROWS_WITH(distributed::ring_attention<double>(MPI_COMM_WORLD, wider, keys, kv, two),
                       "headwise: ring attention: the width of q differs between ranks (from 8 to 16)");
   }
   // And after all that, a good call still runs: no rank was left behind.
@@ -153,7 +158,9 @@ TEST_CASE("ring attention: ranks that disagree on the call are refused by every 
   const Matrix<double> q = headwise_test::random_matrix<double>(6, 8, rng);
   const Matrix<double> kv = headwise_test::random_matrix<double>(6, 8, rng);
   const auto call = [&](const AttentionOptions& o, Index heads = 2, Index kv_heads = 2) {
-    return distributed::ring_attention<double>(MPI_COMM_WORLD, q, kv, kv, heads, kv_heads, o);
+    AttentionCall ring;
+    ring.heads = {heads, kv_heads}, ring.options = &o;
+    return distributed::ring_attention<double>(MPI_COMM_WORLD, q, kv, kv, ring);
   };
   // cu_seqlens past the sequence: every rank holds 6 rows.
   AttentionOptions past;

@@ -78,7 +78,7 @@ Matrix<double> playground_by_hand(const Matrix<double>& q, const Matrix<double>&
 TEST_CASE("toy heads: words and punctuation are tokens", "[toys]") {
   CHECK(interpret::word_tokens("the store, John!") == std::vector<std::string>{"the", "store", ",", "John", "!"});
   CHECK(interpret::word_tokens(" \t\n").empty());
-  CHECK(interpret::first_occurrence_ids({"a", "b", "a", "c", "b"}) == std::vector<int>{0, 1, 0, 2, 1});
+  CHECK(interpret::first_occurrence_ids({"a", "b", "a", "c", "b"}) == std::vector<Index>{0, 1, 0, 2, 1});
   // UTF-8: letters of any script in words, curly quotes and dashes tokens of their own, Unicode spaces.
   CHECK(interpret::word_tokens("caf\u00e9 na\u00efve") == std::vector<std::string>{"caf\u00e9", "na\u00efve"});
   CHECK(interpret::word_tokens("John\u2019s \u201cdog\u201d\u2014ok\u00a0\u00bfs\u00ed?") ==
@@ -92,7 +92,7 @@ TEST_CASE("toy heads: words and punctuation are tokens", "[toys]") {
   CHECK(interpret::word_tokens("\U0001F600!") == std::vector<std::string>{"\U0001F600", "!"});     // four bytes
   // ’ and ” share their first two bytes: they must not be the same token to the duplicate head.
   const auto quotes = interpret::toy_head_pattern(interpret::ToyHead::duplicate_token, "a\u2019 b\u201d", true);
-  CHECK(quotes.ids == std::vector<int>{0, 1, 2, 3});
+  CHECK(quotes.ids == std::vector<Index>{0, 1, 2, 3});
 }
 
 TEST_CASE("toy heads: text that is not UTF-8 is refused by name", "[toys][errors]") {

@@ -13,7 +13,7 @@
 
 #include "headwise/causal_mask.hpp"
 #include "headwise/head_sum.hpp"
-#include "headwise/kernels/fused_attention_backward.hpp"
+#include "headwise/attend_backward.hpp"
 #include "headwise/linear.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/qkv_layout.hpp"

@@ -22,6 +22,6 @@
 #include "headwise/score_rule.hpp"
 #include "headwise/partial_attention.hpp"
 #include "headwise/head_sum.hpp"
-#include "headwise/kernels/fused_attention_backward.hpp"
+#include "headwise/attend_backward.hpp"
 #include "headwise/attention_backward.hpp"
 #include "headwise/multi_head_latent_attention.hpp"

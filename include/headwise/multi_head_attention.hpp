@@ -11,6 +11,7 @@
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
 #include "headwise/detail/compiled.hpp"
+#include "headwise/forward_record.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/kv_cache.hpp"
@@ -42,17 +43,6 @@ struct MultiHeadWeights {
   /// n_heads d_head), or empty for none; and its bias, or empty.
   Matrix<Scalar> w_gate;
   RowVector<Scalar> b_gate;
-};
-
-/// What the layer's fused path records besides Z, on request: in its AttentionResult, the
-/// logsumexp and statistics (as attend() records them); through the pointers (each may be null),
-/// the queries and the keys and values.
-template <class Scalar>
-struct HeadOutputExtras {
-  bool logsumexp = false;                           ///< result.logsumexp, (n_heads, n)
-  bool statistics = false;                          ///< result.statistics, (n_heads, n) each
-  Matrix<Scalar>* q = nullptr;                      ///< (n, n_heads d_head): the queries
-  PackedKeysValues<Scalar>* keys_values = nullptr;  ///< the keys and values (replaced: n tokens)
 };
 
 /// Every intermediate of a multi-head layer on one input.
@@ -184,33 +174,29 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// Every head's Z side by side, (n, n_heads d_head), by the fused kernel, as W_O reads it (gated
   /// by the output gate if the layer has one).
   Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
-    return attend_heads(x, options).z;
+    ForwardRecord<Scalar> record;
+    attend_heads(x, options, record);
+    return std::move(record.attention.z);
   }
 
-  /// The layer's attention before W_O as attend() returns it: every head's Z side by side
-  /// (n, n_heads d_head; gated by the output gate if the layer has one) and on request (extras)
-  /// the logsumexp and per-row statistics; the queries and the keys and values through extras'
-  /// pointers. All O(n d_model).
+  /// The layer's attention before W_O, into `record` (forward_record.hpp): every head's Z side by
+  /// side (n, n_heads d_head; gated by the output gate if the layer has one) and what the record
+  /// asks to keep (the logsumexp, the per-row statistics, the queries, the keys and values), with
+  /// the run's options and the layer's shape. All O(n d_model).
   /// Any starting position: with options.first_key_position = p the tokens sit at positions
   /// p .. p + n - 1 (their rotary angles, windows, chunks and query scales), with no earlier keys:
   /// the tokens p .. of a longer sequence whose earlier keys are not attended (forward,
   /// forward_step_by_step, trace and inspect alike). (Hugging Face places RoPE by position_ids, and
   /// Llama 4's chunks and temperature by cache_position, which start together only with a cache.)
-  AttentionResult<Scalar> attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                                       const HeadOutputExtras<Scalar>& extras = {}) const {
+  void attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, ForwardRecord<Scalar>& record) const {
     constexpr const char* where = "MultiHeadAttention::forward";
-    const AttentionOptions all = checked_call(x, options, where);
-    const Positions at{first_position_of(all, where), first_position_of(all, where) + x.rows()};
-    AttentionResult<Scalar> result;
-    if (extras.keys_values) {
-      *extras.keys_values = PackedKeysValues<Scalar>(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
-      result = attend_rows(x, *extras.keys_values, all, extras, at, where);
-    } else {
-      PackedKeysValues<Scalar> kv(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
-      result = attend_rows(x, kv, all, extras, at, where);
-    }
-    apply_gate(x, result.z, detail::thread_count(options.threads, where));
-    return result;
+    record.options = checked_call(x, options, where);
+    record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
+    const Index first = first_position_of(record.options, where);
+    PackedKeysValues<Scalar> own(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
+    record.attention = attend_rows(x, own, record.options, &record, Positions{first, first + x.rows()}, where);
+    if (record.keep_keys_values) record.keys_values = std::move(own);
+    apply_gate(x, record.attention.z, detail::thread_count(options.threads, where));
   }
 
   /// A KV cache for this layer with room for `capacity` tokens, stored as config().kv_storage says.
@@ -234,7 +220,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     const int threads = detail::thread_count(options.threads, where);
     Matrix<Scalar> out;
     try {
-      Matrix<Scalar> z = attend_rows(x, cache.store(), all, {}, Positions{held, held + x.rows()}, where).z;
+      Matrix<Scalar> z = attend_rows(x, cache.store(), all, nullptr, Positions{held, held + x.rows()}, where).z;
       apply_gate(x, z, threads);
       out = output_of(z, threads, held, where);
     } catch (...) {
@@ -383,11 +369,11 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
 
   /// The textbook form: concatenate the heads' Z and apply W_O once, Concat(Z_0..Z_H-1) W_O + b_O.
   /// z: (n, n_heads d_head) -> (n, d_model). Equal to the sum of the per-head contributions.
-  Matrix<Scalar> project_heads(const Eigen::Ref<const Matrix<Scalar>>& z) const {
+  Matrix<Scalar> project_heads(const Eigen::Ref<const Matrix<Scalar>>& z, int threads = 0) const {
     if (z.cols() != n_heads_ * d_head_)
       detail::invalid("project_heads", "z has ", z.cols(), " columns, expected n_heads d_head = ",
                       n_heads_ * d_head_);
-    return output_of(z, detail::thread_count(0, "project_heads"), 0, "project_heads");
+    return output_of(z, detail::thread_count(threads, "project_heads"), 0, "project_heads");
   }
 
   /// X [W_Q | W_K | W_V] + [b_Q | b_K | b_V]: x (n, d_model) -> (n, (n_heads + 2 n_kv_heads) d_head),
@@ -696,11 +682,11 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// If anything throws, kv is rolled back to the tokens it held: a refused call changes nothing.
   template <class Store>
   AttentionResult<Scalar> attend_rows(const Eigen::Ref<const Matrix<Scalar>>& x, Store& kv,
-                                      const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
+                                      const AttentionOptions& options, ForwardRecord<Scalar>* record,
                                       Positions at, const char* where) const {
     const Index held = kv.size();
     try {
-      return attend_unchecked(x, kv, options, extras, at, where);
+      return attend_unchecked(x, kv, options, record, at, where);
     } catch (...) {
       kv.truncate(held);
       throw;
@@ -708,12 +694,12 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   }
   template <class Store>
   AttentionResult<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, Store& kv,
-                                           const AttentionOptions& options, const HeadOutputExtras<Scalar>& extras,
+                                           const AttentionOptions& options, ForwardRecord<Scalar>* record,
                                            Positions at, const char* where) const {
     const int threads = detail::thread_count(options.threads, where);
     const QkvLayout l = layout();
     const Index width = l.query_width();
-    AttentionResult<Scalar> result;  // every head's Z side by side, (m, n_heads d_head), and what extras ask
+    AttentionResult<Scalar> result;  // every head's Z side by side, (m, n_heads d_head), and what the record keeps
     {
       Matrix<Scalar> q(x.rows(), width), part;
       constexpr Index chunk = 256;  // rows per product: a (256, 3 d_model) buffer, not (n, 3 d_model)
@@ -725,15 +711,16 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
         transform_projections(part, Positions{at.first + i0, at.end}, threads);  // norms, RoPE (Q and K in one pass), scale
         // Copied on every thread: at large n, q's fresh pages fault as they are first written, and
         // faults taken on one thread leave the others waiting (bench/RESULTS.md, "Fresh memory").
-        HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1))
+        [[maybe_unused]] const int copiers = detail::threads_for(double(rows) * double(width) * 64, threads);  // (a copy: a multiply-add's cost per 64 entries)
+        HEADWISE_OMP(omp parallel for num_threads(copiers) schedule(static) if (copiers > 1))
         for (Index r = 0; r < rows; ++r) q.row(i0 + r) = part.row(r).head(width);
         kv.append(l.part(part, QkvPart::key), l.part(part, QkvPart::value), threads);
       }
       AttentionCall call;  // the one attention call, on everything kv now holds
       call.heads = {n_heads_, n_kv_heads_};
-      call.options = &options, call.logsumexp = extras.logsumexp, call.statistics = extras.statistics;
+      call.options = &options, call.logsumexp = record && record->keep_logsumexp, call.statistics = record && record->keep_statistics;
       result = detail::attend_packed<Scalar>(q, kv.blocks(), call, where);
-      if (extras.q) *extras.q = std::move(q);
+      if (record && record->keep_queries) record->q = std::move(q);
     }
     return result;
   }

@@ -26,6 +26,7 @@
 #include "headwise/attend.hpp"
 #include "headwise/attention_head.hpp"
 #include "headwise/detail/compiled.hpp"
+#include "headwise/forward_record.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/head_interventions.hpp"
@@ -125,24 +126,30 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   }
   /// Every head's Z side by side, (n, n_heads v_head_dim), by the fast path.
   Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
-    return attend_heads(x, options).z;
+    ForwardRecord<Scalar> record;
+    attend_heads(x, options, record);
+    return std::move(record.attention.z);
   }
-  /// The attention before W_O by the fast path: Z (n, n_heads v_head_dim) and on request the
-  /// logsumexp and statistics (n_heads, n); through extras' pointers the absorbed queries (n,
-  /// n_heads latent_width: head h's [q_nope_h W_UK_hᵀ | RoPE(q_pe_h)], as they meet the latent)
-  /// and the latent keys (one head, values its first kv_lora_rank components).
-  AttentionResult<Scalar> attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                                       const HeadOutputExtras<Scalar>& extras = {}) const {
+  /// The attention before W_O by the fast path, into `record` (forward_record.hpp): Z (n, n_heads
+  /// v_head_dim) and what it asks to keep: the logsumexp and statistics (n_heads, n), the absorbed
+  /// queries (n, n_heads latent_width: head h's [q_nope_h W_UK_hᵀ | RoPE(q_pe_h)], as they meet
+  /// the latent) and the latent keys (one head, values its first kv_lora_rank components).
+  void attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, ForwardRecord<Scalar>& record) const {
     constexpr const char* where = "MultiHeadLatentAttention::forward";
     check_input(x, options, where);
+    record.options = options;
+    record.options.divisor = options.divisor ? *options.divisor : divisor();
+    record.n_heads = n_heads(), record.n_kv_heads = 1, record.d_head = latent_width(), record.d_v = v_head_dim();
     const int threads = detail::thread_count(options.threads, where);
-    if (x.rows() == 0) return empty_result(extras);
-    const Projected p = project(x, 0, threads);
     PackedKeysValues<Scalar> kv(x.rows(), 1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix});
-    kv.append(p.latent, threads);
-    AttentionResult<Scalar> r = attend_latent(p, kv, options, extras, where);
-    if (extras.keys_values) *extras.keys_values = std::move(kv);
-    return r;
+    if (x.rows() == 0) {
+      record.attention = empty_result(record);
+    } else {
+      const Projected p = project(x, 0, threads);
+      kv.append(p.latent, threads);
+      record.attention = attend_latent(p, kv, options, &record, where);
+    }
+    if (record.keep_keys_values) record.keys_values = std::move(kv);
   }
 
   /// A cache of the latent for `capacity` tokens: latent_width() numbers per token.
@@ -166,7 +173,7 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
     cache.store().append(p.latent, threads);
     cache.origin_ = mine;
     try {  // a call that fails (options the rule refuses, an overflow) leaves the cache as it was
-      Matrix<Scalar> z = attend_latent(p, cache.packed(), options, {}, where).z;
+      Matrix<Scalar> z = attend_latent(p, cache.packed(), options, nullptr, where).z;
       return output_of(z, interventions, where);
     } catch (...) {
       cache.store().truncate(held);
@@ -290,7 +297,7 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   /// far): the queries absorbed and folded into rows (row t n_heads + h: token t, head h), one
   /// shared head, then each head's z_latent W_UV_h.
   AttentionResult<Scalar> attend_latent(const Projected& p, const PackedKeysValues<Scalar>& kv, const AttentionOptions& options,
-                                        const HeadOutputExtras<Scalar>& extras, const char* where) const {
+                                        ForwardRecord<Scalar>* record, const char* where) const {
     const Index n = p.q.rows(), H = n_heads(), L = latent_width(), R = kv_lora_rank();
     using Strided = Eigen::Map<Matrix<Scalar>, 0, Eigen::OuterStride<>>;
     Matrix<Scalar> folded(n * H, L);
@@ -302,29 +309,29 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
     AttentionOptions all = options_for(options);
     all.query_rows_per_position = H;
     AttentionCall call;
-    call.heads = {1, 1}, call.options = &all, call.logsumexp = extras.logsumexp, call.statistics = extras.statistics;
+    call.heads = {1, 1}, call.options = &all, call.logsumexp = record && record->keep_logsumexp;
+    call.statistics = record && record->keep_statistics;
     call.tiles.key_shard = latent_key_shard;
     AttentionResult<Scalar> latent = detail::attend_packed<Scalar>(folded, kv.blocks(), call, where);
     AttentionResult<Scalar> out;
     out.z.resize(n, H * v());
     for (Index h = 0; h < H; ++h)
       out.z.middleCols(h * v(), v()) = times(Strided(latent.z.data() + h * R, n, R, Eigen::OuterStride<>(H * R)), w_uv_[static_cast<std::size_t>(h)]);
-    if (extras.logsumexp) out.logsumexp = unfold(latent.logsumexp);
-    if (extras.statistics) unfold_statistics(latent.statistics, out.statistics);
-    if (extras.q) {
-      extras.q->resize(n, H * L);
-      for (Index h = 0; h < H; ++h) extras.q->middleCols(h * L, L) = Strided(folded.data() + h * L, n, L, Eigen::OuterStride<>(H * L));
+    if (call.logsumexp) out.logsumexp = unfold(latent.logsumexp);
+    if (call.statistics) unfold_statistics(latent.statistics, out.statistics);
+    if (record && record->keep_queries) {
+      record->q.resize(n, H * L);
+      for (Index h = 0; h < H; ++h) record->q.middleCols(h * L, L) = Strided(folded.data() + h * L, n, L, Eigen::OuterStride<>(H * L));
     }
     return out;
   }
   /// What attend_heads gives for no tokens.
-  AttentionResult<Scalar> empty_result(const HeadOutputExtras<Scalar>& extras) const {
+  AttentionResult<Scalar> empty_result(ForwardRecord<Scalar>& record) const {
     AttentionResult<Scalar> r;
     r.z.resize(0, n_heads() * v());
-    if (extras.logsumexp) r.logsumexp.resize(n_heads(), 0);
-    if (extras.statistics) r.statistics.resize(n_heads(), 0);
-    if (extras.q) extras.q->resize(0, n_heads() * latent_width());
-    if (extras.keys_values) *extras.keys_values = PackedKeysValues<Scalar>(0, 1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix});
+    if (record.keep_logsumexp) r.logsumexp.resize(n_heads(), 0);
+    if (record.keep_statistics) r.statistics.resize(n_heads(), 0);
+    if (record.keep_queries) record.q.resize(0, n_heads() * latent_width());
     return r;
   }
   /// A folded call's (1, n n_heads) per-row values as (n_heads, n).

@@ -25,22 +25,20 @@ namespace headwise {
 template <class Scalar>
 using PartialAttention = AttentionResult<Scalar>;
 
-/// The attention of queries q (n_q, n_heads d) at positions first_query_position + i over the keys
-/// k, v (m, n_kv_heads d / d_v) at positions first_key_position + j, with options' masks and
-/// modifiers at those positions (a mask or bias is (n_q, m): this shard's columns). attend() with
-/// the positions set and the logsumexp recorded.
+/// The attention of queries q (n_q, n_heads d) over one shard of keys k, v (m, n_kv_heads d / d_v),
+/// at the positions call.options places them (first_query_position + i, first_key_position + j:
+/// the masks and modifiers apply there; a mask or bias is (n_q, m), this shard's columns): attend()
+/// with the logsumexp recorded, whatever the call asks.
+///   AttentionOptions at;
+///   at.first_query_position = 0, at.first_key_position = 4096;   // keys 4096 .. of the sequence
+///   call.options = &at, call.heads = {8, 2};   // the heads, and the shard's positions
+///   PartialAttention<float> part = partial_attention<float>(q, k_shard, v_shard, call);
 template <class Scalar>
 PartialAttention<Scalar> partial_attention(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Ref<const Matrix<Scalar>>& k,
-                                           const Eigen::Ref<const Matrix<Scalar>>& v, Index n_heads, Index n_kv_heads,
-                                           Index first_query_position, Index first_key_position,
-                                           const AttentionOptions& options = {}) {
-  AttentionOptions at = options;  // (a copy: the positions are this shard's)
-  at.first_query_position = first_query_position;
-  at.first_key_position = first_key_position;
-  AttentionCall call;
-  call.heads = {n_heads, n_kv_heads};
-  call.options = &at, call.logsumexp = true;
-  return detail::attend_matrices<Scalar>(q, k, v, call, "partial_attention");
+                                           const Eigen::Ref<const Matrix<Scalar>>& v, const AttentionCall& call) {
+  AttentionCall shard = call;
+  shard.logsumexp = true;
+  return detail::attend_matrices<Scalar>(q, k, v, shard, "partial_attention");
 }
 
 /// Merges b into a: a becomes the attention over both shards. Shapes must agree.

@@ -14,7 +14,6 @@ namespace headwise_test {
 struct TensorSpec {
   std::vector<std::uint64_t> shape;
   float fill = 0.0f;
-  std::vector<float> values;  ///< every entry, row-major, in place of `fill` when given
 };
 
 /// A file made of a header (JSON text, taken as it is) and data bytes.
@@ -27,19 +26,36 @@ inline std::vector<unsigned char> file_with_header(const std::string& header, co
   return bytes;
 }
 
-inline std::vector<unsigned char> write_safetensors(const std::map<std::string, TensorSpec>& tensors) {
+/// A tensor of given values (row-major).
+struct TensorValues {
+  std::vector<std::uint64_t> shape;
+  std::vector<float> values;
+};
+
+/// F32 tensors, each of its values.
+inline std::vector<unsigned char> write_safetensors_values(const std::map<std::string, TensorValues>& tensors) {
   nlohmann::json header = nlohmann::json::object();
   std::vector<unsigned char> data;
+  for (const auto& [name, t] : tensors) {
+    std::uint64_t count = 1;
+    for (auto d : t.shape) count *= d;
+    const std::uint64_t begin = data.size();
+    data.resize(data.size() + count * 4);
+    for (std::uint64_t i = 0; i < count; ++i) std::memcpy(data.data() + begin + i * 4, &t.values.at(i), 4);
+    header[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  return file_with_header(header.dump(), data);
+}
+
+/// F32 tensors, each filled with one value.
+inline std::vector<unsigned char> write_safetensors(const std::map<std::string, TensorSpec>& tensors) {
+  std::map<std::string, TensorValues> filled;
   for (const auto& [name, spec] : tensors) {
     std::uint64_t count = 1;
     for (auto d : spec.shape) count *= d;
-    const std::uint64_t begin = data.size();
-    data.resize(data.size() + count * 4);
-    for (std::uint64_t i = 0; i < count; ++i)
-      std::memcpy(data.data() + begin + i * 4, spec.values.empty() ? &spec.fill : &spec.values.at(i), 4);
-    header[name] = {{"dtype", "F32"}, {"shape", spec.shape}, {"data_offsets", {begin, data.size()}}};
+    filled[name] = {spec.shape, std::vector<float>(count, spec.fill)};
   }
-  return file_with_header(header.dump(), data);
+  return write_safetensors_values(filled);
 }
 
 }  // namespace headwise_test

@@ -48,6 +48,16 @@ inline int thread_count(int requested, const char* where) {
 #endif
 }
 
+/// Multiply-adds below which a call runs on the calling thread (about 0.1 ms on one core): waking
+/// another thread costs more than it saves there, and OpenMP's threads, once woken, spin while
+/// they wait for the next region (libgomp's default policy), taking the cores from whatever else
+/// runs: a 20-token model run under load took 6-10 times as long. Results do not depend on it
+/// (every kernel gives the same bits on any thread count).
+inline constexpr double serial_work = 1 << 20;
+
+/// The threads for `work` multiply-adds: `threads`, or 1 below serial_work.
+inline int threads_for(double work, int threads) { return work < serial_work ? 1 : threads; }
+
 /// The calling thread's number inside a parallel region (0 outside one, or without OpenMP).
 inline int this_thread() {
 #ifdef _OPENMP

@@ -331,7 +331,7 @@ void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const M
   c.resize(n, m);  // each part zeroes its own columns: fresh pages are first touched in parallel
   if (n == 0 || m == 0) return;
   const Index panels = (m + W - 1) / W;
-  const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads, panels)));
+  const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads_for(double(n) * double(m) * double(k), threads), panels)));
   const MatrixView<Scalar> av{a.data(), a.outerStride()}, bv{b.data(), b.outerStride()};
   ExceptionCarrier carrier;  // scratch allocation may throw; no exception may leave the region
   HEADWISE_OMP(omp parallel for num_threads(parts) schedule(static) if (parts > 1))

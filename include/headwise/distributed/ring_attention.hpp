@@ -225,12 +225,15 @@ void check_ring_block(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::Re
 /// only: a sink joins one denominator), or nothing if the block lies wholly in their future.
 template <class Scalar>
 void attend_block(const RingLayout& layout, const Eigen::Ref<const Matrix<Scalar>>& q, const KeyValueBlock<Scalar>& block,
-                  Index n_heads, Index n_kv_heads, const AttentionOptions& options, PartialAttention<Scalar>& result) {
+                  const AttentionCall& call, const AttentionOptions& options, PartialAttention<Scalar>& result) {
   const Index key_first = layout.first_row[static_cast<std::size_t>(block.owner)];
   if (options.causal && key_first >= layout.first() + q.rows()) return;
-  AttentionOptions at = options;
+  AttentionOptions at = options;  // at this block's positions
+  at.first_query_position = layout.first(), at.first_key_position = key_first;
   if (block.owner != layout.rank) at.sinks.resize(0);
-  merge_into(result, partial_attention<Scalar>(q, block.k, block.v, n_heads, n_kv_heads, layout.first(), key_first, at));
+  AttentionCall shard = call;
+  shard.options = &at;
+  merge_into(result, partial_attention<Scalar>(q, block.k, block.v, shard));
 }
 
 }  // namespace detail
@@ -244,13 +247,16 @@ inline RingLayout ring_layout(MPI_Comm comm, Index local_rows) {
 /// The attention of this rank's queries over the keys of every rank. q: (n_r, n_heads d),
 /// k: (n_r, n_kv_heads d), v: (n_r, n_kv_heads d_v): rows [first_row[r], first_row[r] + n_r) of the
 /// whole sequence (ring_layout). Returns this rank's Z (n_r, n_heads d_v) and logsumexp
-/// (n_heads, n_r): the rows of the single-process call, up to the rounding of the merges. Options:
-/// everything partial_attention takes except per-element masks and biases (mask, bias,
-/// key_valid) and the first positions. Collective over comm.
+/// (n_heads, n_r): the rows of the single-process call, up to the rounding of the merges. The
+/// call's heads, options and tiles: every option partial_attention takes except per-element masks
+/// and biases (mask, bias, key_valid) and the first positions. Collective over comm.
 template <class Scalar>
 PartialAttention<Scalar> ring_attention(MPI_Comm comm, const Eigen::Ref<const Matrix<Scalar>>& q,
                                         const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v,
-                                        Index n_heads, Index n_kv_heads, const AttentionOptions& options = {}) {
+                                        const AttentionCall& call = {}) {
+  const AttentionOptions defaults;
+  const AttentionOptions& options = call.options ? *call.options : defaults;
+  const Index n_heads = call.heads.query, n_kv_heads = call.heads.key_value;
   const detail::Communicator c(comm);
   detail::agree(c, [&] { detail::check_ring_block<Scalar>(q, k, v, n_heads, n_kv_heads, options); });
   detail::require_same(c, q.cols(), "the width of q");
@@ -285,7 +291,7 @@ PartialAttention<Scalar> ring_attention(MPI_Comm comm, const Eigen::Ref<const Ma
     }
     std::exception_ptr failure;
     try {
-      detail::attend_block<Scalar>(layout, q, current, n_heads, n_kv_heads, options, result);
+      detail::attend_block<Scalar>(layout, q, current, call, options, result);
     } catch (...) {
       failure = std::current_exception();  // the transfers still complete, then every rank hears of it
     }
@@ -325,7 +331,9 @@ Matrix<Scalar> ring_forward(MPI_Comm comm, const MultiHeadAttention<Scalar>& lay
       }
     });
   }
-  return layer.project_heads(ring_attention<Scalar>(comm, q, k, v, H, G, at).z);
+  AttentionCall call;
+  call.heads = {H, G}, call.options = &at;
+  return layer.project_heads(ring_attention<Scalar>(comm, q, k, v, call).z);
 }
 
 }  // namespace headwise::distributed

@@ -45,7 +45,7 @@ double first_token_score(const Matrix<Scalar>& pattern) {
 /// Duplicate-token head: over rows i whose token occurred before, the mean mass on the earlier
 /// positions j < i with tokens[j] == tokens[i]. 0 if no token repeats.
 template <class Scalar>
-double duplicate_token_score(const Matrix<Scalar>& pattern, const std::vector<int>& tokens) {
+double duplicate_token_score(const Matrix<Scalar>& pattern, const std::vector<Index>& tokens) {
   detail::check_pattern("duplicate_token_score", pattern, static_cast<Index>(tokens.size()));
   double total = 0;
   Index rows = 0;
@@ -64,7 +64,7 @@ double duplicate_token_score(const Matrix<Scalar>& pattern, const std::vector<in
 /// (j + 1 < i). Measured on a repeated random sequence, a perfect induction head scores 1 on the
 /// second half.
 template <class Scalar>
-double induction_score(const Matrix<Scalar>& pattern, const std::vector<int>& tokens) {
+double induction_score(const Matrix<Scalar>& pattern, const std::vector<Index>& tokens) {
   detail::check_pattern("induction_score", pattern, static_cast<Index>(tokens.size()));
   double total = 0;
   Index rows = 0;

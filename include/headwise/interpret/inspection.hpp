@@ -28,72 +28,13 @@ struct NonDeduced {
 
 namespace headwise::interpret {
 
-/// One fused forward, kept for inspection.
-template <class Scalar>
-struct Inspection {
-  Matrix<Scalar> output;  ///< (n, d_model): the layer's output (with interventions, if any)
-  /// The attention before W_O, as attend() returns it: every head's Z (n, n_heads d_head), before
-  /// interventions; the logsumexp (n_heads, n); the statistics (n_heads, n) each: entropy, masses,
-  /// largest weight.
-  AttentionResult<Scalar> attention;
-  Matrix<Scalar> q;                                  ///< (n, n_heads d_head): the queries
-  PackedKeysValues<Scalar> keys_values{0, 1, 1, 1};  ///< the keys and values, packed
-  AttentionOptions options;                          ///< the options of the run
-  Index n_heads = 0, n_kv_heads = 0, d_head = 0;
-  Index d_v = 0;  ///< the width of a head's Z (d_head, but v_head_dim in a latent attention layer)
-
-  /// Head h's Z: (n, d_v).
-  Matrix<Scalar> z_head(Index h) const { return attention.z.middleCols(checked(h, "z_head") * d_v, d_v); }
-
-  /// Rows `rows` of head h's attention pattern, exactly, from the saved logsumexp:
-  /// p_ij = exp(s_ij - lse_i), s_ij = q_i . k_j / divisor modified by the run's rule (cap, ALiBi,
-  /// bias, sink in the lse) over the keys j that query i sees, 0 elsewhere. -> (rows.size(), n).
-  Matrix<Scalar> pattern(Index h, const std::vector<Index>& rows) const {
-    checked(h, "pattern");
-    const Index n = q.rows(), g = h / (n_heads / n_kv_heads);
-    const Scalar inv_divisor = static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, d_head, "pattern"));
-    const ScoreRule<Scalar> rule(options, n, n, n_heads, "pattern");
-    Matrix<Scalar> k(n, d_head);  // head g's keys, unpacked
-    for (Index j = 0; j < n; ++j)
-      for (Index c = 0; c < d_head; ++c) k(j, c) = keys_values.key(g, j, c);
-    Matrix<Scalar> p = Matrix<Scalar>::Zero(static_cast<Index>(rows.size()), n);
-    RowVector<Scalar> s(n);
-    for (std::size_t r = 0; r < rows.size(); ++r) {
-      const Index i = rows[r];
-      if (i < 0 || i >= n) detail::invalid("pattern", "row ", i, " out of range [0, ", n, ")");
-      const KeyRange keys = rule.keys(i);
-      const RowVector<Scalar> q_i = q.block(i, h * d_head, 1, d_head) * inv_divisor;
-      for (Index j = keys.begin; j < keys.end; ++j) s(j) = q_i.dot(k.row(j));
-      rule.apply(h, i, /*first_key=*/0, s.data(), keys.begin, keys.end);
-      for (Index j = keys.begin; j < keys.end; ++j) p(static_cast<Index>(r), j) = std::exp(s(j) - attention.logsumexp(h, i));
-    }
-    return p;
-  }
-
-  /// All rows of head h's pattern: (n, n).
-  Matrix<Scalar> pattern(Index h) const {
-    std::vector<Index> rows(static_cast<std::size_t>(q.rows()));
-    for (Index i = 0; i < q.rows(); ++i) rows[static_cast<std::size_t>(i)] = i;
-    return pattern(h, rows);
-  }
-
- private:
-  Index checked(Index h, const char* where) const {
-    if (h < 0 || h >= n_heads) detail::invalid(where, "head ", h, " out of range [0, ", n_heads, ")");
-    return h;
-  }
-};
-
-/// inspect()'s one fused run on any layer (attend_heads with every extra, then project_heads),
-/// into `run`, whose options and shape the caller has set.
+/// inspect()'s one fused run on any layer: attend_heads keeping everything, then project_heads
+/// (with the interventions on a copy of Z: the record's Z and statistics are the clean ones).
 template <class Layer, class Scalar>
-void inspect_into(const Layer& layer, const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
-                  const HeadInterventions<Scalar>* interventions, Inspection<Scalar>& run) {
-  HeadOutputExtras<Scalar> extras;
-  extras.logsumexp = true, extras.statistics = true;
-  extras.q = &run.q;
-  extras.keys_values = &run.keys_values;
-  run.attention = layer.attend_heads(x, options, extras);
+ForwardRecord<Scalar> inspect_layer(const Layer& layer, const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
+                                    const HeadInterventions<Scalar>* interventions) {
+  ForwardRecord<Scalar> run = ForwardRecord<Scalar>::everything();
+  layer.attend_heads(x, options, run);
   Matrix<Scalar> z = run.attention.z;
   if (interventions) {
     if (interventions->n_heads() != layer.n_heads())
@@ -101,38 +42,28 @@ void inspect_into(const Layer& layer, const Eigen::Ref<const Matrix<Scalar>>& x,
     interventions->apply(z);
   }
   run.output = layer.project_heads(z);
+  return run;
 }
 
-/// Runs the fused forward of `layer` on x (n, d_model), keeping what Inspection holds; with
-/// interventions, the output is the intervened one (Z and the statistics are the clean ones).
+/// Runs the fused forward of `layer` on x (n, d_model), keeping everything a ForwardRecord holds
+/// (forward_record.hpp: Z, the logsumexp and statistics, the queries, keys and values, the
+/// options with the layer's own, the output); with interventions, the output is the intervened
+/// one (Z and the statistics are the clean ones).
 template <class Scalar>
-Inspection<Scalar> inspect(const MultiHeadAttention<Scalar>& layer,
-                           const Eigen::Ref<const Matrix<typename detail::NonDeduced<Scalar>::type>>& x,
-                           const AttentionOptions& options = {},
-                           const HeadInterventions<Scalar>* interventions = nullptr) {
-  Inspection<Scalar> run;
-  run.options = layer.options_for(options);  // the layer's window, cap, slopes, sinks too
-  run.n_heads = layer.n_heads();
-  run.n_kv_heads = layer.n_kv_heads();
-  run.d_head = run.d_v = layer.d_head();
-  inspect_into(layer, x, options, interventions, run);
-  return run;
+ForwardRecord<Scalar> inspect(const MultiHeadAttention<Scalar>& layer,
+                              const Eigen::Ref<const Matrix<typename detail::NonDeduced<Scalar>::type>>& x,
+                              const AttentionOptions& options = {}, const HeadInterventions<Scalar>* interventions = nullptr) {
+  return inspect_layer<MultiHeadAttention<Scalar>, Scalar>(layer, x, options, interventions);
 }
 
 /// inspect() on a latent attention layer: its fast path (the absorbed queries as q, (n, n_heads
 /// latent_width); the latent as one key/value head), every head's Z (n, n_heads v_head_dim), the
 /// logsumexp and statistics per head; pattern(h) gives head h's exact rows as for any layer.
 template <class Scalar>
-Inspection<Scalar> inspect(const MultiHeadLatentAttention<Scalar>& layer,
-                           const Eigen::Ref<const Matrix<typename detail::NonDeduced<Scalar>::type>>& x,
-                           const AttentionOptions& options = {},
-                           const HeadInterventions<Scalar>* interventions = nullptr) {
-  Inspection<Scalar> run;
-  run.options = options;
-  run.options.divisor = options.divisor ? *options.divisor : layer.divisor();
-  run.n_heads = layer.n_heads(), run.n_kv_heads = 1, run.d_head = layer.latent_width(), run.d_v = layer.v_head_dim();
-  inspect_into(layer, x, options, interventions, run);
-  return run;
+ForwardRecord<Scalar> inspect(const MultiHeadLatentAttention<Scalar>& layer,
+                              const Eigen::Ref<const Matrix<typename detail::NonDeduced<Scalar>::type>>& x,
+                              const AttentionOptions& options = {}, const HeadInterventions<Scalar>* interventions = nullptr) {
+  return inspect_layer<MultiHeadLatentAttention<Scalar>, Scalar>(layer, x, options, interventions);
 }
 
 /// ‖Z_h W_O[h]‖ for every head and row, without forming Z_h W_O[h]: the squared norm of row i is

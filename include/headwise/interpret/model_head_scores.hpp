@@ -59,13 +59,12 @@ ModelHeadScores score_model_heads(const model::DecoderModel<Scalar>& m, const st
   ModelHeadScores s;
   for (Matrix<double>* score : {&s.previous_token, &s.duplicate_token, &s.first_token, &s.sink_mass, &s.induction})
     *score = Matrix<double>::Zero(L, H);
-  const std::vector<int> tokens(ids.begin(), ids.end());
   const auto text = detail::patterns_of(m, ids);
   for (Index l = 0; l < L; ++l)
     for (Index h = 0; h < H; ++h) {
       const Matrix<Scalar> p = text[static_cast<std::size_t>(l)].middleCols(h * n, n);
       s.previous_token(l, h) = previous_token_score(p), s.first_token(l, h) = first_token_score(p);
-      s.duplicate_token(l, h) = duplicate_token_score(p, tokens);
+      s.duplicate_token(l, h) = duplicate_token_score(p, ids);
       s.sink_mass(l, h) = std::max(0.0, 1.0 - p.template cast<double>().rowwise().sum().mean());  // what sinks took (0 without; no -0.0000 from rounding)
     }
   if (induction_length == 0) return s;
@@ -74,12 +73,11 @@ ModelHeadScores score_model_heads(const model::DecoderModel<Scalar>& m, const st
   std::vector<Index> repeated(static_cast<std::size_t>(induction_length));
   for (Index& t : repeated) t = draw(rng);
   repeated.insert(repeated.end(), repeated.begin(), repeated.end());
-  const std::vector<int> repeated_tokens(repeated.begin(), repeated.end());
   const auto twice = detail::patterns_of(m, repeated);
   const Index r = 2 * induction_length;
   for (Index l = 0; l < L; ++l)
     for (Index h = 0; h < H; ++h)
-      s.induction(l, h) = induction_score(Matrix<Scalar>(twice[static_cast<std::size_t>(l)].middleCols(h * r, r)), repeated_tokens);
+      s.induction(l, h) = induction_score(Matrix<Scalar>(twice[static_cast<std::size_t>(l)].middleCols(h * r, r)), repeated);
   return s;
 }
 
@@ -117,7 +115,7 @@ Matrix<double> head_ablation_effects(const model::DecoderModel<Scalar>& m, const
         const Index d = z.cols() / iv.n_heads();
         iv.ablate_with_mean(h, z.middleCols(h * d, d).colwise().mean());
       }
-      o.interventions.emplace(l, std::move(iv));
+      o.hook_functions["blocks." + std::to_string(l) + ".attn.hook_z"] = model::intervene(std::move(iv));
       effects(l, h) = static_cast<double>(metric(m.run(ids, o).logits)) - baseline;
     }
   return effects;

@@ -121,9 +121,9 @@ inline std::vector<std::string> word_tokens(const std::string& text) {
 }
 
 /// Token ids for the head-type scores: each distinct token numbered by its first occurrence.
-inline std::vector<int> first_occurrence_ids(const std::vector<std::string>& tokens) {
+inline std::vector<Index> first_occurrence_ids(const std::vector<std::string>& tokens) {
   std::map<std::string, int> vocabulary;
-  std::vector<int> ids;
+  std::vector<Index> ids;
   for (const std::string& t : tokens) ids.push_back(vocabulary.emplace(t, static_cast<int>(vocabulary.size())).first->second);
   return ids;
 }
@@ -132,7 +132,7 @@ inline std::vector<int> first_occurrence_ids(const std::vector<std::string>& tok
 /// looks, 0 elsewhere. The rules know nothing of order: the causal mask alone keeps a head from
 /// looking ahead, so with the mask off the duplicate-token and induction heads also find later
 /// copies, and rows with nothing to find spread over the whole sentence, future included.
-inline Matrix<double> toy_head_scores(ToyHead head, const std::vector<int>& ids) {
+inline Matrix<double> toy_head_scores(ToyHead head, const std::vector<Index>& ids) {
   const Index n = static_cast<Index>(ids.size());
   const auto id = [&](Index i) { return ids[static_cast<std::size_t>(i)]; };
   Matrix<double> scores = Matrix<double>::Zero(n, n);
@@ -153,7 +153,7 @@ inline Matrix<double> toy_head_scores(ToyHead head, const std::vector<int>& ids)
 /// A toy head's pattern over a sentence, with what the toys show of it.
 struct ToyHeadPattern {
   std::vector<std::string> tokens;
-  std::vector<int> ids;              ///< first_occurrence_ids(tokens)
+  std::vector<Index> ids;              ///< first_occurrence_ids(tokens)
   Matrix<double> weights;            ///< (n, n), each row a softmax of toy_head_scores
   RowStatistics<double> statistics;  ///< pattern_statistics(weights): each row's entropy (nats), largest weight, ...
 };

@@ -125,6 +125,8 @@ struct FusedCall {
 
   Index n_q() const { return q.rows(); }
   Index n_k() const { return kv.size(); }
+  /// The call's multiply-adds at most (every query against every key): what decides its threads.
+  double work() const { return double(n_q()) * double(n_k()) * double(n_heads) * double(kv.d_head() + kv.d_v()); }
   /// The keys rows i0 .. i0 + rows - 1 see, from first_key on: what their shards cover.
   KeyRange seen(Index i0, Index rows) const;
   Index dv_padded() const { return (kv.d_v() + TileShape<Scalar>::lanes - 1) / TileShape<Scalar>::lanes * TileShape<Scalar>::lanes; }
@@ -740,7 +742,9 @@ std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads)
   constexpr Index R = TileShape<Scalar>::rows;
   BatchPlan<Scalar> plan(batch);
   const Index n_jobs = static_cast<Index>(plan.jobs.size()), n_prefix = static_cast<Index>(plan.prefix_jobs.size());
-  threads = static_cast<int>(std::clamp<Index>(std::max(n_jobs, n_prefix), 1, threads));
+  double work = batch.prefix ? batch.prefix->work() : 0.0;
+  for (const FusedCall<Scalar>* call : batch.calls) work += call->work();
+  threads = static_cast<int>(std::clamp<Index>(std::max(n_jobs, n_prefix), 1, threads_for(work, threads)));
   std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
   if (plan.widest) for (auto& w : scratch) w.allocate(*plan.widest, (plan.rows + R - 1) / R * R);
   std::vector<Clock> clocks(static_cast<std::size_t>(threads));
@@ -797,7 +801,7 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   }
   const std::vector<Index> tile_starts = query_tiles_by_cost(call.n_q(), call.tq);
   const Index n_jobs = static_cast<Index>(tile_starts.size()) * call.n_heads;
-  threads = static_cast<int>(std::clamp<Index>(n_jobs, 1, threads));
+  threads = static_cast<int>(std::clamp<Index>(n_jobs, 1, threads_for(call.work(), threads)));
   std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
   for (auto& w : scratch) w.allocate(call, (call.tq + R - 1) / R * R);
   std::vector<Clock> clocks(static_cast<std::size_t>(threads));

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -27,6 +29,7 @@
 #include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/tile_product.hpp"
+#include "headwise/forward_record.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/norms.hpp"
@@ -64,9 +67,9 @@ enum class Activation { gelu_tanh, silu };
 /// A B by the deterministic product (a row of the result never depends on the other rows: what
 /// decoding token by token needs to equal the forward bit for bit).
 template <class Scalar>
-Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b) {
+Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b, int threads = 0) {
   Matrix<Scalar> c;
-  headwise::detail::product<Scalar>(a, b, c, headwise::detail::thread_count(0, "DecoderModel"));  // (any count: the same bits)
+  headwise::detail::product<Scalar>(a, b, c, headwise::detail::thread_count(threads, "DecoderModel"));  // (any count: the same bits)
   return c;
 }
 
@@ -85,17 +88,17 @@ struct FeedForward {
   Matrix<Scalar> w_gate, w_up, w_down;
   RowVector<Scalar> b_up, b_down;
 
-  Matrix<Scalar> forward(const Matrix<Scalar>& m) const {
-    Matrix<Scalar> h = times<Scalar>(m, w_up);
+  Matrix<Scalar> forward(const Matrix<Scalar>& m, int threads = 0) const {
+    Matrix<Scalar> h = times<Scalar>(m, w_up, threads);
     if (b_up.size()) h.rowwise() += b_up;
     const Activation a = activation;
     if (w_gate.size()) {
-      const Matrix<Scalar> g = times<Scalar>(m, w_gate);
+      const Matrix<Scalar> g = times<Scalar>(m, w_gate, threads);
       h.array() *= g.unaryExpr([a](Scalar u) { return activate(a, u); }).array();
     } else {
       h = h.unaryExpr([a](Scalar u) { return activate(a, u); });
     }
-    Matrix<Scalar> out = times<Scalar>(h, w_down);
+    Matrix<Scalar> out = times<Scalar>(h, w_down, threads);
     if (b_down.size()) out.rowwise() += b_down;
     return out;
   }
@@ -120,8 +123,8 @@ struct MixtureOfExperts {
   Index top_k = 1;
   bool normalise_top_k = true;
 
-  Matrix<Scalar> forward(const Matrix<Scalar>& m, Routing<Scalar>* routing = nullptr) const {
-    const Matrix<Scalar> logits = times<Scalar>(m, router);
+  Matrix<Scalar> forward(const Matrix<Scalar>& m, Routing<Scalar>* routing = nullptr, int threads = 0) const {
+    const Matrix<Scalar> logits = times<Scalar>(m, router, threads);
     const Index E = logits.cols(), n = m.rows();
     Matrix<Scalar> out = Matrix<Scalar>::Zero(n, m.cols());
     if (routing) routing->logits = logits, routing->experts.resize(n, top_k), routing->weights.resize(n, top_k);
@@ -136,7 +139,7 @@ struct MixtureOfExperts {
       for (Index j = 0; j < top_k; ++j) {
         const Index e = order[static_cast<std::size_t>(j)];
         const Scalar w = normalise_top_k ? p(e) / chosen : p(e) / total;
-        out.row(t) += w * experts[static_cast<std::size_t>(e)].forward(Matrix<Scalar>(m.row(t)));
+        out.row(t) += w * experts[static_cast<std::size_t>(e)].forward(Matrix<Scalar>(m.row(t)), threads);
         if (routing) routing->experts(t, j) = e, routing->weights(t, j) = w;
       }
     }
@@ -163,23 +166,77 @@ Matrix<Scalar> normed(const std::optional<Norm<Scalar>>& norm, Matrix<Scalar> x)
   return norm ? norm->apply(x) : x;
 }
 
-/// What a run records and changes.
+/// Where a hook function is called: the hook's name, and how many heads lie side by side in its
+/// value's columns (the per-head hooks: attn.hook_q, hook_k, hook_v, hook_z, hook_pattern; 0
+/// elsewhere).
+struct HookPoint {
+  std::string name;
+  Index heads = 0;
+  /// Head h's columns of a per-head value ((n, d) of the (n, heads d) side by side: TransformerLens's
+  /// [pos, head, d] at head h; the pattern's (n, n) of head h).
+  template <class M>
+  auto head(M& value, Index h) const {
+    if (heads <= 0 || h < 0 || h >= heads)
+      headwise::detail::invalid("HookPoint::head", "head ", h, " of ", name, ", which holds ", heads, " heads side by side");
+    const Index width = value.cols() / heads;
+    return value.middleCols(h * width, width);
+  }
+};
+
+/// A hook function: called with the value at its hook point, which it may read or change in place
+/// (TransformerLens's hook functions); the run goes on with what it leaves there (of the same shape).
+template <class Scalar>
+using HookFunction = std::function<void(Matrix<Scalar>& value, const HookPoint& at)>;
+
+/// A hook function replacing the value by `value` (activation patching: another run's stream).
+template <class Scalar>
+HookFunction<Scalar> replace_with(Matrix<Scalar> value) {
+  return [value = std::move(value)](Matrix<Scalar>& at_hook, const HookPoint&) { at_hook = value; };
+}
+
+/// A hook function for blocks.L.attn.hook_z: `interventions` on the layer's heads (ablations,
+/// gates, patches of one head's Z: head_interventions.hpp), applied inside the W_O sum.
+template <class Scalar>
+HookFunction<Scalar> intervene(HeadInterventions<Scalar> interventions) {
+  return [iv = std::move(interventions)](Matrix<Scalar>& z, const HookPoint& at) {
+    if (iv.n_heads() != at.heads)
+      headwise::detail::invalid("DecoderModel::run", "interventions for ", iv.n_heads(), " heads on ", at.name, ", which holds ", at.heads);
+    iv.apply(z);
+  };
+}
+
+/// What a run records and changes, and where it starts.
 template <class Scalar>
 struct RunOptions {
-  /// Hook names to record (see DecoderModel::hook_names); an unknown name is refused.
+  /// Hook names to record (DecoderModel::hook_names lists them), each after any hook function on it.
   std::set<std::string> hooks;
-  /// Per layer, interventions on its heads' Z inside the W_O sum (HeadInterventions).
-  std::map<Index, HeadInterventions<Scalar>> interventions;
-  /// Per hook name, a value that replaces the stream there (the same shape), e.g. another run's.
-  std::map<std::string, Matrix<Scalar>> patches;
+  /// Hook functions by hook name: each reads or changes the value there in place. The q, k, v,
+  /// pattern, statistics and routing hooks are read-only (the attention or the router has used them).
+  std::map<std::string, HookFunction<Scalar>> hook_functions;
+  /// The ids sit at positions first_position .. (learned positions, rotary angles, windows), with
+  /// no earlier keys: the tokens from there of a longer text whose earlier tokens are not attended.
+  Index first_position = 0;
+  int threads = 0;  ///< threads for every product and attention call; 0: OpenMP's default
 };
 
 template <class Scalar>
 struct ModelRun {
   Matrix<Scalar> logits;                         ///< (n, vocab)
   std::map<std::string, Matrix<Scalar>> hooks;   ///< what RunOptions::hooks asked for
+  std::map<std::string, Index> heads;            ///< per recorded per-head hook, its heads side by side
   std::map<Index, Routing<Scalar>> routing;      ///< sparse blocks, when "blocks.L.mlp.routing" is asked for
   std::map<Index, RowStatistics<Scalar>> statistics;  ///< per layer, the fused kernel's, when "blocks.L.attn.statistics" is asked for
+
+  /// Head h's part of a recorded per-head hook: (n, d) of q, k, v (key/value head h), z; (n, n) of
+  /// the pattern.
+  Matrix<Scalar> head(const std::string& name, Index h) const {
+    const auto value = hooks.find(name);
+    const auto count = heads.find(name);
+    if (value == hooks.end() || count == heads.end())
+      headwise::detail::invalid("ModelRun::head", name, " was not recorded, or holds no heads (a per-head hook: attn.hook_q, hook_k, ",
+                                "hook_v, hook_z, hook_pattern)");
+    return HookPoint{name, count->second}.head(value->second, h);
+  }
 };
 
 /// The mean cross-entropy of next tokens (nats): row t of logits (n, vocab) predicts ids[t + 1],
@@ -216,31 +273,37 @@ class HEADWISE_ISA_TAG DecoderModel {
   Index d_model() const { return embedding.cols(); }
   Index n_layers() const { return static_cast<Index>(blocks.size()); }
 
-  /// Every hook a run can record: per layer L "blocks.L." + hook_resid_pre, attn_in, attn.q,
-  /// attn.k, attn.v (after norms and RoPE, (n, heads d_head) side by side), attn.hook_pattern
-  /// ((n, heads n): head h's pattern in columns [h n, (h+1) n)), attn.hook_z, attn.output,
-  /// hook_attn_out, hook_resid_mid, mlp_in, mlp.output, hook_mlp_out, hook_resid_post; and
-  /// "ln_final.out". Besides these, "blocks.L.attn.statistics" (the fused kernel's per-row
-  /// statistics, into ModelRun::statistics) and, on sparse blocks, "blocks.L.mlp.routing".
+  /// Every hook a run can record, by TransformerLens's names where it has them: per layer L
+  /// "blocks.L." + hook_resid_pre, attn_in, attn.hook_q, attn.hook_k, attn.hook_v (after norms
+  /// and RoPE, (n, heads d_head) side by side), attn.hook_pattern ((n, heads n): head h's pattern
+  /// in columns [h n, (h+1) n)), attn.hook_z, attn.output, hook_attn_out, hook_resid_mid, mlp_in,
+  /// mlp.output, hook_mlp_out, hook_resid_post, attn.statistics (the fused kernel's per-row
+  /// statistics, into ModelRun::statistics) and, on sparse blocks, mlp.routing (into
+  /// ModelRun::routing); and "ln_final.out".
   std::vector<std::string> hook_names() const {
-    static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.q", "attn.k", "attn.v", "attn.hook_pattern",
+    static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern",
                                       "attn.hook_z", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in",
-                                      "mlp.output", "hook_mlp_out", "hook_resid_post"};
+                                      "mlp.output", "hook_mlp_out", "hook_resid_post", "attn.statistics"};
     std::vector<std::string> names;
-    for (Index l = 0; l < n_layers(); ++l)
+    for (Index l = 0; l < n_layers(); ++l) {
       for (const char* h : per_layer) names.push_back("blocks." + std::to_string(l) + "." + h);
+      if (blocks[static_cast<std::size_t>(l)].experts) names.push_back("blocks." + std::to_string(l) + ".mlp.routing");
+    }
     names.push_back("ln_final.out");
     return names;
   }
 
-  /// The model on token ids (positions 0 .. n - 1): logits and the hooks asked for.
+  /// The model on token ids at positions options.first_position ..: logits and the hooks asked
+  /// for, each hook function run where its hook is. One forward: the attention hooks are what the
+  /// layer's one fused run kept (its ForwardRecord), a pattern read off its queries, keys and
+  /// logsumexp.
   ModelRun<Scalar> run(const std::vector<Index>& ids, const RunOptions<Scalar>& options = {}) const {
     check_options(options);
     ModelRun<Scalar> out;
-    Matrix<Scalar> x = embed(ids);
+    Matrix<Scalar> x = embed(ids, options.first_position);
     for (Index l = 0; l < n_layers(); ++l) x = run_block(l, std::move(x), options, out);
-    Matrix<Scalar> last = at("ln_final.out", final_norm.apply(x), options, out);
-    out.logits = head_of(last);
+    Matrix<Scalar> last = at({"ln_final.out"}, final_norm.apply(x), options, out);
+    out.logits = head_of(last, options.threads);
     return out;
   }
   Matrix<Scalar> logits(const std::vector<Index>& ids) const { return run(ids).logits; }
@@ -254,7 +317,7 @@ class HEADWISE_ISA_TAG DecoderModel {
   }
   /// The logits of the tokens ids that follow the caches' tokens (appended to every cache): bitwise
   /// the matching rows of logits() on the whole sequence, for any split into chunks.
-  Matrix<Scalar> decode(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches) const {
+  Matrix<Scalar> decode(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads = 0) const {
     if (static_cast<Index>(caches.size()) != n_layers())
       detail::invalid("DecoderModel::decode", caches.size(), " caches for ", n_layers(), " layers (make_caches)");
     const Index first = caches.empty() ? 0 : caches.front().size();
@@ -263,10 +326,12 @@ class HEADWISE_ISA_TAG DecoderModel {
       const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
       if (caches[static_cast<std::size_t>(l)].size() != first)
         detail::invalid("DecoderModel::decode", "the caches hold different numbers of tokens (layer ", l, ")");
-      Matrix<Scalar> attn = b.attention.forward_incremental(normed(b.attention_norm, x), caches[static_cast<std::size_t>(l)]);
-      x = finish_block(b, std::move(x), std::move(attn));
+      AttentionOptions options;
+      options.threads = threads;
+      Matrix<Scalar> attn = b.attention.forward_incremental(normed(b.attention_norm, x), caches[static_cast<std::size_t>(l)], options);
+      x = finish_block(b, std::move(x), std::move(attn), threads);
     }
-    return head_of(final_norm.apply(x));
+    return head_of(final_norm.apply(x), threads);
   }
   /// Greedy decoding (temperature 0), or sampling from softmax(logits / temperature) over the
   /// top_k most likely tokens (0: all) with a seeded generator; `count` new tokens after the prompt.
@@ -308,19 +373,19 @@ class HEADWISE_ISA_TAG DecoderModel {
 
  private:
   /// x + post(attn), then the MLP half of the block (decoding's path; run_block records hooks).
-  Matrix<Scalar> finish_block(const Block<Scalar>& b, Matrix<Scalar> x, Matrix<Scalar> attn) const {
+  Matrix<Scalar> finish_block(const Block<Scalar>& b, Matrix<Scalar> x, Matrix<Scalar> attn, int threads) const {
     x += normed(b.post_attention_norm, std::move(attn));
     const Matrix<Scalar> m = normed(b.mlp_norm, x);
-    return x + normed(b.post_mlp_norm, b.experts ? b.experts->forward(m) : b.mlp.forward(m));
+    return x + normed(b.post_mlp_norm, b.experts ? b.experts->forward(m, nullptr, threads) : b.mlp.forward(m, threads));
   }
   /// The LM head: x W_U, soft-capped where the model says so.
-  Matrix<Scalar> head_of(const Matrix<Scalar>& x) const {
+  Matrix<Scalar> head_of(const Matrix<Scalar>& x, int threads) const {
     if (unembedding.rows() != d_model() || unembedding.cols() != vocab_size())
       detail::invalid("DecoderModel::run", "unembedding is ", unembedding.rows(), "x", unembedding.cols(), ", expected ", d_model(), "x",
                       vocab_size(), " (d_model, vocab)");
     if (!(logit_softcap >= 0.0 && std::isfinite(logit_softcap)))
       detail::invalid("DecoderModel::run", "logit_softcap is ", logit_softcap, " (0: none, or a positive cap)");
-    Matrix<Scalar> logits = times<Scalar>(x, unembedding);
+    Matrix<Scalar> logits = times<Scalar>(x, unembedding, threads);
     if (logit_softcap > 0.0) {
       const auto cap = static_cast<Scalar>(logit_softcap);
       logits = logits.unaryExpr([cap](Scalar u) { return std::tanh(u / cap) * cap; });
@@ -345,82 +410,93 @@ class HEADWISE_ISA_TAG DecoderModel {
   Matrix<Scalar> run_block(Index l, Matrix<Scalar> x, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
     const std::string p = "blocks." + std::to_string(l) + ".";
-    x = at(p + "hook_resid_pre", std::move(x), options, out);
-    const Matrix<Scalar> a = at(p + "attn_in", normed(b.attention_norm, x), options, out);
-    record_attention(l, b.attention, a, p, options, out);
-    const auto iv = options.interventions.find(l);
-    Matrix<Scalar> attn = at(p + "attn.output", b.attention.forward(a, {}, iv == options.interventions.end() ? nullptr : &iv->second),
-                             options, out);
+    x = at({p + "hook_resid_pre"}, std::move(x), options, out);
+    const Matrix<Scalar> a = at({p + "attn_in"}, normed(b.attention_norm, x), options, out);
+    Matrix<Scalar> attn = at({p + "attn.output"}, attention_of(l, a, options, out), options, out);
     attn = normed(b.post_attention_norm, std::move(attn));
-    x = at(p + "hook_resid_mid", x + at(p + "hook_attn_out", std::move(attn), options, out), options, out);
-    const Matrix<Scalar> m = at(p + "mlp_in", normed(b.mlp_norm, x), options, out);
+    x = at({p + "hook_resid_mid"}, x + at({p + "hook_attn_out"}, std::move(attn), options, out), options, out);
+    const Matrix<Scalar> m = at({p + "mlp_in"}, normed(b.mlp_norm, x), options, out);
     Routing<Scalar> routing;
-    Matrix<Scalar> mlp = b.experts ? b.experts->forward(m, &routing) : b.mlp.forward(m);
+    Matrix<Scalar> mlp = b.experts ? b.experts->forward(m, &routing, options.threads) : b.mlp.forward(m, options.threads);
     if (b.experts && options.hooks.count(p + "mlp.routing")) out.routing[l] = std::move(routing);
-    mlp = at(p + "mlp.output", std::move(mlp), options, out);
+    mlp = at({p + "mlp.output"}, std::move(mlp), options, out);
     mlp = normed(b.post_mlp_norm, std::move(mlp));
-    return at(p + "hook_resid_post", x + at(p + "hook_mlp_out", std::move(mlp), options, out), options, out);
+    return at({p + "hook_resid_post"}, x + at({p + "hook_mlp_out"}, std::move(mlp), options, out), options, out);
   }
 
-  /// The attention hooks that need the layer's intermediates. Z, q, k, v and the statistics come
-  /// from one fused run (O(n d_model)); only hook_pattern runs the trace and holds (n, n) matrices.
-  void record_attention(Index l, const MultiHeadAttention<Scalar>& attention, const Matrix<Scalar>& a, const std::string& p,
-                        const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
-    const auto asked = [&](const char* name) { return options.hooks.count(p + name) != 0; };
-    if (asked("attn.hook_z") || asked("attn.q") || asked("attn.k") || asked("attn.v") || asked("attn.statistics")) {
-      Matrix<Scalar> q, k, v;
-      PackedKeysValues<Scalar> kv(0, 1, 1, 1);
-      HeadOutputExtras<Scalar> extras;
-      extras.statistics = asked("attn.statistics");
-      if (asked("attn.q")) extras.q = &q;
-      if (asked("attn.k") || asked("attn.v")) extras.keys_values = &kv;
-      AttentionResult<Scalar> r = attention.attend_heads(a, {}, extras);
-      if (extras.keys_values) headwise::detail::unpack(kv, k, v);
-      if (extras.statistics) out.statistics[l] = std::move(r.statistics);
-      const std::pair<const char*, Matrix<Scalar>*> parts[] = {{"attn.hook_z", &r.z}, {"attn.q", &q}, {"attn.k", &k}, {"attn.v", &v}};
-      for (const auto& [name, m] : parts)
-        if (asked(name)) out.hooks[p + name] = std::move(*m);
+  /// Layer l's attention on a, its one fused run keeping what the hooks ask for (q, k, v, the
+  /// statistics, and for the pattern the queries, keys and logsumexp), then hook_z (read or
+  /// changed) into the W_O sum.
+  Matrix<Scalar> attention_of(Index l, const Matrix<Scalar>& a, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
+    const MultiHeadAttention<Scalar>& layer = blocks[static_cast<std::size_t>(l)].attention;
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    const auto recorded = [&](const char* name) { return options.hooks.count(p + name) != 0; };
+    const bool pattern = recorded("attn.hook_pattern");
+    ForwardRecord<Scalar> record;
+    record.keep_queries = pattern || recorded("attn.hook_q");
+    record.keep_keys_values = pattern || recorded("attn.hook_k") || recorded("attn.hook_v");
+    record.keep_logsumexp = pattern, record.keep_statistics = recorded("attn.statistics");
+    AttentionOptions at_positions;
+    at_positions.first_key_position = options.first_position, at_positions.threads = options.threads;
+    layer.attend_heads(a, at_positions, record);
+    if (pattern) {  // (first: it reads the queries, which attn.hook_q takes)
+      const Index n = a.rows();
+      Matrix<Scalar> patterns(n, layer.n_heads() * n);
+      for (Index h = 0; h < layer.n_heads(); ++h) patterns.middleCols(h * n, n) = record.pattern(h);
+      keep(out, p + "attn.hook_pattern", std::move(patterns), layer.n_heads());
     }
-    if (!asked("attn.hook_pattern")) return;
-    const MultiHeadTrace<Scalar> t = attention.trace(a);
-    const Index n = a.rows();
-    Matrix<Scalar> pattern(n, attention.n_heads() * n);
-    for (Index h = 0; h < attention.n_heads(); ++h) pattern.middleCols(h * n, n) = t.heads[static_cast<std::size_t>(h)].weights;
-    out.hooks[p + "attn.hook_pattern"] = std::move(pattern);
+    if (recorded("attn.hook_q")) keep(out, p + "attn.hook_q", std::move(record.q), layer.n_heads());
+    if (recorded("attn.hook_k") || recorded("attn.hook_v")) {
+      Matrix<Scalar> k, v;
+      headwise::detail::unpack(record.keys_values, k, v);
+      if (recorded("attn.hook_k")) keep(out, p + "attn.hook_k", std::move(k), layer.n_kv_heads());
+      if (recorded("attn.hook_v")) keep(out, p + "attn.hook_v", std::move(v), layer.n_kv_heads());
+    }
+    if (record.keep_statistics) out.statistics[l] = std::move(record.attention.statistics);
+    const Matrix<Scalar> z = at({p + "attn.hook_z", layer.n_heads()}, std::move(record.attention.z), options, out);
+    return layer.project_heads(z, options.threads);
   }
 
-  /// The stream at hook `name`: patched if asked, recorded if asked; returned for the next step.
-  Matrix<Scalar> at(const std::string& name, Matrix<Scalar> value, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
-    const auto patch = options.patches.find(name);
-    if (patch != options.patches.end()) {
-      if (patch->second.rows() != value.rows() || patch->second.cols() != value.cols())
-        detail::invalid("DecoderModel::run", "the patch for ", name, " is ", patch->second.rows(), "x", patch->second.cols(),
-                        ", the stream there is ", value.rows(), "x", value.cols());
-      value = patch->second;
+  /// Records a read-only hook's value.
+  static void keep(ModelRun<Scalar>& out, const std::string& name, Matrix<Scalar> value, Index heads) {
+    out.hooks[name] = std::move(value);
+    out.heads[name] = heads;
+  }
+
+  /// The value at hook `point`: through its hook function if there is one, recorded if asked;
+  /// returned for the next step.
+  Matrix<Scalar> at(const HookPoint& point, Matrix<Scalar> value, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
+    const auto function = options.hook_functions.find(point.name);
+    if (function != options.hook_functions.end()) {
+      const Index rows = value.rows(), cols = value.cols();
+      function->second(value, point);
+      if (value.rows() != rows || value.cols() != cols)
+        detail::invalid("DecoderModel::run", "the hook function on ", point.name, " left it ", value.rows(), "x", value.cols(),
+                        ", the stream there is ", rows, "x", cols);
+      if (!value.allFinite()) detail::invalid("DecoderModel::run", "the hook function on ", point.name, " left a value that is not finite");
     }
-    if (options.hooks.count(name)) out.hooks[name] = value;
+    if (options.hooks.count(point.name)) {
+      out.hooks[point.name] = value;
+      if (point.heads) out.heads[point.name] = point.heads;
+    }
     return value;
   }
 
   void check_options(const RunOptions<Scalar>& options) const {
     const std::vector<std::string> known = hook_names();
-    const auto is_known = [&](const std::string& name) {
-      if (std::find(known.begin(), known.end(), name) != known.end()) return true;
-      for (Index l = 0; l < n_layers(); ++l)
-        if ((name == "blocks." + std::to_string(l) + ".mlp.routing" && blocks[static_cast<std::size_t>(l)].experts) ||
-            name == "blocks." + std::to_string(l) + ".attn.statistics")
-          return true;
-      return false;
-    };
+    const auto is_known = [&](const std::string& name) { return std::find(known.begin(), known.end(), name) != known.end(); };
     for (const std::string& h : options.hooks)
       if (!is_known(h)) detail::invalid("DecoderModel::run", "no hook \"", h, "\" in this model (hook_names() lists them)");
-    for (const auto& [name, value] : options.patches)
-      if (!is_known(name) || name.find("attn.q") != std::string::npos || name.find("attn.k") != std::string::npos ||
-          name.find("attn.v") != std::string::npos || name.find("hook_pattern") != std::string::npos ||
-          name.find("hook_z") != std::string::npos || name.find("statistics") != std::string::npos || name.find("routing") != std::string::npos)
-        detail::invalid("DecoderModel::run", "cannot patch \"", name, "\": patch the residual stream's hooks, or a head's Z through interventions");
-    for (const auto& [l, iv] : options.interventions)
-      if (l < 0 || l >= n_layers()) detail::invalid("DecoderModel::run", "interventions for layer ", l, ", the model has ", n_layers());
+    for (const auto& [name, function] : options.hook_functions) {
+      if (!is_known(name)) detail::invalid("DecoderModel::run", "no hook \"", name, "\" in this model (hook_names() lists them)");
+      if (!function) detail::invalid("DecoderModel::run", "the hook function on ", name, " is empty");
+      for (const char* read_only : {"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.statistics", "mlp.routing"})
+        if (name.size() > std::strlen(read_only) && name.compare(name.size() - std::strlen(read_only), std::string::npos, read_only) == 0)
+          detail::invalid("DecoderModel::run", name, " is read-only: the layer used it before a hook function could change it ",
+                          "(change attn_in, or a head's Z at attn.hook_z)");
+    }
+    if (options.first_position < 0) detail::invalid("DecoderModel::run", "first_position must be >= 0, got ", options.first_position);
+    detail::thread_count(options.threads, "DecoderModel::run");
   }
 };
 

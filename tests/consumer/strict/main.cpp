@@ -34,7 +34,9 @@ double exercise() {
   const Matrix<Scalar> pattern = run.pattern(1);
   const std::vector<std::string> labels{"a", "b", "c", "a", "b"};
   const std::string svg = headwise::interpret::svg_heatmap(pattern, labels, labels, "head 0.1");
-  auto shard = headwise::partial_attention<Scalar>(x, x, x, 2, 2, 0, 0);
+  headwise::AttentionCall two_heads;
+  two_heads.heads = {2, 2};
+  auto shard = headwise::partial_attention<Scalar>(x, x, x, two_heads);
   headwise::merge_into(shard, shard);
   // Keys and values stored narrow (float32 layers): BF16, F16, int8, through the forward and a cache.
   double narrow = 0;
