@@ -26,7 +26,7 @@
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/kernels/fused_jobs.hpp"
 #include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/options.hpp"

@@ -12,7 +12,7 @@
 #include "headwise/attend.hpp"
 #include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/kernels/fused_jobs.hpp"
 #include "headwise/kernels/fused_attention_backward.hpp"
 #include "headwise/options.hpp"
 #include "headwise/score_rule.hpp"

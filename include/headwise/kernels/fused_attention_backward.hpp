@@ -38,7 +38,7 @@
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
-#include "headwise/kernels/fused_attention.hpp"
+#include "headwise/kernels/fused_jobs.hpp"
 #include "headwise/options.hpp"
 #include "headwise/score_rule.hpp"
 #include "headwise/types.hpp"
