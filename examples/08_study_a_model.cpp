@@ -7,8 +7,9 @@
 //   08_study_a_model [checkpoint folder] ["text"] [tokenizer folder] [page.html]
 //
 // The checkpoint folder holds config.json and model.safetensors (GPT-2, Llama, Qwen2/3,
-// Qwen3-MoE, Mistral, Ministral 3, SmolLM3, Phi-3, Gemma 2/3, OLMo 2); the tokenizer folder tokenizer.json (or GPT-2's vocab.json and
-// merges.txt), by default the checkpoint folder itself. Without arguments: the tests' tiny GPT-2
+// Qwen3-MoE, Mistral, Ministral 3, SmolLM3, Phi-3, Gemma 2/3, OLMo 2); the tokenizer folder a
+// byte-level BPE tokenizer.json (GPT-2's, Llama 3's, gpt-oss's; text/byte_level_bpe.hpp says which
+// files are refused) or GPT-2's vocab.json and merges.txt, by default the checkpoint folder itself. Without arguments: the tests' tiny GPT-2
 // with GPT-2's real tokenizer, on "When Mary and John went to the store, John gave a drink to".
 #include <algorithm>
 #include <cstdio>

@@ -89,7 +89,9 @@ TEMPLATE_TEST_CASE("the cache never reallocates and refuses to overflow", "[kv-c
   CHECK(cache.size() == 0);
   const auto other = headwise_test::random_layer<TestType>(16, 2, 2, rng);
   REQUIRE_THROWS_WITH(other.forward_incremental(x.row(0), cache),
-                      "headwise: MultiHeadAttention::forward_incremental: the cache holds 1 heads of 8, expected 2 of 8");
+                      "headwise: MultiHeadAttention::forward_incremental: the cache holds 1 heads of keys 8 wide and values 8 wide of "
+                      "their own; this layer keeps 2 heads of keys 8 and values 8 of their own (the layer's make_cache or "
+                      "make_paged_cache gives its own)");
   REQUIRE_THROWS_WITH(KvCache<TestType>(-1, 1, 8), "headwise: PackedKeysValues: capacity must be >= 0, got -1");
 }
 

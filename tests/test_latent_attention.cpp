@@ -119,7 +119,7 @@ TEMPLATE_TEST_CASE("latent attention: decoding through the latent cache is bitwi
   CHECK(cache.values_are_keys());
   CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(3), cache), Catch::Contains("would exceed the cache's capacity of 4"));
   KvCache<TestType> other(8, 1, 40);
-  CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(1), other), Catch::Contains("values 40 wide of their own, expected one latent head"));
+  CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(1), other), Catch::Contains("values 40 wide of their own; this layer keeps 1 heads of keys"));
   // A step that fails leaves the cache as it was: the tokens appended before the failure are taken back.
   const HeadInterventions<TestType> three_heads(3);
   CHECK_THROWS_WITH(layer.forward_incremental(x.middleRows(2, 1), cache, one, &three_heads),
@@ -129,7 +129,7 @@ TEMPLATE_TEST_CASE("latent attention: decoding through the latent cache is bitwi
              headwise_test::IsExactly(Matrix<TestType>(whole.middleRows(2, 2))));
   AttentionOptions windowed;
   windowed.window = 8;
-  CHECK_THROWS_WITH(layer.forward_incremental(x.middleRows(4, 0), cache, windowed), Catch::Contains("another window or chunk"));
+  CHECK_THROWS_WITH(layer.forward_incremental(x.middleRows(4, 0), cache, windowed), Catch::Contains("the cache's keys were attended with no window; this call asks for a window of 8"));
   // A plain q_proj (q_lora_rank null) and rotate_half without de-interleaving: the two paths agree.
   LatentAttentionWeights<TestType> w = layer.weights();
   w.w_q = w.w_q_a * w.w_q_b;

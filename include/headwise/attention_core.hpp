@@ -4,6 +4,8 @@
 // (kernels/fused_attention.hpp) computes the same function without it.
 #pragma once
 
+#include <utility>
+
 #include "headwise/causal_mask.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/options.hpp"
@@ -39,12 +41,29 @@ void check_core_shapes(const char* where, const Eigen::MatrixBase<DerivedQ>& q,
 
 namespace detail {
 
-/// A = softmax(rule(Q Kᵀ / divisor)) for head h of the rule, with each row's logsumexp.
+/// The steps of a pattern before its softmax, kept for a trace (HeadTrace, attention_head.hpp).
+template <class Scalar>
+struct PatternSteps {
+  Matrix<Scalar> scores;         ///< Q Kᵀ
+  Matrix<Scalar> scaled_scores;  ///< Q Kᵀ / divisor
+  Matrix<Scalar> masked_scores;  ///< as the rule modifies and masks them
+};
+
+/// A = softmax(rule(Q Kᵀ / divisor)) for head h of the rule, with each row's logsumexp, and (with
+/// `steps`) the steps before the softmax kept: the one computation of a pattern, for the
+/// step-by-step path and the traces alike.
 template <class DerivedQ, class DerivedK>
 Matrix<typename DerivedQ::Scalar> weights_of_head(const Eigen::MatrixBase<DerivedQ>& q, const Eigen::MatrixBase<DerivedK>& k,
                                                   double divisor, const ScoreRule<typename DerivedQ::Scalar>& rule, Index h,
-                                                  Vector<typename DerivedQ::Scalar>* logsumexp) {
-  Matrix<typename DerivedQ::Scalar> a = masked_scores(scaled_scores(q, k, divisor), rule, h);
+                                                  Vector<typename DerivedQ::Scalar>* logsumexp,
+                                                  PatternSteps<typename DerivedQ::Scalar>* steps = nullptr) {
+  Matrix<typename DerivedQ::Scalar> a = scaled_scores(q, k, divisor);
+  if (steps) {
+    steps->scaled_scores = a;
+    steps->scores = scores(q, k);
+  }
+  a = masked_scores(a, rule, h);
+  if (steps) steps->masked_scores = a;
   auto lse = softmax_rows(a, rule, h);
   if (logsumexp) *logsumexp = std::move(lse);
   return a;

@@ -38,19 +38,19 @@ struct HeadTrace {
 
 namespace detail {
 /// Steps 3 to 7 of a trace whose t.q_rotated, t.k_rotated and t.v are set: scores, divisor, mask and
-/// modifiers, softmax, Z. `options` are a call's on head.n_heads heads; head.index's slope and sink.
+/// modifiers, softmax (weights_of_head, the step-by-step path's), Z. `options` are a call's on
+/// head.n_heads heads; head.index's slope and sink.
 template <class Scalar>
 void trace_scores(HeadTrace<Scalar>& t, const AttentionOptions& options, OneHead head, const char* where) {
-  const Index n = t.q_rotated.rows();
   t.divisor = resolve_divisor<Scalar>(options, t.q_rotated.cols(), where);
-  t.scores = scores(t.q_rotated, t.k_rotated);                  // step 3: score every pair
-  t.scaled_scores = t.scores / static_cast<Scalar>(t.divisor);  // step 4: shrink
   if (head.index < 0 || head.index >= head.n_heads) invalid(where, "head ", head.index, " of ", head.n_heads, " is not a head");
-  const ScoreRule<Scalar> rule(options, n, t.k_rotated.rows(), head.n_heads, where);
-  t.masked_scores = masked_scores(t.scaled_scores, rule, head.index);  // step 5: modify and mask
-  t.weights = t.masked_scores;                                         // step 6: normalise
-  t.logsumexp = softmax_rows(t.weights, rule, head.index);
-  t.z.resize(n, t.v.cols());                                    // step 7: mix the values
+  const ScoreRule<Scalar> rule(options, t.q_rotated.rows(), t.k_rotated.rows(), head.n_heads, where);
+  PatternSteps<Scalar> steps;
+  t.weights = weights_of_head(t.q_rotated, t.k_rotated, t.divisor, rule, head.index, &t.logsumexp, &steps);  // steps 3-6
+  t.scores = std::move(steps.scores);
+  t.scaled_scores = std::move(steps.scaled_scores);
+  t.masked_scores = std::move(steps.masked_scores);
+  t.z.resize(t.q_rotated.rows(), t.v.cols());  // step 7: mix the values
   t.z.noalias() = t.weights * t.v;
 }
 }  // namespace detail

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
@@ -29,6 +30,62 @@ struct KvCacheOrigin {
   std::optional<Index> chunk;
   bool long_factors = false;  ///< LongRoPE: the keys were rotated with the long factors
 };
+
+/// The keys and values a layer keeps per token: n_kv_heads heads of keys d_head wide and values
+/// d_v wide, in `format` (values of their own or the keys' first d_v components; the number type).
+/// A layer's make_cache and make_paged_cache make stores of its shape; its calls refuse any other.
+struct KvShape {
+  Index n_kv_heads = 0, d_head = 0, d_v = 0;
+  StoreFormat format;
+};
+
+namespace detail {
+
+/// Throws unless `store` (a KvCache or a PagedKvCache, called `what` in the message) keeps keys and
+/// values of `shape`.
+template <class Store>
+void check_kv_shape(const Store& store, const KvShape& shape, const char* what, const char* where) {
+  const bool own = shape.format.values == ValueStorage::own;
+  if (store.n_kv_heads() != shape.n_kv_heads || store.d_head() != shape.d_head || store.d_v() != shape.d_v ||
+      store.values_are_keys() == own)
+    invalid(where, "the ", what, " holds ", store.n_kv_heads(), " heads of keys ", store.d_head(), " wide and values ",
+            store.d_v(), " wide", store.values_are_keys() ? " inside the keys" : " of their own", "; this layer keeps ",
+            shape.n_kv_heads, " heads of keys ", shape.d_head, " and values ", shape.d_v, own ? " of their own" : " inside the keys",
+            " (the layer's make_cache or make_paged_cache gives its own)");
+  if (store.storage() != shape.format.storage)
+    invalid(where, "the ", what, " stores keys and values ", storage_name(store.storage()), ", this layer ",
+            storage_name(shape.format.storage), " (config().kv_storage; the layer's make_cache or make_paged_cache gives its own)");
+}
+
+inline std::string window_words(const char* some, const char* none, const std::optional<Index>& size) {
+  return size ? some + std::to_string(*size) : std::string(none);
+}
+
+/// Throws unless tokens that record `next` (the sequence then `end` tokens long) may follow those
+/// of a store `filled` records: the same rotary embedding (and LongRoPE factors), window and chunk,
+/// the only way decoding gives the forward's bits. Nothing is checked while nothing filled it.
+inline void check_origin(const std::optional<KvCacheOrigin>& filled, const KvCacheOrigin& next, Index end, const char* where) {
+  if (!filled) return;
+  const KvCacheOrigin& theirs = *filled;
+  if (theirs.long_factors != next.long_factors)
+    invalid(where, "the cache's keys were rotated with LongRoPE's short factors, and a sequence of ", end,
+            " tokens (past original_max_position = ", next.rope ? next.rope->scaling.original_max_position : 0,
+            ") uses the long ones for every position, as Hugging Face does: run forward over the whole sequence",
+            " into a fresh cache (keys rotated two ways are never mixed)");
+  if (theirs.chunk != next.chunk)
+    invalid(where, "the cache's keys were attended with ", window_words("chunks of ", "no chunks", theirs.chunk),
+            "; this call asks for ", window_words("chunks of ", "none", next.chunk));
+  if (theirs.rope.has_value() != next.rope.has_value() || (theirs.rope && *theirs.rope != *next.rope))
+    invalid(where, "the cache was filled by a layer ", theirs.rope ? "with" : "without", " a rotary embedding",
+            theirs.rope && next.rope ? " of other settings" : "", "; this layer has ", next.rope ? "one" : "none",
+            " (a cache belongs to one layer)");
+  if (theirs.window != next.window)
+    invalid(where, "the cache's keys were attended with ", window_words("a window of ", "no window", theirs.window),
+            "; this call asks for ", window_words("a window of ", "none", next.window),
+            " (decoding equals the forward only with the same window throughout)");
+}
+
+}  // namespace detail
 
 /// A per-layer KV cache.
 ///   KvCache<float> cache = layer.make_cache(/*capacity=*/1024);
@@ -57,6 +114,15 @@ class HEADWISE_ISA_TAG KvCache {
   /// What filled the cache through a layer's forward_incremental; unset while it is empty, or if
   /// only append() filled it.
   const std::optional<KvCacheOrigin>& origin() const { return origin_; }
+
+  /// Throws unless the cache keeps keys and values of `shape` and has room for m more tokens that
+  /// record `next` (what check_origin asks), the checks of a layer's forward_incremental.
+  void check_append(const KvShape& shape, Index m, const KvCacheOrigin& next, const char* where) const {
+    detail::check_kv_shape(*this, shape, "cache", where);
+    if (m > capacity() - size())
+      detail::invalid(where, "appending ", m, " tokens to ", size(), " would exceed the cache's capacity of ", capacity(), " tokens");
+    detail::check_origin(origin_, next, size() + m, where);
+  }
 
   /// Forgets everything, what filled it included.
   void reset() {

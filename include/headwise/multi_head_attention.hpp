@@ -205,6 +205,8 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   }
   /// How this layer stores keys and values: their own panels, config().kv_storage's number type.
   StoreFormat store_format() const { return {ValueStorage::own, config_.kv_storage}; }
+  /// What it keeps per token in a cache: n_kv_heads() heads of keys and values d_head() wide.
+  KvShape kv_shape() const { return {n_kv_heads_, d_head_, d_head_, store_format()}; }
 
   /// Incremental decoding: the output rows of the m tokens x (m, d_model) that follow the
   /// cache.size() tokens already in `cache`, whose keys and values are appended to it. Token i of
@@ -215,7 +217,8 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
                                      const AttentionOptions& options = {}) const {
     constexpr const char* where = "MultiHeadAttention::forward_incremental";
     const AttentionOptions all = checked_call(x, options, where);
-    const KvCacheOrigin origin = check_cache(cache, x.rows(), all, where);
+    const KvCacheOrigin origin = origin_of(cache.size() + x.rows(), all, where);
+    cache.check_append(kv_shape(), x.rows(), origin, where);
     const Index held = cache.size();
     const int threads = detail::thread_count(options.threads, where);
     Matrix<Scalar> out;
@@ -254,7 +257,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
                                      const AttentionOptions& options = {}) const {
     constexpr const char* where = "MultiHeadAttention::forward_incremental";
     const AttentionOptions all = checked_call(x, options, where);
-    check_pool(pool, where);
+    pool.check_shape(kv_shape(), where);
     const std::vector<KvCacheOrigin> origins = check_batch_rows(x, pool, batch, all, where);
     const int threads = detail::thread_count(options.threads, where);
     std::vector<typename PagedKvCache<Scalar>::Saved> saved;
@@ -435,14 +438,11 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
                       const char* where) const {
     check_input(x, where);
     resolve_divisor<Scalar>(options, d_head_, where);
-    check_cache_values(source, where);
-    if (source.n_kv_heads() != n_kv_heads_ || source.d_head() != d_head_)
-      detail::invalid(where, "the cache holds ", source.n_kv_heads(), " heads of ", source.d_head(), ", expected ", n_kv_heads_,
-                      " of ", d_head_);
+    detail::check_kv_shape(source, kv_shape(), "cache", where);
     if (x.rows() > source.size())
       detail::invalid(where, "x has ", x.rows(), " tokens, the cache only ", source.size(), ": x must be its last tokens");
     const Index first = source.size() - x.rows();
-    check_cache_origin(source.origin(), first, x.rows(), options, where);  // the same rotary embedding, window, chunks
+    detail::check_origin(source.origin(), origin_of(source.size(), options, where), source.size(), where);
     return first;
   }
   /// Rows [Q | 0 | 0]: the queries X W_Q + b_Q of tokens at first .. (K and V left zero: unused).
@@ -481,19 +481,6 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     static_cast<void>(ScoreRule<Scalar>(options, 0, 0, n_heads_, where));
   }
 
-  /// Throws unless `cache` fits this layer and a call with `options` appending m tokens: its
-  /// shape and room, positions that come from the cache alone, and (once it holds tokens) the same
-  /// rotary embedding and window as what filled it. Returns what the cache will then hold.
-  KvCacheOrigin check_cache(const KvCache<Scalar>& cache, Index m, const AttentionOptions& options, const char* where) const {
-    check_cache_values(cache, where);
-    if (cache.n_kv_heads() != n_kv_heads_ || cache.d_head() != d_head_)
-      detail::invalid(where, "the cache holds ", cache.n_kv_heads(), " heads of ", cache.d_head(), ", expected ", n_kv_heads_,
-                      " of ", d_head_);
-    if (m > cache.capacity() - cache.size())
-      detail::invalid(where, "appending ", m, " tokens to ", cache.size(), " would exceed the cache's capacity of ",
-                      cache.capacity(), " tokens");
-    return check_cache_origin(cache.origin(), cache.size(), m, options, where);
-  }
   /// Throws unless batch's entries name distinct live sequences whose tokens add up to x's rows;
   /// returns what each sequence will then record as filled by.
   std::vector<KvCacheOrigin> check_batch_rows(const Eigen::Ref<const Matrix<Scalar>>& x, const PagedKvCache<Scalar>& pool,
@@ -506,7 +493,8 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
         detail::invalid(where, "entry ", i, " of the batch has ", r.tokens, " tokens, ", x.rows() - total, " rows of x are left for it");
       for (std::size_t j = 0; j < i; ++j)
         if (batch.rows[j].sequence == r.sequence) detail::invalid(where, "sequence ", r.sequence, " is in the batch twice (entries ", j, " and ", i, ")");
-      origins.push_back(check_cache_origin(pool.origin(r.sequence), pool.size(r.sequence), r.tokens, options, where));
+      origins.push_back(origin_of(pool.size(r.sequence) + r.tokens, options, where));
+      pool.check_continues(r.sequence, r.tokens, origins.back(), where);
       total += r.tokens;
     }
     if (total != x.rows()) detail::invalid(where, "the batch's entries hold ", total, " tokens, x has ", x.rows(), " rows");
@@ -561,26 +549,6 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     resolve_divisor<Scalar>(all, d_head_, where);
     return all;
   }
-  /// A pool whose heads or storage are not this layer's.
-  void check_pool(const PagedKvCache<Scalar>& pool, const char* where) const {
-    if (pool.n_kv_heads() != n_kv_heads_ || pool.d_head() != d_head_ || pool.d_v() != d_head_ || pool.values_are_keys())
-      detail::invalid(where, "the pool holds ", pool.n_kv_heads(), " heads of keys ", pool.d_head(), " and values ", pool.d_v(),
-                      pool.values_are_keys() ? " inside the keys" : "", " wide, expected ", n_kv_heads_, " of ", d_head_,
-                      " and ", d_head_, " (make_paged_cache gives the layer's)");
-    if (pool.storage() != config_.kv_storage)
-      detail::invalid(where, "the pool stores keys and values ", storage_name(pool.storage()), ", this layer ",
-                      storage_name(config_.kv_storage), " (config().kv_storage; make_paged_cache gives the layer's)");
-  }
-  /// A cache whose values are not d_head wide, or that keeps them inside its keys (a latent
-  /// attention layer's), is not this layer's.
-  void check_cache_values(const KvCache<Scalar>& cache, const char* where) const {
-    if (cache.values_are_keys() || cache.d_v() != d_head_)
-      detail::invalid(where, "the cache keeps values ", cache.d_v(), " wide", cache.values_are_keys() ? " inside its keys" : "",
-                      ": this layer's values are ", d_head_, " wide, of their own (a latent attention layer's cache is not a MultiHeadAttention's)");
-    if (cache.storage() != config_.kv_storage)
-      detail::invalid(where, "the cache stores keys and values ", storage_name(cache.storage()), ", this layer ",
-                      storage_name(config_.kv_storage), " (config().kv_storage; make_cache gives the layer's)");
-  }
   /// The keys and values of qkv (after RoPE and norms) replaced by what the layer's storage keeps
   /// of them: the step-by-step path then attends to the numbers the fused path reads.
   void through_storage(Matrix<Scalar>& qkv, int threads) const {
@@ -593,36 +561,13 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     l.part(qkv, QkvPart::key) = k;
     l.part(qkv, QkvPart::value) = v;
   }
-  /// What m tokens at held .. held + m - 1 attended over `cache` record, checked against what filled it.
-  KvCacheOrigin check_cache_origin(const std::optional<KvCacheOrigin>& filled, Index held, Index m, const AttentionOptions& options,
-                                   const char* where) const {
+  /// What tokens attended with `options` record in a cache (the sequence then `end` tokens long).
+  KvCacheOrigin origin_of(Index end, const AttentionOptions& options, const char* where) const {
     if (options.first_query_position || options.first_key_position != 0)
       detail::invalid(where, "token i of x sits at position cache.size() + i: first_query_position and ",
                       "first_key_position must be left unset (the masks and the rotary angles both follow the cache)");
-    const Index end = held + m;
-    KvCacheOrigin mine{rope_ ? std::optional<RopeConfig>(rope_->config()) : std::nullopt, options.window, options.chunk,
-                       rope_ && rope_->long_factors_for(end)};
-    if (!filled) return mine;
-    const KvCacheOrigin& theirs = *filled;
-    if (theirs.long_factors != mine.long_factors)
-      detail::invalid(where, "the cache's keys were rotated with LongRoPE's short factors, and a sequence of ", end,
-                      " tokens (past original_max_position = ", rope_->config().scaling.original_max_position,
-                      ") uses the long ones for every position, as Hugging Face does: run forward over the whole sequence",
-                      " into a fresh cache (keys rotated two ways are never mixed)");
-    if (theirs.chunk != mine.chunk)
-      detail::invalid(where, "the cache's keys were attended with ", theirs.chunk ? "chunks of " : "no chunks",
-                      theirs.chunk ? std::to_string(*theirs.chunk) : "", "; this call asks for ",
-                      mine.chunk ? "chunks of " : "none", mine.chunk ? std::to_string(*mine.chunk) : "");
-    if (theirs.rope.has_value() != mine.rope.has_value() || (theirs.rope && *theirs.rope != *mine.rope))
-      detail::invalid(where, "the cache was filled by a layer ", theirs.rope ? "with" : "without", " a rotary embedding",
-                      theirs.rope && mine.rope ? " of other settings" : "", "; this layer has ",
-                      mine.rope ? "one" : "none", " (a cache belongs to one layer)");
-    if (theirs.window != mine.window)
-      detail::invalid(where, "the cache's keys were attended with ", theirs.window ? "a window of " : "no window",
-                      theirs.window ? std::to_string(*theirs.window) : "", "; this call asks for ",
-                      mine.window ? "a window of " : "none", mine.window ? std::to_string(*mine.window) : "",
-                      " (decoding equals the forward only with the same window throughout)");
-    return mine;
+    return {rope_ ? std::optional<RopeConfig>(rope_->config()) : std::nullopt, options.window, options.chunk,
+            rope_ && rope_->long_factors_for(end)};
   }
 
   const HeadInterventions<Scalar>& check_interventions(const HeadInterventions<Scalar>& iv) const {

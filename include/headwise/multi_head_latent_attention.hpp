@@ -154,8 +154,12 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
 
   /// A cache of the latent for `capacity` tokens: latent_width() numbers per token.
   KvCache<Scalar> make_cache(Index capacity) const {
-    return KvCache<Scalar>(capacity, 1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix});
+    const KvShape shape = kv_shape();
+    return KvCache<Scalar>(capacity, shape.n_kv_heads, shape.d_head, shape.d_v, shape.format);
   }
+  /// What it keeps per token in a cache: one latent head latent_width() wide, whose first
+  /// kv_lora_rank() components are the values.
+  KvShape kv_shape() const { return {1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix}}; }
   /// Decoding: x (m, d_model) the tokens after the cache's, at positions cache.size() .. + m - 1;
   /// appends their latent and returns their output, bitwise the matching rows of forward() on the
   /// whole sequence, for any split into chunks and any thread count.
@@ -390,20 +394,8 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   /// Throws unless `cache` is this layer's latent cache with room for m tokens, filled (if at all)
   /// with the same rotary embedding, window and chunk; returns what it will then record.
   KvCacheOrigin check_cache(const KvCache<Scalar>& cache, Index m, const AttentionOptions& options, const char* where) const {
-    if (!cache.values_are_keys() || cache.n_kv_heads() != 1 || cache.d_head() != latent_width() || cache.d_v() != kv_lora_rank())
-      detail::invalid(where, "the cache is not this layer's latent cache (make_cache): it holds ", cache.n_kv_heads(), " heads of keys ",
-                      cache.d_head(), " wide and values ", cache.d_v(), " wide ", cache.values_are_keys() ? "inside the keys" : "of their own",
-                      ", expected one latent head of ", latent_width(), " with its first ", kv_lora_rank(), " components the values");
-    if (m > cache.capacity() - cache.size())
-      detail::invalid(where, "appending ", m, " tokens to ", cache.size(), " would exceed the cache's capacity of ", cache.capacity(),
-                      " tokens");
     const KvCacheOrigin mine{config_.rope, options.window, options.chunk, false};
-    if (cache.size() && cache.origin()) {
-      const KvCacheOrigin& theirs = *cache.origin();
-      if (theirs.rope != mine.rope) detail::invalid(where, "the cache was filled by a layer with another rotary embedding");
-      if (theirs.window != mine.window || theirs.chunk != mine.chunk)
-        detail::invalid(where, "the cache's keys were attended with another window or chunk than this call's");
-    }
+    cache.check_append(kv_shape(), m, mine, where);
     return mine;
   }
 

@@ -216,6 +216,12 @@ class HEADWISE_ISA_TAG PagedKvCache {
   /// What filled s through a layer (kv_cache.hpp); unset while it is empty.
   const std::optional<KvCacheOrigin>& origin(Index s) const { return live("PagedKvCache::origin", s).origin; }
   void set_origin(Index s, const KvCacheOrigin& origin) { live("PagedKvCache::set_origin", s).origin = origin; }
+  /// Throws unless the pool keeps keys and values of `shape` (a layer's, kv_cache.hpp).
+  void check_shape(const KvShape& shape, const char* where) const { detail::check_kv_shape(*this, shape, "pool", where); }
+  /// Throws unless m tokens that record `next` may follow sequence s's (detail::check_origin).
+  void check_continues(Index s, Index m, const KvCacheOrigin& next, const char* where) const {
+    detail::check_origin(origin(s), next, size(s) + m, where);
+  }
   bool holds(Index s) const { return sequences_.count(s) != 0; }
 
   /// Sequence s as the kernel reads it. Valid until s or the pool changes.

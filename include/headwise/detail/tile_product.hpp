@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "headwise/detail/parallel.hpp"
-#include "headwise/kv_storage.hpp"
+#include "headwise/detail/stored_numbers.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::detail {

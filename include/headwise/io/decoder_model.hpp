@@ -1,5 +1,5 @@
 // Loading whole decoder models (model/decoder_model.hpp) from Hugging Face checkpoint folders:
-// GPT-2 (GPT2LMHeadModel), and from the attention loader's table (io/llama.hpp, Family::model) the
+// GPT-2 (GPT2LMHeadModel), and from the attention loader's table (io/llama_config.hpp, Family::model) the
 // families whose blocks headwise has: llama, qwen2, qwen3, qwen3_moe, mistral, ministral,
 // ministral3, smollm3, phi3 (SwiGLU; Qwen3-MoE's sparse blocks; Phi-3's fused gate_up_proj),
 // gemma2 and gemma3_text (GeGLU, four norms, the embedding scale, Gemma 2's final soft-cap) and
@@ -157,7 +157,7 @@ inline void check_model_config(const ConfigReader& r, const std::string& type, c
     r.fail("\"final_logit_softcapping\" is set, which " + type + " does not apply");
 }
 
-/// The Llama-style families, arranged as the loader table (io/llama.hpp, WholeModel) says: RMSNorms
+/// The Llama-style families, arranged as the loader table (io/llama_config.hpp, WholeModel) says: RMSNorms
 /// before, before and after, or after the attention and the MLP (Gemma's (1 + w) form), gated MLPs
 /// or Qwen3-MoE's experts, an LM head or the tied embedding, Gemma 2's final soft-cap.
 template <class Scalar>

@@ -1,5 +1,5 @@
 // Loading multi-head latent attention layers (multi_head_latent_attention.hpp) from Hugging Face
-// checkpoint folders of the families the loader table (io/llama.hpp) marks latent: deepseek_v3 and
+// checkpoint folders of the families the loader table (io/llama_config.hpp) marks latent: deepseek_v3 and
 // kimi_k2 (the same layer; v4 `rope_scaling` and v5 `rope_parameters` configs). Per layer the
 // self_attn tensors q_a_proj, q_a_layernorm, q_b_proj (or q_proj where q_lora_rank is null),
 // kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj and o_proj; FP8 weights (F8_E4M3 / F8_E5M2 with

@@ -1,11 +1,12 @@
-// Byte-level BPE, as GPT-2, Llama 3, Qwen2/3 and gpt-oss tokenize text: split the text into pieces
+// Byte-level BPE, as GPT-2, Llama 3 and gpt-oss tokenize text: split the text into pieces
 // with a regular expression (PCRE2, with Unicode properties), map each piece's UTF-8 bytes to
 // characters (GPT-2's bytes_to_unicode), merge adjacent symbols by rank inside each piece, look the
 // symbols up in the vocabulary. Read from GPT-2's vocab.json + merges.txt, or from a Hugging Face
 // tokenizer.json whose model is BPE with a ByteLevel (or Split + ByteLevel) pre-tokenizer; special
 // tokens (added_tokens) are cut out of the text before splitting. Anything else a tokenizer.json
 // asks for (another model, a normalizer, another pre-tokenizer or decoder, dropout, byte fallback)
-// is refused by name. The merge loop follows Hugging Face's Rust library: the lowest rank first,
+// is refused by name: Qwen2/3's files (an NFC normalizer), Gemma's and SentencePiece-style files
+// (byte fallback) and DeepSeek-V3's (a Sequence of Splits) among them. The merge loop follows Hugging Face's Rust library: the lowest rank first,
 // leftmost among equals, with a heap, so a piece of n symbols costs O(n log n).
 //
 //   auto bpe = headwise::text::BpeTokenizer::from_tokenizer_json("gpt2/tokenizer.json");
