@@ -383,9 +383,7 @@ class BatchCalls {
     with_stored_type<Scalar>(batch_.sequences[0].kv.storage(), [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
       const auto run = [&](auto scores) {
-        using Scores = decltype(scores);
-        if (call_.statistics) run_fused_batch<KernelPolicy<Scores, true, Stored>, Scalar, NoPhaseObserver>(fused_, threads_);
-        else run_fused_batch<KernelPolicy<Scores, false, Stored>, Scalar, NoPhaseObserver>(fused_, threads_);
+        run_fused_batch<KernelPolicy<decltype(scores), Stored>, Scalar, NoPhaseObserver>(fused_, threads_);
       };
       if constexpr (std::is_same_v<Stored, Scalar>) with_score_policy(rules_[0], run);
       else run(ScoresByRule{});

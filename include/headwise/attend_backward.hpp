@@ -82,7 +82,7 @@ HEADWISE_ISA_TAG AttentionGradients<Scalar> backward_of_attend(const Eigen::Ref<
   AttentionGradients<Scalar> out{Matrix<Scalar>(q.rows(), q.cols()), Matrix<Scalar>(k.rows(), k.cols()),
                                  Matrix<Scalar>(v.rows(), v.cols())};
   detail::with_score_policy(rule, [&](auto scores) {
-    detail::run_backward_jobs<detail::KernelPolicy<decltype(scores), false>>(c, threads, out);
+    detail::run_backward_jobs<detail::KernelPolicy<decltype(scores)>>(c, threads, out);
   });
   return out;
 }

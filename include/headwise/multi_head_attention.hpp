@@ -15,8 +15,10 @@
 #include "headwise/detail/errors.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/kv_cache.hpp"
+#include "headwise/layer_projections.hpp"
 #include "headwise/layer_config.hpp"
 #include "headwise/linear.hpp"
+#include "headwise/multi_head_weights.hpp"
 #include "headwise/options.hpp"
 #include "headwise/paged_kv_cache.hpp"
 #include "headwise/norms.hpp"
@@ -26,24 +28,6 @@
 #include "headwise/types.hpp"
 
 namespace headwise {
-
-/// The weights of a multi-head attention layer, as Hugging Face GPT-2 lays them out.
-/// Inside W_Q head h owns columns [h d_head, (h+1) d_head), and likewise inside W_O the rows with
-/// those numbers, W_O[h]. W_K and W_V hold n_kv_heads heads of d_head columns each: n_kv_heads =
-/// n_heads for multi-head attention, fewer for grouped-query attention (1: multi-query), where
-/// query head h uses key/value head h / (n_heads / n_kv_heads).
-template <class Scalar>
-struct MultiHeadWeights {
-  Matrix<Scalar> w_q;               ///< (d_model, n_heads d_head)
-  Matrix<Scalar> w_k, w_v;          ///< (d_model, n_kv_heads d_head) each
-  RowVector<Scalar> b_q, b_k, b_v;  ///< matching (1, ...) biases, or empty for no bias
-  Matrix<Scalar> w_o;               ///< (n_heads d_head, d_model)
-  RowVector<Scalar> b_o;            ///< (1, d_model), or empty for no bias
-  /// An output gate (Qwen3-Next): Z_h <- Z_h ∘ σ(X W_G + b_G) per head before W_O; (d_model,
-  /// n_heads d_head), or empty for none; and its bias, or empty.
-  Matrix<Scalar> w_gate;
-  RowVector<Scalar> b_gate;
-};
 
 /// Every intermediate of a multi-head layer on one input.
 template <class Scalar>
@@ -65,55 +49,10 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   MultiHeadAttention(Index n_heads, MultiHeadWeights<Scalar> w, LayerConfig config = {})
       : n_heads_(n_heads), config_(std::move(config)) {
     constexpr const char* where = "MultiHeadAttention";
-    if (n_heads <= 0) detail::invalid(where, "n_heads must be > 0, got ", n_heads);
-    const Index d_model = w.w_q.rows(), width = w.w_q.cols();
-    if (d_model == 0) detail::invalid(where, "w_q has 0 rows, expected d_model > 0");
-    if (width % n_heads != 0) {
-      if (width == d_model)
-        detail::invalid(where, "d_model = ", d_model, " is not divisible by n_heads = ", n_heads);
-      detail::invalid(where, "w_q has ", width, " columns, not divisible by n_heads = ", n_heads);
-    }
-    if (width == 0) detail::invalid(where, "w_q has 0 columns, expected n_heads d_head > 0");
-    d_head_ = width / n_heads;
-    if (w.w_k.rows() != d_model || w.w_k.cols() == 0 || w.w_k.cols() % d_head_ != 0)
-      detail::invalid(where, "w_k is ", w.w_k.rows(), "x", w.w_k.cols(), ", expected ", d_model,
-                      "x(n_kv_heads d_head) with d_head = ", d_head_);
-    n_kv_heads_ = w.w_k.cols() / d_head_;
-    if (n_heads % n_kv_heads_ != 0)
-      detail::invalid(where, "n_heads = ", n_heads, " is not divisible by n_kv_heads = ", n_kv_heads_);
-    const Index kv_width = n_kv_heads_ * d_head_;
-    check_shape(where, "w_v", w.w_v, d_model, kv_width);
-    check_shape(where, "w_o", w.w_o, width, d_model);
-    check_bias(where, "b_q", w.b_q, width);
-    check_bias(where, "b_k", w.b_k, kv_width);
-    check_bias(where, "b_v", w.b_v, kv_width);
-    check_bias(where, "b_o", w.b_o, d_model);
-    // Non-finite weights are refused: a NaN would make every output NaN, or (worse) a masked 0 x inf
-    // would carry a later token into earlier rows.
-    detail::require_finite(where, "w_q", w.w_q);
-    detail::require_finite(where, "w_k", w.w_k);
-    detail::require_finite(where, "w_v", w.w_v);
-    detail::require_finite(where, "w_o", w.w_o);
-    detail::require_finite(where, "b_q", w.b_q);
-    detail::require_finite(where, "b_k", w.b_k);
-    detail::require_finite(where, "b_v", w.b_v);
-    detail::require_finite(where, "b_o", w.b_o);
-    if (w.w_gate.size() || w.b_gate.size()) {
-      check_shape(where, "w_gate", w.w_gate, d_model, width);
-      check_bias(where, "b_gate", w.b_gate, width);
-      detail::require_finite(where, "w_gate", w.w_gate);
-      detail::require_finite(where, "b_gate", w.b_gate);
-      w_gate_ = std::move(w.w_gate);
-      b_gate_ = w.b_gate.size() ? std::move(w.b_gate) : RowVector<Scalar>::Zero(width);
-    }
-
-    // Q, K and V come from one product X [W_Q | W_K | W_V]: one pass over X instead of three.
-    w_qkv_.resize(d_model, width + 2 * kv_width);
-    w_qkv_ << w.w_q, w.w_k, w.w_v;
-    b_qkv_ = RowVector<Scalar>::Zero(width + 2 * kv_width);
-    if (w.b_q.size()) b_qkv_.segment(0, width) = w.b_q;
-    if (w.b_k.size()) b_qkv_.segment(width, kv_width) = w.b_k;
-    if (w.b_v.size()) b_qkv_.segment(width + kv_width, kv_width) = w.b_v;
+    const QkvLayout l = detail::check_weights(w, n_heads, where);
+    n_kv_heads_ = l.n_kv_heads, d_head_ = l.d_head;
+    const Index d_model = w.w_q.rows();
+    proj_ = LayerProjections<Scalar>(w, l, config_, where);
     w_o_ = std::move(w.w_o);
     b_o_ = w.b_o.size() ? std::move(w.b_o) : RowVector<Scalar>::Zero(d_model);
     check_config(where);
@@ -123,12 +62,12 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   Index n_heads() const { return n_heads_; }
   Index n_kv_heads() const { return n_kv_heads_; }
   Index d_head() const { return d_head_; }
-  Index d_model() const { return w_qkv_.rows(); }
+  Index d_model() const { return proj_.d_model(); }
   /// The key/value head that query head h reads.
   Index kv_head_of(Index h) const { return checked_head(h, "kv_head_of") / (n_heads_ / n_kv_heads_); }
   /// The layer's own settings (rotary embedding, window, ...), and its rotary embedding if any.
   const LayerConfig& config() const { return config_; }
-  const std::optional<RotaryEmbedding>& rope() const { return rope_; }
+  const std::optional<RotaryEmbedding>& rope() const { return proj_.rope(); }
   /// The options a call with `options` runs with: the call's, completed by the layer's config.
   AttentionOptions options_for(const AttentionOptions& options) const { return options_with_layer(options, config_); }
 
@@ -136,15 +75,15 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// gradients.
   QkvLayout layout() const { return {n_heads_, n_kv_heads_, d_head_}; }
   /// W_Q | W_K | W_V side by side: (d_model, (n_heads + 2 n_kv_heads) d_head); and its bias.
-  const Matrix<Scalar>& w_qkv() const { return w_qkv_; }
-  const RowVector<Scalar>& b_qkv() const { return b_qkv_; }
+  const Matrix<Scalar>& w_qkv() const { return proj_.w_qkv(); }
+  const RowVector<Scalar>& b_qkv() const { return proj_.b_qkv(); }
   /// W_O: (n_heads d_head, d_model), and b_O: (1, d_model).
   const Matrix<Scalar>& w_o() const { return w_o_; }
   const RowVector<Scalar>& b_o() const { return b_o_; }
   /// The output gate's W_G (d_model, n_heads d_head) and b_G; empty without a gate.
-  bool gated() const { return w_gate_.size() != 0; }
-  const Matrix<Scalar>& w_gate() const { return w_gate_; }
-  const RowVector<Scalar>& b_gate() const { return b_gate_; }
+  bool gated() const { return proj_.gated(); }
+  const Matrix<Scalar>& w_gate() const { return proj_.w_gate(); }
+  const RowVector<Scalar>& b_gate() const { return proj_.b_gate(); }
   /// Head h's rows of W_O: (d_head, d_model).
   auto w_o_block(Index h) const { return w_o_.middleRows(checked_head(h, "w_o_block") * d_head_, d_head_); }
 
@@ -155,7 +94,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
       detail::invalid("head", "this layer ", gated() ? "gates its heads' outputs" : "norms or scales its projections",
                       ", which one AttentionHead does not compute: use trace() for a head's intermediates");
     const Index g = kv_head_of(h);
-    return AttentionHead<Scalar>(slice(QkvPart::query, h), slice(QkvPart::key, g), slice(QkvPart::value, g), rope_);
+    return AttentionHead<Scalar>(slice(QkvPart::query, h), slice(QkvPart::key, g), slice(QkvPart::value, g), proj_.rope());
   }
 
   // ---- The fast path: the fused kernel, the cache ----
@@ -194,9 +133,9 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
     const Index first = first_position_of(record.options, where);
     PackedKeysValues<Scalar> own(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
-    record.attention = attend_rows(x, own, record.options, &record, Positions{first, first + x.rows()}, where);
+    record.attention = attend_rows(x, own, record.options, &record, RowPositions{first, first + x.rows()}, where);
     if (record.keep_keys_values) record.keys_values = std::move(own);
-    apply_gate(x, record.attention.z, detail::thread_count(options.threads, where));
+    proj_.apply_gate(x, record.attention.z, detail::thread_count(options.threads, where));
   }
 
   /// A KV cache for this layer with room for `capacity` tokens, stored as config().kv_storage says.
@@ -223,8 +162,8 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     const int threads = detail::thread_count(options.threads, where);
     Matrix<Scalar> out;
     try {
-      Matrix<Scalar> z = attend_rows(x, cache.store(), all, nullptr, Positions{held, held + x.rows()}, where).z;
-      apply_gate(x, z, threads);
+      Matrix<Scalar> z = attend_rows(x, cache.store(), all, nullptr, RowPositions{held, held + x.rows()}, where).z;
+      proj_.apply_gate(x, z, threads);
       out = output_of(z, threads, held, where);
     } catch (...) {
       cache.store().truncate(held);  // a refused call changes nothing
@@ -265,7 +204,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     Matrix<Scalar> out;
     try {
       Matrix<Scalar> z = attend_batch_rows(x, pool, batch, all, threads, where);
-      apply_gate(x, z, threads);
+      proj_.apply_gate(x, z, threads);
       out = batch_output_of(z, saved, batch, threads, where);
     } catch (...) {
       for (const auto& before : saved) pool.restore(before);  // a refused call changes nothing
@@ -300,13 +239,13 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     const Index first = check_reading(x, source, all, where);
     const int threads = detail::thread_count(options.threads, where);
     const QkvLayout l = layout();
-    Matrix<Scalar> qkv = queries_of(x, first, threads, where);
-    transform_projections(qkv, Positions{first, source.size()}, threads);
+    Matrix<Scalar> qkv = proj_.project_queries(x, threads, first, where);
+    proj_.transform(qkv, RowPositions{first, source.size()}, threads);
     AttentionCall call;
     call.heads = {n_heads_, n_kv_heads_};
     call.options = &all;
     Matrix<Scalar> z = detail::attend_packed<Scalar>(Matrix<Scalar>(l.part(qkv, QkvPart::query)), source.packed().blocks(), call, where).z;
-    apply_gate(x, z, threads);
+    proj_.apply_gate(x, z, threads);
     return output_of(z, threads, first, where);
   }
 
@@ -319,16 +258,16 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     const AttentionOptions all = checked_call(x, options, where);
     const int threads = detail::thread_count(options.threads, where);
     const Index first = first_position_of(all, where);
-    Matrix<Scalar> qkv = qkv_of(x, threads, where, first);
+    Matrix<Scalar> qkv = proj_.project(x, threads, first, where);
     const QkvLayout l = layout();
-    transform_projections(qkv, Positions{first, first + x.rows()}, threads);
+    proj_.transform(qkv, RowPositions{first, first + x.rows()}, threads);
     through_storage(qkv, threads);
     AttentionCall call;  // the one attention call, on its step-by-step path
     call.heads = {n_heads_, n_kv_heads_};
     call.options = &all, call.path = AttentionPath::step_by_step;
     Matrix<Scalar> z = detail::attend_matrices<Scalar>(l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key),
                                                        l.part(qkv, QkvPart::value), call, where).z;
-    apply_gate(x, z, threads);
+    proj_.apply_gate(x, z, threads);
     if (interventions) check_interventions(*interventions).apply(z);
     return output_of(z, threads, first, where);
   }
@@ -343,8 +282,8 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     const AttentionOptions all = options_for(options);  // once: each head reads its slope and sink
     resolve_divisor<Scalar>(all, d_head_, where);         // a bad divisor refused before any work
     const Index first = first_position_of(all, where);
-    Matrix<Scalar> qkv = qkv_of(x, 1, where, first);
-    return trace_of(x, qkv, Positions{first, first + x.rows()}, all, nullptr, where);
+    Matrix<Scalar> qkv = proj_.project(x, 1, first, where);
+    return trace_of(x, qkv, RowPositions{first, first + x.rows()}, all, nullptr, where);
   }
 
   /// trace() of a KV-sharing layer (see forward_reading_cache): the m tokens x are the last m of
@@ -355,8 +294,8 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     constexpr const char* where = "MultiHeadAttention::trace_reading_cache";
     const AttentionOptions all = options_for(options);
     const Index first = check_reading(x, source, all, where);
-    Matrix<Scalar> qkv = queries_of(x, first, 1, where);
-    return trace_of(x, qkv, Positions{first, source.size()}, all, &source, where);
+    Matrix<Scalar> qkv = proj_.project_queries(x, 1, first, where);
+    return trace_of(x, qkv, RowPositions{first, source.size()}, all, &source, where);
   }
 
   // ---- The W_O sum and the projections, by parts ----
@@ -383,30 +322,24 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// laid out as layout() says.
   Matrix<Scalar> project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const {
     check_input(x, "project_qkv");
-    return qkv_of(x, detail::thread_count(0, "project_qkv"), "project_qkv");
+    return proj_.project(x, detail::thread_count(0, "project_qkv"), 0, "project_qkv");
   }
 
  private:
-  /// The positions of a call's rows: row t at first + t; `end`, one past the sequence's last
-  /// position (LongRoPE chooses its factors by it).
-  struct Positions {
-    Index first = 0, end = 0;
-  };
-
   /// The trace from the projected rows qkv: the transforms, then each head's steps against the
   /// rows' own keys and values, or (with `source`) against the cache's.
-  MultiHeadTrace<Scalar> trace_of(const Eigen::Ref<const Matrix<Scalar>>& x, Matrix<Scalar>& qkv, Positions at,
+  MultiHeadTrace<Scalar> trace_of(const Eigen::Ref<const Matrix<Scalar>>& x, Matrix<Scalar>& qkv, RowPositions at,
                                   const AttentionOptions& all, const KvCache<Scalar>* source, const char* where) const {
     const QkvLayout l = layout();
     constexpr QkvPart Q = QkvPart::query, K = QkvPart::key, V = QkvPart::value;
     const Matrix<Scalar> projected = qkv;
     Matrix<Scalar> normed, keys, values;
-    transform_projections(qkv, at, 1, &normed);
+    proj_.transform(qkv, at, 1, &normed);
     through_storage(qkv, 1);
     if (source) detail::unpack(source->packed(), keys, values);
     const Matrix<Scalar>& k_all = source ? keys : qkv;  // (keys: a (size, G d) matrix, the cache's)
     Matrix<Scalar> gate;
-    if (gated()) gate = gate_of(x, 1);
+    if (gated()) gate = proj_.gate_of(x, 1);
     MultiHeadTrace<Scalar> t;
     t.output = b_o_.replicate(x.rows(), 1);
     for (Index h = 0; h < n_heads_; ++h) {
@@ -445,59 +378,24 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     detail::check_origin(source.origin(), origin_of(source.size(), options, where), source.size(), where);
     return first;
   }
-  /// Rows [Q | 0 | 0]: the queries X W_Q + b_Q of tokens at first .. (K and V left zero: unused).
-  Matrix<Scalar> queries_of(const Eigen::Ref<const Matrix<Scalar>>& x, Index first, int threads, const char* where) const {
-    const QkvLayout l = layout();
-    Matrix<Scalar> queries;
-    detail::product<Scalar>(x, w_qkv_.leftCols(l.query_width()), queries, threads);
-    Matrix<Scalar> qkv = Matrix<Scalar>::Zero(x.rows(), l.width());
-    l.part(qkv, QkvPart::query) = queries.rowwise() + b_qkv_.head(l.query_width());
-    check_projection(qkv, first, where, threads);
-    return qkv;
-  }
-
-  /// The rotary embedding is made (its frequencies computed) once, here; the rest of the config is
-  /// checked as a call with no mask would check it.
+  /// The config checked as a call with no mask would check it (the projections check theirs).
   void check_config(const char* where) {
-    if (config_.rope) {
-      RopeConfig rope = *config_.rope;
-      if (rope.d_head == 0) rope.d_head = d_head_;
-      if (rope.d_head != d_head_)
-        detail::invalid(where, "the rotary embedding is for d_head = ", rope.d_head, ", the layer's heads have ", d_head_);
-      rope_.emplace(rope);
-      if (!std::isfinite(static_cast<Scalar>(rope_->attention_factor())))
-        detail::invalid(where, "the rotary embedding's attention factor ", rope_->attention_factor(), " is not finite in ",
-                        detail::scalar_name<Scalar>());
-    }
-    if (config_.qk_norm) {
-      detail::check_norm(config_.qk_norm->query, n_heads_, d_head_, where, "the query norm");
-      detail::check_norm(config_.qk_norm->key, n_kv_heads_, d_head_, where, "the key norm");
-    }
-    if (config_.value_norm) detail::check_norm(*config_.value_norm, n_kv_heads_, d_head_, where, "the value norm");
-    if (config_.query_scale) config_.query_scale->check(where);
     detail::check_storage<Scalar>(config_.kv_storage, where);
     const AttentionOptions options = options_for({});
     resolve_divisor<Scalar>(options, d_head_, where);
     static_cast<void>(ScoreRule<Scalar>(options, 0, 0, n_heads_, where));
   }
 
-  /// Throws unless batch's entries name distinct live sequences whose tokens add up to x's rows;
-  /// returns what each sequence will then record as filled by.
+  /// Throws unless batch's entries fit the pool and x (PagedKvCache::check_batch) and each sequence's
+  /// tokens may follow what it holds; returns what each sequence will then record as filled by.
   std::vector<KvCacheOrigin> check_batch_rows(const Eigen::Ref<const Matrix<Scalar>>& x, const PagedKvCache<Scalar>& pool,
                                               const PagedBatch& batch, const AttentionOptions& options, const char* where) const {
+    pool.check_batch(batch, x.rows(), where);
     std::vector<KvCacheOrigin> origins;
-    Index total = 0;
-    for (std::size_t i = 0; i < batch.rows.size(); ++i) {
-      const BatchRows& r = batch.rows[i];
-      if (r.tokens < 0 || r.tokens > x.rows() - total)
-        detail::invalid(where, "entry ", i, " of the batch has ", r.tokens, " tokens, ", x.rows() - total, " rows of x are left for it");
-      for (std::size_t j = 0; j < i; ++j)
-        if (batch.rows[j].sequence == r.sequence) detail::invalid(where, "sequence ", r.sequence, " is in the batch twice (entries ", j, " and ", i, ")");
+    for (const BatchRows& r : batch.rows) {
       origins.push_back(origin_of(pool.size(r.sequence) + r.tokens, options, where));
       pool.check_continues(r.sequence, r.tokens, origins.back(), where);
-      total += r.tokens;
     }
-    if (total != x.rows()) detail::invalid(where, "the batch's entries hold ", total, " tokens, x has ", x.rows(), " rows");
     return origins;
   }
   /// Z W_O + b_O of a batched call's rows in one product; where one is not finite, the error
@@ -518,16 +416,16 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
                                    const AttentionOptions& options, int threads, const char* where) const {
     const QkvLayout l = layout();
     Matrix<Scalar> qkv;
-    detail::product<Scalar>(x, w_qkv_, qkv, threads);
-    qkv.rowwise() += b_qkv_;
+    detail::product<Scalar>(x, proj_.w_qkv(), qkv, threads);
+    qkv.rowwise() += proj_.b_qkv();
     AttentionBatch<Scalar> attention;
     attention.shared_prefix = batch.shared_prefix;
     for (Index i = 0, row = 0; i < static_cast<Index>(batch.rows.size()); row += batch.rows[static_cast<std::size_t>(i)].tokens, ++i) {
       const BatchRows& r = batch.rows[static_cast<std::size_t>(i)];
       const Index held = pool.size(r.sequence);
       auto rows = qkv.middleRows(row, r.tokens);
-      check_projection(rows, held, where, threads);
-      transform_projections(rows, Positions{held, held + r.tokens}, threads);
+      proj_.check_finite(rows, held, where, threads);
+      proj_.transform(rows, RowPositions{held, held + r.tokens}, threads);
       pool.append(r.sequence, l.part(rows, QkvPart::key), l.part(rows, QkvPart::value), threads);
       attention.sequences.emplace_back(l.part(rows, QkvPart::query), pool.sequence(r.sequence), r.shares_prefix);
     }
@@ -566,8 +464,9 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     if (options.first_query_position || options.first_key_position != 0)
       detail::invalid(where, "token i of x sits at position cache.size() + i: first_query_position and ",
                       "first_key_position must be left unset (the masks and the rotary angles both follow the cache)");
-    return {rope_ ? std::optional<RopeConfig>(rope_->config()) : std::nullopt, options.window, options.chunk,
-            rope_ && rope_->long_factors_for(end)};
+    const std::optional<RotaryEmbedding>& rope = proj_.rope();
+    return {rope ? std::optional<RopeConfig>(rope->config()) : std::nullopt, options.window, options.chunk,
+            rope && rope->long_factors_for(end)};
   }
 
   const HeadInterventions<Scalar>& check_interventions(const HeadInterventions<Scalar>& iv) const {
@@ -588,47 +487,13 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     return options.first_key_position;
   }
 
-  /// Between the projection and the scores, in place on rows of [Q | K | V] at `at`: the QK-norm
-  /// (before or after RoPE), RoPE, the value norm and the query scale (layer_config.hpp). With
-  /// `normed`, a copy of the rows after a QK-norm that comes before RoPE (left empty otherwise).
-  void transform_projections(Eigen::Ref<Matrix<Scalar>> qkv, Positions at, int threads, Matrix<Scalar>* normed = nullptr) const {
-    const QkvLayout l = layout();
-    const auto& norm = config_.qk_norm;
-    if (norm && !norm->after_rope) apply_qk_norm(qkv);
-    if (normed && norm && !norm->after_rope) *normed = qkv;
-    if (rope_) rope_->rotate<Scalar>(l.queries_and_keys(qkv), at.first, threads, at.end);
-    if (norm && norm->after_rope) apply_qk_norm(qkv);
-    if (config_.value_norm) apply_norm<Scalar>(*config_.value_norm, l.part(qkv, QkvPart::value), d_head_);
-    if (config_.query_scale)
-      for (Index t = 0; t < qkv.rows(); ++t)
-        l.part(qkv, QkvPart::query).row(t) *= static_cast<Scalar>(config_.query_scale->at(at.first + t));
-  }
-  void apply_qk_norm(Eigen::Ref<Matrix<Scalar>> qkv) const {
-    const QkvLayout l = layout();
-    apply_norm<Scalar>(config_.qk_norm->query, l.part(qkv, QkvPart::query), d_head_);
-    apply_norm<Scalar>(config_.qk_norm->key, l.part(qkv, QkvPart::key), d_head_);
-  }
-
-  /// σ(X W_G + b_G): (m, n_heads d_head), by the deterministic product (a token's gate never
-  /// depends on the other tokens computed with it).
-  Matrix<Scalar> gate_of(const Eigen::Ref<const Matrix<Scalar>>& x, int threads) const {
-    Matrix<Scalar> g;
-    detail::product<Scalar>(x, w_gate_, g, threads);
-    g.rowwise() += b_gate_;
-    return g.unaryExpr([](Scalar v) { return Scalar(1) / (Scalar(1) + std::exp(-v)); });
-  }
-  /// Z <- Z ∘ σ(X W_G + b_G) for a gated layer; nothing otherwise.
-  void apply_gate(const Eigen::Ref<const Matrix<Scalar>>& x, Matrix<Scalar>& z, int threads) const {
-    if (gated()) z.array() *= gate_of(x, threads).array();
-  }
-
   /// Rows of x projected in chunks by X [W_Q | W_K | W_V] + b: K and V appended to kv, then the
   /// fused kernel against everything kv holds. x: (m, d_model) -> Z (m, n_heads d_head).
   /// If anything throws, kv is rolled back to the tokens it held: a refused call changes nothing.
   template <class Store>
   AttentionResult<Scalar> attend_rows(const Eigen::Ref<const Matrix<Scalar>>& x, Store& kv,
                                       const AttentionOptions& options, ForwardRecord<Scalar>* record,
-                                      Positions at, const char* where) const {
+                                      RowPositions at, const char* where) const {
     const Index held = kv.size();
     try {
       return attend_unchecked(x, kv, options, record, at, where);
@@ -640,7 +505,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   template <class Store>
   AttentionResult<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, Store& kv,
                                            const AttentionOptions& options, ForwardRecord<Scalar>* record,
-                                           Positions at, const char* where) const {
+                                           RowPositions at, const char* where) const {
     const int threads = detail::thread_count(options.threads, where);
     const QkvLayout l = layout();
     const Index width = l.query_width();
@@ -650,10 +515,10 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
       constexpr Index chunk = 256;  // rows per product: a (256, 3 d_model) buffer, not (n, 3 d_model)
       for (Index i0 = 0; i0 < x.rows(); i0 += chunk) {
         const Index rows = std::min(chunk, x.rows() - i0);
-        detail::product<Scalar>(x.middleRows(i0, rows), w_qkv_, part, threads);
-        part.rowwise() += b_qkv_;
-        check_projection(part, at.first + i0, where, threads);
-        transform_projections(part, Positions{at.first + i0, at.end}, threads);  // norms, RoPE (Q and K in one pass), scale
+        detail::product<Scalar>(x.middleRows(i0, rows), proj_.w_qkv(), part, threads);
+        part.rowwise() += proj_.b_qkv();
+        proj_.check_finite(part, at.first + i0, where, threads);
+        proj_.transform(part, RowPositions{at.first + i0, at.end}, threads);  // norms, RoPE (Q and K in one pass), scale
         // Copied on every thread: at large n, q's fresh pages fault as they are first written, and
         // faults taken on one thread leave the others waiting (bench/RESULTS.md, "Fresh memory").
         [[maybe_unused]] const int copiers = detail::threads_for(double(rows) * double(width) * 64, threads);  // (a copy: a multiply-add's cost per 64 entries)
@@ -670,30 +535,6 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     return result;
   }
 
-  /// Throws unless every Q, K and V of the projected rows qkv ((m, (n_heads + 2 n_kv_heads) d_head),
-  /// row t at position first_position + t) is finite, naming the token, the part and the head.
-  /// With finite x and weights this catches X W + b overflowing (|x| near 1e38 in float).
-  void check_projection(const Matrix<Scalar>& qkv, Index first_position, const char* where, int threads = 1) const {
-    if (detail::all_finite(qkv, threads)) return;
-    for (Index t = 0; t < qkv.rows(); ++t)
-      for (Index c = 0; c < qkv.cols(); ++c) {
-        if (std::isfinite(qkv(t, c))) continue;
-        const QkvPart part = layout().part_of(c);
-        const char* name = part == QkvPart::query ? "query" : part == QkvPart::key ? "key" : "value";
-        detail::invalid(where, "the ", name, " of the token at position ", first_position + t, " (head ",
-                        layout().head_of(c), ") is not finite (", qkv(t, c), "): x W + b overflowed; scale x or the weights down");
-      }
-  }
-
-  // The layer's two products use the deterministic product of detail/tile_product.hpp: a token's
-  // row never depends on the other tokens computed with it (what incremental decoding needs).
-  Matrix<Scalar> qkv_of(const Eigen::Ref<const Matrix<Scalar>>& x, int threads, const char* where, Index first_position = 0) const {
-    Matrix<Scalar> qkv;
-    detail::product<Scalar>(x, w_qkv_, qkv, threads);
-    qkv.rowwise() += b_qkv_;
-    check_projection(qkv, first_position, where, threads);
-    return qkv;
-  }
   /// Z W_O + b_O for rows at positions first_position + t; throws naming the first token whose
   /// output is not finite: its own scores overflowed (its Z is NaN), or the projection did.
   Matrix<Scalar> output_of(const Eigen::Ref<const Matrix<Scalar>>& z, int threads, Index first_position,
@@ -713,14 +554,6 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     }
     return out;
   }
-  static void check_shape(const char* where, const char* name, const Matrix<Scalar>& m, Index rows, Index cols) {
-    if (m.rows() != rows || m.cols() != cols)
-      detail::invalid(where, name, " is ", m.rows(), "x", m.cols(), ", expected ", rows, "x", cols);
-  }
-  static void check_bias(const char* where, const char* name, const RowVector<Scalar>& b, Index size) {
-    if (b.size() != 0 && b.size() != size)
-      detail::invalid(where, name, " has ", b.size(), " entries, expected 0 or ", size);
-  }
   void check_own_keys(const char* where) const {
     if (config_.shares_keys_values_of)
       detail::invalid(where, "this layer has no keys and values of its own: it reads layer ", *config_.shares_keys_values_of,
@@ -738,14 +571,14 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// Head h's projection of part p, its columns of W_QKV and b_QKV.
   Linear<Scalar> slice(QkvPart part, Index h) const {
     const Index first = layout().first_column(part, h);
-    return Linear<Scalar>(w_qkv_.middleCols(first, d_head_), b_qkv_.segment(first, d_head_));
+    return Linear<Scalar>(proj_.w_qkv().middleCols(first, d_head_), proj_.b_qkv().segment(first, d_head_));
   }
 
   Index n_heads_ = 0, n_kv_heads_ = 0, d_head_ = 0;
   LayerConfig config_;
-  std::optional<RotaryEmbedding> rope_;
-  Matrix<Scalar> w_qkv_, w_o_, w_gate_;
-  RowVector<Scalar> b_qkv_, b_o_, b_gate_;
+  LayerProjections<Scalar> proj_;  // X to Q, K, V (and the gate)
+  Matrix<Scalar> w_o_;
+  RowVector<Scalar> b_o_;
 };
 
 /// The compiled mode's instantiations of the layer (detail/compiled.hpp).

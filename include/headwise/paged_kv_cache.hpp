@@ -218,6 +218,22 @@ class HEADWISE_ISA_TAG PagedKvCache {
   void set_origin(Index s, const KvCacheOrigin& origin) { live("PagedKvCache::set_origin", s).origin = origin; }
   /// Throws unless the pool keeps keys and values of `shape` (a layer's, kv_cache.hpp).
   void check_shape(const KvShape& shape, const char* where) const { detail::check_kv_shape(*this, shape, "pool", where); }
+  /// Throws unless batch's entries name distinct live sequences whose tokens add up to `rows` (a
+  /// batched layer call's x).
+  void check_batch(const PagedBatch& batch, Index rows, const char* where) const {
+    Index total = 0;
+    for (std::size_t i = 0; i < batch.rows.size(); ++i) {
+      const BatchRows& r = batch.rows[i];
+      if (r.tokens < 0 || r.tokens > rows - total)
+        detail::invalid(where, "entry ", i, " of the batch has ", r.tokens, " tokens, ", rows - total, " rows of x are left for it");
+      for (std::size_t j = 0; j < i; ++j)
+        if (batch.rows[j].sequence == r.sequence)
+          detail::invalid(where, "sequence ", r.sequence, " is in the batch twice (entries ", j, " and ", i, ")");
+      live(where, r.sequence);
+      total += r.tokens;
+    }
+    if (total != rows) detail::invalid(where, "the batch's entries hold ", total, " tokens, x has ", rows, " rows");
+  }
   /// Throws unless m tokens that record `next` may follow sequence s's (detail::check_origin).
   void check_continues(Index s, Index m, const KvCacheOrigin& next, const char* where) const {
     detail::check_origin(origin(s), next, size(s) + m, where);

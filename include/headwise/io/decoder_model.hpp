@@ -18,45 +18,15 @@
 #include "headwise/io/config_reader.hpp"
 #include "headwise/io/gpt2.hpp"
 #include "headwise/io/llama.hpp"
+#include "headwise/io/tensor_reader.hpp"
 #include "headwise/model/decoder_model.hpp"
 
 namespace headwise::io {
 
 namespace detail {
 
-/// Reads tensors of a checkpoint by full name, checking shapes.
-class ModelTensors {
- public:
-  ModelTensors(const Checkpoint& model, std::string where) : model_(model), where_(std::move(where)) {}
-  bool has(const std::string& key) const { return model_.contains(key); }
-  template <class Scalar>
-  Matrix<Scalar> matrix(const std::string& key, std::uint64_t rows, std::uint64_t cols) const {
-    check(key, {rows, cols});
-    return model_.file_of(key).matrix<Scalar>(key);
-  }
-  template <class Scalar>
-  Matrix<Scalar> linear(const std::string& key, std::uint64_t out, std::uint64_t in) const {  // nn.Linear [out, in] -> [in, out]
-    return matrix<Scalar>(key, out, in).transpose();
-  }
-  template <class Scalar>
-  RowVector<Scalar> vector(const std::string& key, std::uint64_t size) const {
-    check(key, {size});
-    return model_.file_of(key).row_vector<Scalar>(key);
-  }
-  [[noreturn]] void fail(const std::string& what) const { throw SafetensorsError(where_ + what); }
-
- private:
-  void check(const std::string& key, const std::vector<std::uint64_t>& shape) const {
-    if (!model_.contains(key)) fail("missing tensor \"" + key + "\"");
-    const auto& stored = model_.file_of(key).info(key).shape;
-    if (stored != shape) fail("tensor \"" + key + "\" has shape " + shape_string(stored) + ", expected " + shape_string(shape));
-  }
-  const Checkpoint& model_;
-  std::string where_;
-};
-
 template <class Scalar>
-model::Norm<Scalar> norm_of(const ModelTensors& t, const std::string& prefix, std::uint64_t d, typename model::Norm<Scalar>::Kind kind,
+model::Norm<Scalar> norm_of(const TensorReader& t, const std::string& prefix, std::uint64_t d, typename model::Norm<Scalar>::Kind kind,
                             double eps) {
   model::Norm<Scalar> n;
   n.kind = kind, n.eps = eps;
@@ -67,9 +37,8 @@ model::Norm<Scalar> norm_of(const ModelTensors& t, const std::string& prefix, st
 
 /// GPT-2: wte + wpe, LayerNorms, gelu_new MLPs (Conv1D weights [in, out]), tied LM head.
 template <class Scalar>
-model::DecoderModel<Scalar> load_gpt2_model(const std::string& folder, const std::string& config_text) {
-  const ConfigReader r(config_text, "gpt2 model config", folder + "/config.json");
-  const Gpt2Config c = parse_gpt2_config(config_text, folder + "/config.json");
+model::DecoderModel<Scalar> load_gpt2_model(const std::string& folder, const ConfigReader& r) {
+  const Gpt2Config c = gpt2_config_of(r);
   if (r.has("activation_function") && r.string("activation_function") != "gelu_new")
     r.fail("activation_function \"" + r.string("activation_function") + "\" is not one the model code has (gelu_new)");
   for (const char* key : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"})
@@ -77,7 +46,7 @@ model::DecoderModel<Scalar> load_gpt2_model(const std::string& folder, const std
   if (r.has("scale_attn_weights") && !r.boolean("scale_attn_weights", true)) r.fail("\"scale_attn_weights\" = false is not read");
   const Checkpoint checkpoint = Checkpoint::open(folder);
   const SafetensorsFile& file = checkpoint.file_of(checkpoint.contains("transformer.wte.weight") ? "transformer.wte.weight" : "wte.weight");
-  const ModelTensors t(checkpoint, "headwise: gpt2 model: " + folder + ": ");
+  const TensorReader t(checkpoint, "headwise: gpt2 model: " + folder + ": ");
   const std::string p = checkpoint.contains("transformer.wte.weight") ? "transformer." : "";
   const auto d = static_cast<std::uint64_t>(c.n_embd), inner = static_cast<std::uint64_t>(r.integer("n_inner", 4 * c.n_embd));
   const double eps = r.number(r.json(), "layer_norm_epsilon", 1e-5);
@@ -102,7 +71,7 @@ model::DecoderModel<Scalar> load_gpt2_model(const std::string& folder, const std
 /// A dense gated MLP under `prefix`: {gate,up,down}_proj, or Phi-3's gate_up_proj (the gate's
 /// rows first) and down_proj.
 template <class Scalar>
-model::FeedForward<Scalar> gated_mlp(const ModelTensors& t, const std::string& prefix, std::uint64_t d, std::uint64_t inner,
+model::FeedForward<Scalar> gated_mlp(const TensorReader& t, const std::string& prefix, std::uint64_t d, std::uint64_t inner,
                                      model::Activation a, bool fused_gate_up = false) {
   model::FeedForward<Scalar> f;
   f.activation = a;
@@ -120,7 +89,7 @@ model::FeedForward<Scalar> gated_mlp(const ModelTensors& t, const std::string& p
 
 /// Layer L's MLP: Qwen3-MoE's sparse block where L is sparse, else the dense gated MLP.
 template <class Scalar>
-void read_mlp(const ConfigReader& r, const ModelTensors& t, const WholeModel& shape, Index l, std::uint64_t d, model::Activation a,
+void read_mlp(const ConfigReader& r, const TensorReader& t, const WholeModel& shape, Index l, std::uint64_t d, model::Activation a,
               model::Block<Scalar>& b) {
   const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
   const Index experts = r.has("num_experts") ? r.integer("num_experts") : 0;
@@ -161,14 +130,13 @@ inline void check_model_config(const ConfigReader& r, const std::string& type, c
 /// before, before and after, or after the attention and the MLP (Gemma's (1 + w) form), gated MLPs
 /// or Qwen3-MoE's experts, an LM head or the tied embedding, Gemma 2's final soft-cap.
 template <class Scalar>
-model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, const std::string& config_text) {
-  const LlamaConfig config = parse_llama_config(config_text, folder + "/config.json");
-  const ConfigReader r(config_text, "model config", folder + "/config.json");
+model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, const ConfigReader& r) {
+  const LlamaConfig config = llama_config_of(r);
   const WholeModel& shape = family_of(config.model_type)->model;
   check_model_config(r, config.model_type, shape);
   if (config.fp8) r.fail("quantization_config: FP8 weights are read by the attention loaders, not yet by the model code (MLPs, embeddings)");
   const Checkpoint checkpoint = Checkpoint::open(folder);
-  const ModelTensors t(checkpoint, "headwise: model: " + folder + ": ");
+  const TensorReader t(checkpoint, "headwise: model: " + folder + ": ");
   const auto d = static_cast<std::uint64_t>(config.hidden_size), vocab = static_cast<std::uint64_t>(r.integer("vocab_size"));
   if (!r.has("rms_norm_eps")) r.fail("no \"rms_norm_eps\": the config classes' defaults differ (1e-6, 1e-5), and the model code takes none");
   const double eps = r.number(r.json(), "rms_norm_eps", 0.0);
@@ -208,10 +176,10 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
 ///   auto model = io::load_decoder_model<float>("gpt2/");   // model.run(ids).logits
 template <class Scalar>
 model::DecoderModel<Scalar> load_decoder_model(const std::string& folder) {
-  const std::string text = read_text_file(folder + "/config.json", "model config");
-  const detail::ConfigReader r(text, "model config", folder + "/config.json");
-  if (r.string("model_type") == "gpt2") return detail::load_gpt2_model<Scalar>(folder, text);
-  return detail::load_llama_style_model<Scalar>(folder, text);
+  // config.json parsed once: the attention's keys and the model's read from one reader
+  const detail::ConfigReader r(read_text_file(folder + "/config.json", "model config"), "model config", folder + "/config.json");
+  if (r.string("model_type") == "gpt2") return detail::load_gpt2_model<Scalar>(folder, r);
+  return detail::load_llama_style_model<Scalar>(folder, r);
 }
 
 /// The compiled mode's instantiations of the whole-model loader (detail/compiled.hpp).

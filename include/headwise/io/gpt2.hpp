@@ -27,11 +27,10 @@ struct Gpt2Config {
   Index n_layer = 0;  ///< layers in the checkpoint (0 if the config does not say)
 };
 
-/// Parses the text of a config.json: n_embd, n_head (required) and n_layer (optional). Each must be
-/// a positive integer no larger than `max_config_value`, and n_embd divisible by n_head; `name`
-/// is used in error messages (SafetensorsError).
-inline Gpt2Config parse_gpt2_config(const std::string& text, const std::string& name) {
-  const detail::ConfigReader r(text, "gpt2 config", name);
+namespace detail {
+/// What a GPT-2 config.json says of the attention, from its JSON parsed once (`r`; the whole-model
+/// loader reads its other keys from the same reader).
+inline Gpt2Config gpt2_config_of(const ConfigReader& r) {
   Gpt2Config config;
   config.n_embd = r.integer("n_embd");
   config.n_head = r.integer("n_head");
@@ -39,6 +38,14 @@ inline Gpt2Config parse_gpt2_config(const std::string& text, const std::string& 
   if (config.n_embd % config.n_head != 0)
     r.fail("n_embd = " + std::to_string(config.n_embd) + " is not divisible by n_head = " + std::to_string(config.n_head));
   return config;
+}
+}  // namespace detail
+
+/// Parses the text of a config.json: n_embd, n_head (required) and n_layer (optional). Each must be
+/// a positive integer no larger than `max_config_value`, and n_embd divisible by n_head; `name`
+/// is used in error messages (SafetensorsError).
+inline Gpt2Config parse_gpt2_config(const std::string& text, const std::string& name) {
+  return detail::gpt2_config_of(detail::ConfigReader(text, "gpt2 config", name));
 }
 
 /// Reads n_embd, n_head (required) and n_layer (optional) from a config.json (parse_gpt2_config).

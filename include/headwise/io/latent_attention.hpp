@@ -36,7 +36,7 @@ inline LatentAttentionConfig latent_attention_config(const LlamaConfig& config) 
 /// Layer `layer` from a checkpoint already open, with its config.
 template <class Scalar>
 MultiHeadLatentAttention<Scalar> load_latent_attention(const Checkpoint& model, const LlamaConfig& config, Index layer) {
-  const detail::LayerTensors t(model, layer, config.fp8);
+  const detail::TensorReader t = detail::layer_tensors(model, layer, config.fp8);
   if (!config.latent)
     throw SafetensorsError(t.where() + "model_type \"" + config.model_type +
                            "\" is not multi-head latent attention (load it with io::load_llama_attention)");
@@ -48,16 +48,16 @@ MultiHeadLatentAttention<Scalar> load_latent_attention(const Checkpoint& model, 
   const std::uint64_t d = u(config.hidden_size), H = u(c.n_heads), q_width = H * u(l.qk_nope_head_dim + l.qk_rope_head_dim);
   LatentAttentionWeights<Scalar> w;
   if (l.q_lora_rank == 0) {
-    w.w_q = t.weight<Scalar>("q_proj", q_width, d);
+    w.w_q = t.linear<Scalar>("q_proj.weight", q_width, d);
   } else {
-    w.w_q_a = t.weight<Scalar>("q_a_proj", u(l.q_lora_rank), d);
-    w.q_a_norm = t.vector("q_a_layernorm.weight", u(l.q_lora_rank)).transpose().template cast<Scalar>();
-    w.w_q_b = t.weight<Scalar>("q_b_proj", q_width, u(l.q_lora_rank));
+    w.w_q_a = t.linear<Scalar>("q_a_proj.weight", u(l.q_lora_rank), d);
+    w.q_a_norm = t.vector<Scalar>("q_a_layernorm.weight", u(l.q_lora_rank));
+    w.w_q_b = t.linear<Scalar>("q_b_proj.weight", q_width, u(l.q_lora_rank));
   }
-  w.w_kv_a = t.weight<Scalar>("kv_a_proj_with_mqa", u(l.kv_lora_rank + l.qk_rope_head_dim), d);
-  w.kv_a_norm = t.vector("kv_a_layernorm.weight", u(l.kv_lora_rank)).transpose().template cast<Scalar>();
-  w.w_kv_b = t.weight<Scalar>("kv_b_proj", H * u(l.qk_nope_head_dim + l.v_head_dim), u(l.kv_lora_rank));
-  w.w_o = t.weight<Scalar>("o_proj", d, H * u(l.v_head_dim));
+  w.w_kv_a = t.linear<Scalar>("kv_a_proj_with_mqa.weight", u(l.kv_lora_rank + l.qk_rope_head_dim), d);
+  w.kv_a_norm = t.vector<Scalar>("kv_a_layernorm.weight", u(l.kv_lora_rank));
+  w.w_kv_b = t.linear<Scalar>("kv_b_proj.weight", H * u(l.qk_nope_head_dim + l.v_head_dim), u(l.kv_lora_rank));
+  w.w_o = t.linear<Scalar>("o_proj.weight", d, H * u(l.v_head_dim));
   try {
     return MultiHeadLatentAttention<Scalar>(std::move(w), c);
   } catch (const std::invalid_argument& e) {  // non-finite weights, a setting the layer refuses

@@ -25,97 +25,37 @@
 #include "headwise/io/gpt2.hpp"
 #include "headwise/io/llama_config.hpp"
 #include "headwise/io/safetensors.hpp"
+#include "headwise/io/tensor_reader.hpp"
 #include "headwise/multi_head_attention.hpp"
 
 namespace headwise::io {
 
 namespace detail {
 
-/// Reads one layer's self_attn tensors, checking each one's shape.
-class LayerTensors {
- public:
-  LayerTensors(const Checkpoint& model, Index layer, std::optional<LlamaConfig::Fp8Blocks> fp8 = std::nullopt)
-      : model_(model), where_("headwise: llama: " + model.folder() + ": "),
-        prefix_("model.layers." + std::to_string(layer) + ".self_attn."), fp8_(fp8) {}
-  const std::string& where() const { return where_; }
-  bool has(const std::string& name) const { return model_.contains(prefix_ + name); }
-  /// nn.Linear weight `name`.weight [out, in], as (in, out); an FP8 one times its block scales
-  /// (`name`.weight_scale_inv, [ceil(out / rows), ceil(in / cols)]).
-  template <class Scalar>
-  Matrix<Scalar> weight(const std::string& name, std::uint64_t out, std::uint64_t in) const {
-    const std::string key = prefix_ + name + ".weight";
-    check(key, {out, in}, " (inconsistent with the config's head counts)");
-    Matrix<Scalar> w = model_.file_of(key).matrix<Scalar>(key, Fp8::as_stored);
-    const Dtype dtype = model_.file_of(key).info(key).dtype;
-    if (dtype == Dtype::F8_E4M3 || dtype == Dtype::F8_E5M2) apply_block_scales(key, dtype, w);
-    else if (model_.contains(key + "_scale_inv"))
-      throw SafetensorsError(where_ + "tensor \"" + key + "_scale_inv\" scales \"" + key + "\", which is " + dtype_name(dtype) + ", not FP8");
-    return w.transpose();
-  }
-  /// `name`.bias [size], or empty where the checkpoint has none.
-  template <class Scalar>
-  RowVector<Scalar> bias(const std::string& name, std::uint64_t size) const {
-    const std::string key = prefix_ + name + ".bias";
-    if (!model_.contains(key)) return {};
-    check(key, {size}, "");
-    return model_.file_of(key).row_vector<Scalar>(key);
-  }
-  /// A 1-D tensor `name` [size] (a norm's weight, the sinks), required.
-  Vector<double> vector(const std::string& name, std::uint64_t size) const {
-    const std::string key = prefix_ + name;
-    check(key, {size}, "");
-    return model_.file_of(key).row_vector<double>(key).transpose();
-  }
-
- private:
-  void check(const std::string& key, const std::vector<std::uint64_t>& shape, const char* hint) const {
-    if (!model_.contains(key)) throw SafetensorsError(where_ + "missing tensor \"" + key + "\"");
-    const auto& stored = model_.file_of(key).info(key).shape;
-    if (stored != shape)
-      throw SafetensorsError(where_ + "tensor \"" + key + "\" has shape " + shape_string(stored) + ", expected " +
-                             shape_string(shape) + hint);
-  }
-  /// w (out, in) as stored in FP8, times each block's scale, as DeepSeek-V3's checkpoints and
-  /// Hugging Face dequantize: w(i, j) * weight_scale_inv(i / rows, j / cols), edge blocks partial.
-  template <class Scalar>
-  void apply_block_scales(const std::string& key, Dtype dtype, Matrix<Scalar>& w) const {
-    if (!fp8_)
-      throw SafetensorsError(where_ + "tensor \"" + key + "\" is " + dtype_name(dtype) +
-                             ", but the config has no quantization_config (fp8, weight_block_size) saying how it is scaled");
-    if ((dtype == Dtype::F8_E5M2) != fp8_->e5m2)
-      throw SafetensorsError(where_ + "tensor \"" + key + "\" is " + dtype_name(dtype) + ", but quantization_config's fmt says " +
-                             (fp8_->e5m2 ? "e5m2" : "e4m3"));
-    const std::string scale_key = key + "_scale_inv";
-    const auto blocks = [](Index size, Index block) { return static_cast<std::uint64_t>((size + block - 1) / block); };
-    check(scale_key, {blocks(w.rows(), fp8_->rows), blocks(w.cols(), fp8_->cols)}, " (one scale per weight_block_size block)");
-    const Matrix<double> scale = model_.file_of(scale_key).matrix<double>(scale_key);
-    if (!scale.allFinite()) throw SafetensorsError(where_ + "tensor \"" + scale_key + "\" has a scale that is not finite");
-    for (Index i = 0; i < w.rows(); ++i)
-      for (Index j = 0; j < w.cols(); ++j) w(i, j) *= static_cast<Scalar>(scale(i / fp8_->rows, j / fp8_->cols));
-  }
-  const Checkpoint& model_;
-  std::string where_, prefix_;
-  std::optional<LlamaConfig::Fp8Blocks> fp8_;
-};
+/// The reader of layer `layer`'s self_attn tensors.
+inline TensorReader layer_tensors(const Checkpoint& model, Index layer, std::optional<LlamaConfig::Fp8Blocks> fp8) {
+  return TensorReader(model, "headwise: llama: " + model.folder() + ": ",
+                      {"model.layers." + std::to_string(layer) + ".self_attn.", fp8, " (inconsistent with the config's head counts)"});
+}
 
 /// W_Q, W_K, W_V and their biases as the family stores them: q_proj, k_proj, v_proj; Phi-3's one
 /// qkv_proj split by rows; Qwen3-Next's q_proj holding [q_h | gate_h] per head (the gate into
 /// w_gate); Gemma 4's full layers without v_proj (K = V: the values are the raw keys).
 template <class Scalar>
-void read_projections(const LayerTensors& t, const LlamaConfig& config, Index layer, MultiHeadWeights<Scalar>& w) {
+void read_projections(const TensorReader& t, const LlamaConfig& config, Index layer, MultiHeadWeights<Scalar>& w) {
   const auto hidden = static_cast<std::uint64_t>(config.hidden_size), d = static_cast<std::uint64_t>(config.head_dim_of(layer));
   const std::uint64_t q_width = std::uint64_t(config.n_heads) * d, kv_width = std::uint64_t(config.kv_heads_of(layer)) * d;
   const auto qw = static_cast<Index>(q_width), kvw = static_cast<Index>(kv_width), di = static_cast<Index>(d);
   if (config.fused_qkv) {
-    const Matrix<Scalar> qkv = t.weight<Scalar>("qkv_proj", q_width + 2 * kv_width, hidden);
+    const Matrix<Scalar> qkv = t.linear<Scalar>("qkv_proj.weight", q_width + 2 * kv_width, hidden);
     w.w_q = qkv.leftCols(qw), w.w_k = qkv.middleCols(qw, kvw), w.w_v = qkv.rightCols(kvw);
-    const RowVector<Scalar> b = t.bias<Scalar>("qkv_proj", q_width + 2 * kv_width);
+    const RowVector<Scalar> b = t.optional_vector<Scalar>("qkv_proj.bias", q_width + 2 * kv_width);
     if (b.size()) w.b_q = b.head(qw), w.b_k = b.segment(qw, kvw), w.b_v = b.tail(kvw);
     return;
   }
   if (config.output_gate) {
-    const Matrix<Scalar> both = t.weight<Scalar>("q_proj", 2 * q_width, hidden);
-    const RowVector<Scalar> b = t.bias<Scalar>("q_proj", 2 * q_width);
+    const Matrix<Scalar> both = t.linear<Scalar>("q_proj.weight", 2 * q_width, hidden);
+    const RowVector<Scalar> b = t.optional_vector<Scalar>("q_proj.bias", 2 * q_width);
     w.w_q.resize(both.rows(), qw), w.w_gate.resize(both.rows(), qw);
     if (b.size()) w.b_q.resize(qw), w.b_gate.resize(qw);
     for (Index h = 0; h < config.n_heads; ++h) {
@@ -124,27 +64,27 @@ void read_projections(const LayerTensors& t, const LlamaConfig& config, Index la
       if (b.size()) w.b_q.segment(h * di, di) = b.segment(2 * h * di, di), w.b_gate.segment(h * di, di) = b.segment(2 * h * di + di, di);
     }
   } else {
-    w.w_q = t.weight<Scalar>("q_proj", q_width, hidden), w.b_q = t.bias<Scalar>("q_proj", q_width);
+    w.w_q = t.linear<Scalar>("q_proj.weight", q_width, hidden), w.b_q = t.optional_vector<Scalar>("q_proj.bias", q_width);
   }
-  w.w_k = t.weight<Scalar>("k_proj", kv_width, hidden), w.b_k = t.bias<Scalar>("k_proj", kv_width);
+  w.w_k = t.linear<Scalar>("k_proj.weight", kv_width, hidden), w.b_k = t.optional_vector<Scalar>("k_proj.bias", kv_width);
   if (config.full_keys_are_values && config.type_of(layer) == LayerType::full) {
     if (t.has("v_proj.weight")) throw SafetensorsError(t.where() + "layer " + std::to_string(layer) + " has a v_proj, but attention_k_eq_v says its values are its keys");
     w.w_v = w.w_k, w.b_v = w.b_k;
   } else {
-    w.w_v = t.weight<Scalar>("v_proj", kv_width, hidden), w.b_v = t.bias<Scalar>("v_proj", kv_width);
+    w.w_v = t.linear<Scalar>("v_proj.weight", kv_width, hidden), w.b_v = t.optional_vector<Scalar>("v_proj.bias", kv_width);
   }
 }
 
 /// The QK-norm weights (q_norm, k_norm: per head [d], or OLMo 2's over the projection) and the
 /// sinks, where the family has them.
-inline void read_layer_tensors(const LayerTensors& t, const LlamaConfig& config, Index layer, LayerConfig& c) {
+inline void read_layer_tensors(const TensorReader& t, const LlamaConfig& config, Index layer, LayerConfig& c) {
   const auto d = static_cast<std::uint64_t>(config.head_dim_of(layer));
   if (c.qk_norm && config.qk_norm_weighted) {
     const bool whole = c.qk_norm->query.over == RmsNorm::Over::projection;
-    c.qk_norm->query.weight = t.vector("q_norm.weight", whole ? std::uint64_t(config.n_heads) * d : d);
-    c.qk_norm->key.weight = t.vector("k_norm.weight", whole ? std::uint64_t(config.kv_heads_of(layer)) * d : d);
+    c.qk_norm->query.weight = t.vector<double>("q_norm.weight", whole ? std::uint64_t(config.n_heads) * d : d).transpose();
+    c.qk_norm->key.weight = t.vector<double>("k_norm.weight", whole ? std::uint64_t(config.kv_heads_of(layer)) * d : d).transpose();
   }
-  if (config.sinks) c.sinks = t.vector("sinks", static_cast<std::uint64_t>(config.n_heads));
+  if (config.sinks) c.sinks = t.vector<double>("sinks", static_cast<std::uint64_t>(config.n_heads)).transpose();
 }
 
 }  // namespace detail
@@ -152,7 +92,7 @@ inline void read_layer_tensors(const LayerTensors& t, const LlamaConfig& config,
 /// Layer `layer`'s attention from a checkpoint already open, with its config.
 template <class Scalar>
 MultiHeadAttention<Scalar> load_llama_attention(const Checkpoint& model, const LlamaConfig& config, Index layer) {
-  const detail::LayerTensors t(model, layer, config.fp8);
+  const detail::TensorReader t = detail::layer_tensors(model, layer, config.fp8);
   if (config.latent)
     throw SafetensorsError(t.where() + "model_type \"" + config.model_type +
                            "\" is multi-head latent attention: load it with io::load_latent_attention (io/latent_attention.hpp)");
@@ -169,7 +109,7 @@ MultiHeadAttention<Scalar> load_llama_attention(const Checkpoint& model, const L
   detail::read_projections(t, config, layer, w);
   const auto hidden = static_cast<std::uint64_t>(config.hidden_size);
   const std::uint64_t q_width = std::uint64_t(config.n_heads) * static_cast<std::uint64_t>(config.head_dim_of(layer));
-  w.w_o = t.weight<Scalar>("o_proj", hidden, q_width), w.b_o = t.bias<Scalar>("o_proj", hidden);
+  w.w_o = t.linear<Scalar>("o_proj.weight", hidden, q_width), w.b_o = t.optional_vector<Scalar>("o_proj.bias", hidden);
   detail::read_layer_tensors(t, config, layer, c);
   try {
     return MultiHeadAttention<Scalar>(config.n_heads, std::move(w), std::move(c));

@@ -497,9 +497,10 @@ inline const Family* family_of(const std::string& model_type) {
 
 }  // namespace detail
 
-/// Parses the text of a config.json of any family the loaders read; `name` is used in messages.
-inline LlamaConfig parse_llama_config(const std::string& text, const std::string& name) {
-  const detail::ConfigReader r(text, "llama config", name);
+namespace detail {
+/// What a config.json of any family the loaders read says, from its JSON parsed once (`r`; the
+/// whole-model loader reads its other keys from the same reader).
+inline LlamaConfig llama_config_of(const ConfigReader& r) {
   LlamaConfig c;
   c.model_type = r.string("model_type");
   const detail::Family* family = detail::family_of(c.model_type);
@@ -531,6 +532,12 @@ inline LlamaConfig parse_llama_config(const std::string& text, const std::string
     r.fail(e.what());
   }
   return c;
+}
+}  // namespace detail
+
+/// Parses the text of a config.json of any family the loaders read; `name` is used in messages.
+inline LlamaConfig parse_llama_config(const std::string& text, const std::string& name) {
+  return detail::llama_config_of(detail::ConfigReader(text, "llama config", name));
 }
 
 inline LlamaConfig read_llama_config(const std::string& path) { return parse_llama_config(read_text_file(path, "llama config"), path); }

@@ -4,9 +4,9 @@
 // touched. Multi-threaded with OpenMP over (head, query tile) pairs, or, for a call of one query
 // tile (decoding), over (key shard, key/value head) pairs. Which keys each query sees and
 // what happens to a score come from the call's ScoreRule (score_rule.hpp). Whether scores are
-// modified at all, and whether per-row statistics are recorded, are a compile-time policy
+// modified at all, and the type keys and values are stored in, are a compile-time policy
 // (KernelPolicy below, chosen once per call by run_fused), so the plain causal loop carries none
-// of the modifiers' or the statistics' work. The jobs that run the loop on threads, and run_fused,
+// of the modifiers' work. The jobs that run the loop on threads, and run_fused,
 // are in kernels/fused_jobs.hpp; the public way in is attend() (attend.hpp).
 //
 // For each head h and tile of queries [i0, i0 + tq):
@@ -153,12 +153,12 @@ struct ScoresByRule {
   }
 };
 
-/// A call's compile-time policy: what happens to scores (ScoresAsComputed or ScoresByRule),
-/// whether per-row statistics are recorded on the fly (record_scores, record_dot), and the type
-/// the keys and values are stored in (kv_storage.hpp: widened as the products load them).
-template <class Scores, bool Statistics, class Stored = void>
+/// A call's compile-time policy: what happens to scores (ScoresAsComputed or ScoresByRule) and the
+/// type the keys and values are stored in (kv_storage.hpp: widened as the products load them).
+/// (Whether per-row statistics are recorded is the call's, at run time: a branch per row and key
+/// tile, where a compile-time flag doubled every policy's instantiations.)
+template <class Scores, class Stored = void>
 struct KernelPolicy : Scores {
-  static constexpr bool statistics = Statistics;
   using stored = Stored;  ///< void: the call's Scalar
 };
 /// The stored type of a policy for a call computing in Scalar.
@@ -382,6 +382,7 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
   constexpr Index R = TileShape<Scalar>::rows;
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   const Index dv_padded = call.dv_padded();
+  const bool statistics = call.statistics != nullptr;
   KeyRange span;
   for (Index r = 0; r < rows; ++r) {
     if (r % R == 0) span = w.spans[static_cast<std::size_t>(r / R)];  // what P V reads
@@ -394,11 +395,11 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
       continue;
     }
     const Scalar correction = std::exp(st.max[r] - new_max);  // exp(-inf) = 0 on the first tile
-    if constexpr (Policy::statistics) record_scores(call, w, st, i0, r, j0, keys);  // before exp overwrites them
+    if (statistics) record_scores(call, w, st, i0, r, j0, keys);  // before exp overwrites them
     std::fill(row + span.begin, row + keys.begin, Scalar(0));
     const Scalar tile_sum =
         exp_and_sum<Policy::may_hide>(row + keys.begin, keys.size(), span.end - keys.begin, call.tk - keys.begin, new_max);
-    if constexpr (Policy::statistics) record_dot(call, w, st, r, keys, correction, new_max);
+    if (statistics) record_dot(call, w, st, r, keys, correction, new_max);
     st.sum[r] = st.sum[r] * correction + tile_sum;
     if (correction != Scalar(1)) scale_row(st.acc + r * dv_padded, dv_padded, correction);
     st.max[r] = new_max;

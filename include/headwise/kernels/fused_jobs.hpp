@@ -256,15 +256,13 @@ decltype(auto) with_score_policy(const ScoreRule<Scalar>& rule, F&& f) {
 }
 
 /// Runs `call` with its compile-time policy, chosen here once: scores as computed or by the rule,
-/// statistics recorded or not. Returns each thread's observer.
+/// and the stored type of its keys and values. Returns each thread's observer.
 template <class Scalar, class Observer = NoPhaseObserver>
 std::vector<Observer> run_fused(const FusedCall<Scalar>& call, int threads, bool split_keys) {
   return with_stored_type<Scalar>(call.kv.storage(), [&](auto tag) {
     using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     const auto run = [&](auto scores) {
-      using Scores = decltype(scores);
-      return call.statistics ? run_fused_jobs<KernelPolicy<Scores, true, Stored>, Scalar, Observer>(call, threads, split_keys)
-                             : run_fused_jobs<KernelPolicy<Scores, false, Stored>, Scalar, Observer>(call, threads, split_keys);
+      return run_fused_jobs<KernelPolicy<decltype(scores), Stored>, Scalar, Observer>(call, threads, split_keys);
     };
     // Stored narrow: one score policy, the general one (the plain loop's saving is a branch per
     // row and tile, not worth twice the kernel's instantiations for each stored type).

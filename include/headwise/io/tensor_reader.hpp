@@ -1,0 +1,98 @@
+// The one reader of a checkpoint's tensors for the loaders (attention, latent attention, whole
+// models): each tensor looked up by name (under a prefix), its shape checked against what the
+// config implies before it is read, converted to the computing type; an FP8 tensor times its
+// block scales (`name`_scale_inv, as DeepSeek-V3's checkpoints and Hugging Face's
+// FineGrainedFP8Config write them). Every error names the checkpoint and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "headwise/io/checkpoint.hpp"
+#include "headwise/io/llama_config.hpp"
+#include "headwise/io/safetensors.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise::io::detail {
+
+/// Where a TensorReader reads: names under `prefix`; FP8 tensors scaled as `fp8` says (none: an FP8
+/// tensor is refused by name); `shape_hint` added to a matrix's shape error.
+struct TensorReaderOptions {
+  std::string prefix;
+  std::optional<LlamaConfig::Fp8Blocks> fp8;
+  const char* shape_hint = "";
+};
+
+class TensorReader {
+ public:
+  /// `where` begins every message ("headwise: model: <folder>: ").
+  TensorReader(const Checkpoint& model, std::string where, TensorReaderOptions options = {})
+      : model_(model), where_(std::move(where)), options_(std::move(options)) {}
+  const std::string& where() const { return where_; }
+  bool has(const std::string& name) const { return model_.contains(options_.prefix + name); }
+  [[noreturn]] void fail(const std::string& what) const { throw SafetensorsError(where_ + what); }
+
+  /// Tensor `name` [rows, cols] as stored; an FP8 one times its block scales.
+  template <class Scalar>
+  Matrix<Scalar> matrix(const std::string& name, std::uint64_t rows, std::uint64_t cols) const {
+    const std::string key = options_.prefix + name;
+    check(key, {rows, cols}, options_.shape_hint);
+    Matrix<Scalar> m = model_.file_of(key).matrix<Scalar>(key, Fp8::as_stored);
+    const Dtype dtype = model_.file_of(key).info(key).dtype;
+    if (dtype == Dtype::F8_E4M3 || dtype == Dtype::F8_E5M2) apply_block_scales(key, dtype, m);
+    else if (model_.contains(key + "_scale_inv"))
+      fail("tensor \"" + key + "_scale_inv\" scales \"" + key + "\", which is " + dtype_name(dtype) + ", not FP8");
+    return m;
+  }
+  /// An nn.Linear weight [out, in], as the (in, out) matrix x W multiplies by.
+  template <class Scalar>
+  Matrix<Scalar> linear(const std::string& name, std::uint64_t out, std::uint64_t in) const {
+    return matrix<Scalar>(name, out, in).transpose();
+  }
+  /// A 1-D tensor `name` [size] (a norm's weight, a bias, the sinks), required.
+  template <class Scalar>
+  RowVector<Scalar> vector(const std::string& name, std::uint64_t size) const {
+    const std::string key = options_.prefix + name;
+    check(key, {size}, "");
+    return model_.file_of(key).row_vector<Scalar>(key);
+  }
+  /// The same, or empty where the checkpoint has none (an optional bias).
+  template <class Scalar>
+  RowVector<Scalar> optional_vector(const std::string& name, std::uint64_t size) const {
+    return has(name) ? vector<Scalar>(name, size) : RowVector<Scalar>();
+  }
+
+ private:
+  void check(const std::string& key, const std::vector<std::uint64_t>& shape, const char* hint) const {
+    if (!model_.contains(key)) fail("missing tensor \"" + key + "\"");
+    const auto& stored = model_.file_of(key).info(key).shape;
+    if (stored != shape) fail("tensor \"" + key + "\" has shape " + shape_string(stored) + ", expected " + shape_string(shape) + hint);
+  }
+  /// m (rows, cols) as stored in FP8, times each block's scale, as DeepSeek-V3's checkpoints and
+  /// Hugging Face dequantize: m(i, j) * weight_scale_inv(i / rows, j / cols), edge blocks partial.
+  template <class Scalar>
+  void apply_block_scales(const std::string& key, Dtype dtype, Matrix<Scalar>& m) const {
+    const auto& fp8 = options_.fp8;
+    if (!fp8)
+      fail("tensor \"" + key + "\" is " + dtype_name(dtype) +
+           ", but the config has no quantization_config (fp8, weight_block_size) saying how it is scaled");
+    if ((dtype == Dtype::F8_E5M2) != fp8->e5m2)
+      fail("tensor \"" + key + "\" is " + dtype_name(dtype) + ", but quantization_config's fmt says " + (fp8->e5m2 ? "e5m2" : "e4m3"));
+    const std::string scale_key = key + "_scale_inv";
+    const auto blocks = [](Index size, Index block) { return static_cast<std::uint64_t>((size + block - 1) / block); };
+    check(scale_key, {blocks(m.rows(), fp8->rows), blocks(m.cols(), fp8->cols)}, " (one scale per weight_block_size block)");
+    const Matrix<double> scale = model_.file_of(scale_key).matrix<double>(scale_key);
+    if (!scale.allFinite()) fail("tensor \"" + scale_key + "\" has a scale that is not finite");
+    for (Index i = 0; i < m.rows(); ++i)
+      for (Index j = 0; j < m.cols(); ++j) m(i, j) *= static_cast<Scalar>(scale(i / fp8->rows, j / fp8->cols));
+  }
+
+  const Checkpoint& model_;
+  std::string where_;
+  TensorReaderOptions options_;
+};
+
+}  // namespace headwise::io::detail
