@@ -12,7 +12,8 @@ measure() {  # least CPU seconds (user + sys) of $runs compiles, and that run's 
   local best=""
   for _ in $(seq "$runs"); do
     local line
-    line=$( { /usr/bin/time -f "%U %S %M" g++ "${flags[@]}" "$@" > /dev/null 2> /dev/null; } 2>&1 | tail -1)
+    /usr/bin/time -o /tmp/headwise_compile_cost.time -f "%U %S %M" g++ "${flags[@]}" "$@" > /dev/null 2>&1
+    line=$(tail -1 /tmp/headwise_compile_cost.time)
     read -r user sys kb <<< "$line"
     local cpu
     cpu=$(echo "$user + $sys" | bc)
