@@ -46,17 +46,7 @@ template <class Scalar>
 class HEADWISE_ISA_TAG MultiHeadAttention {
  public:
   /// n_heads query heads; n_kv_heads is read from the width of w.w_k (n_kv_heads d_head columns).
-  MultiHeadAttention(Index n_heads, MultiHeadWeights<Scalar> w, LayerConfig config = {})
-      : n_heads_(n_heads), config_(std::move(config)) {
-    constexpr const char* where = "MultiHeadAttention";
-    const QkvLayout l = detail::check_weights(w, n_heads, where);
-    n_kv_heads_ = l.n_kv_heads, d_head_ = l.d_head;
-    const Index d_model = w.w_q.rows();
-    proj_ = LayerProjections<Scalar>(w, l, config_, where);
-    w_o_ = std::move(w.w_o);
-    b_o_ = w.b_o.size() ? std::move(w.b_o) : RowVector<Scalar>::Zero(d_model);
-    check_config(where);
-  }
+  MultiHeadAttention(Index n_heads, MultiHeadWeights<Scalar> w, LayerConfig config = {});
 
   // ---- Shape, settings and weights ----
   Index n_heads() const { return n_heads_; }
@@ -88,14 +78,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   auto w_o_block(Index h) const { return w_o_.middleRows(checked_head(h, "w_o_block") * d_head_, d_head_); }
 
   /// Head h on its own, with its slices of W_Q, W_K, W_V and their biases (for trace()).
-  AttentionHead<Scalar> head(Index h) const {
-    checked_head(h, "head");
-    if (config_.transforms_projections() || gated())
-      detail::invalid("head", "this layer ", gated() ? "gates its heads' outputs" : "norms or scales its projections",
-                      ", which one AttentionHead does not compute: use trace() for a head's intermediates");
-    const Index g = kv_head_of(h);
-    return AttentionHead<Scalar>(slice(QkvPart::query, h), slice(QkvPart::key, g), slice(QkvPart::value, g), proj_.rope());
-  }
+  AttentionHead<Scalar> head(Index h) const;
 
   // ---- The fast path: the fused kernel, the cache ----
   /// The layer's output, by the fused kernel. x: (n, d_model) -> (n, d_model). n = 0 gives an
@@ -104,19 +87,11 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// and memory stays O(n d_model). The same code as forward_incremental on an empty cache.
   /// With interventions: each head's Z changed (ablated, gated, patched) before the W_O sum.
   Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                         const HeadInterventions<Scalar>* interventions = nullptr) const {
-    Matrix<Scalar> z = head_outputs(x, options);  // (the layer's config is added there)
-    if (interventions) check_interventions(*interventions).apply(z);
-    return output_of(z, detail::thread_count(options.threads, "MultiHeadAttention::forward"), 0, "MultiHeadAttention::forward");
-  }
+                         const HeadInterventions<Scalar>* interventions = nullptr) const;
 
   /// Every head's Z side by side, (n, n_heads d_head), by the fused kernel, as W_O reads it (gated
   /// by the output gate if the layer has one).
-  Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
-    ForwardRecord<Scalar> record;
-    attend_heads(x, options, record);
-    return std::move(record.attention.z);
-  }
+  Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const;
 
   /// The layer's attention before W_O, into `record` (forward_record.hpp): every head's Z side by
   /// side (n, n_heads d_head; gated by the output gate if the layer has one) and what the record
@@ -127,16 +102,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// the tokens p .. of a longer sequence whose earlier keys are not attended (forward,
   /// forward_step_by_step, trace and inspect alike). (Hugging Face places RoPE by position_ids, and
   /// Llama 4's chunks and temperature by cache_position, which start together only with a cache.)
-  void attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, ForwardRecord<Scalar>& record) const {
-    constexpr const char* where = "MultiHeadAttention::forward";
-    record.options = checked_call(x, options, where);
-    record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
-    const Index first = first_position_of(record.options, where);
-    PackedKeysValues<Scalar> own(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
-    record.attention = attend_rows(x, own, record.options, &record, RowPositions{first, first + x.rows()}, where);
-    if (record.keep_keys_values) record.keys_values = std::move(own);
-    proj_.apply_gate(x, record.attention.z, detail::thread_count(options.threads, where));
-  }
+  void attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, ForwardRecord<Scalar>& record) const;
 
   /// A KV cache for this layer with room for `capacity` tokens, stored as config().kv_storage says.
   KvCache<Scalar> make_cache(Index capacity) const {
@@ -153,25 +119,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// 0 .. cache.size() + i. The cache holds rotated keys. Bitwise equal to
   /// the matching rows of forward() on the whole sequence, for any split into chunks.
   Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
-                                     const AttentionOptions& options = {}) const {
-    constexpr const char* where = "MultiHeadAttention::forward_incremental";
-    const AttentionOptions all = checked_call(x, options, where);
-    const KvCacheOrigin origin = origin_of(cache.size() + x.rows(), all, where);
-    cache.check_append(kv_shape(), x.rows(), origin, where);
-    const Index held = cache.size();
-    const int threads = detail::thread_count(options.threads, where);
-    Matrix<Scalar> out;
-    try {
-      Matrix<Scalar> z = attend_rows(x, cache.store(), all, nullptr, RowPositions{held, held + x.rows()}, where).z;
-      proj_.apply_gate(x, z, threads);
-      out = output_of(z, threads, held, where);
-    } catch (...) {
-      cache.store().truncate(held);  // a refused call changes nothing
-      throw;
-    }
-    if (cache.size() > 0) cache.origin_ = origin;  // an empty cache stays without one
-    return out;
-  }
+                                     const AttentionOptions& options = {}) const;
 
   /// Incremental decoding of sequence s of a paged cache (paged_kv_cache.hpp): the output rows of
   /// the m tokens x that follow the pool.size(s) tokens it holds, whose keys and values are
@@ -181,11 +129,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// between calls, so its memory stays flat as it decodes (a call of m tokens holds m more while
   /// it runs: feed a long prompt in chunks). A refused call changes nothing.
   Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, Index s,
-                                     const AttentionOptions& options = {}) const {
-    PagedBatch one;
-    one.rows = {{s, x.rows(), false}};
-    return forward_incremental(x, pool, one, options);  // a batch of one sequence
-  }
+                                     const AttentionOptions& options = {}) const;
   /// Batched decoding (serving): the tokens of several sequences of a pool in one call, x
   /// (Σ m_i, d_model) with sequence batch.rows[i].sequence's m_i = batch.rows[i].tokens rows after
   /// those of the entries before it. The projections are one product each for every row; each
@@ -193,38 +137,10 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// (attend on an AttentionBatch, with batch.shared_prefix). Each sequence's rows are bitwise what
   /// forward_incremental(its rows, pool, its id) gives; a refused call changes no sequence.
   Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, const PagedBatch& batch,
-                                     const AttentionOptions& options = {}) const {
-    constexpr const char* where = "MultiHeadAttention::forward_incremental";
-    const AttentionOptions all = checked_call(x, options, where);
-    pool.check_shape(kv_shape(), where);
-    const std::vector<KvCacheOrigin> origins = check_batch_rows(x, pool, batch, all, where);
-    const int threads = detail::thread_count(options.threads, where);
-    std::vector<typename PagedKvCache<Scalar>::Saved> saved;
-    for (const BatchRows& r : batch.rows) saved.push_back(pool.save(r.sequence));
-    Matrix<Scalar> out;
-    try {
-      Matrix<Scalar> z = attend_batch_rows(x, pool, batch, all, threads, where);
-      proj_.apply_gate(x, z, threads);
-      out = batch_output_of(z, saved, batch, threads, where);
-    } catch (...) {
-      for (const auto& before : saved) pool.restore(before);  // a refused call changes nothing
-      throw;
-    }
-    for (std::size_t i = 0; i < batch.rows.size(); ++i) {
-      const Index s = batch.rows[i].sequence;
-      if (pool.size(s) > 0) pool.set_origin(s, origins[i]);
-      if (all.window) pool.forget_before(s, pool.size(s) + 1 - *all.window);
-    }
-    return out;
-  }
+                                     const AttentionOptions& options = {}) const;
   /// A pool for this layer's keys and values: `blocks` blocks of `block_tokens` tokens, stored as
   /// config().kv_storage says.
-  PagedKvCache<Scalar> make_paged_cache(Index blocks, Index block_tokens = 64) const {
-    PagedKvShape shape;
-    shape.blocks = blocks, shape.block_tokens = block_tokens, shape.n_kv_heads = n_kv_heads_, shape.d_head = shape.d_v = d_head_;
-    shape.format = store_format();
-    return PagedKvCache<Scalar>(shape);
-  }
+  PagedKvCache<Scalar> make_paged_cache(Index blocks, Index block_tokens = 64) const;
 
   /// A KV-sharing layer (LayerConfig::shares_keys_values_of, Gemma 4): the output rows of the m
   /// tokens x, which are the last m tokens of `source`, a cache the earlier layer filled (with keys
@@ -233,97 +149,36 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// then this. Only the queries are projected (the K and V columns of the rows stay zero): W_K
   /// and W_V are not used.
   Matrix<Scalar> forward_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
-                                       const AttentionOptions& options = {}) const {
-    constexpr const char* where = "MultiHeadAttention::forward_reading_cache";
-    const AttentionOptions all = options_for(options);
-    const Index first = check_reading(x, source, all, where);
-    const int threads = detail::thread_count(options.threads, where);
-    const QkvLayout l = layout();
-    Matrix<Scalar> qkv = proj_.project_queries(x, threads, first, where);
-    proj_.transform(qkv, RowPositions{first, source.size()}, threads);
-    AttentionCall call;
-    call.heads = {n_heads_, n_kv_heads_};
-    call.options = &all;
-    Matrix<Scalar> z = detail::attend_packed<Scalar>(Matrix<Scalar>(l.part(qkv, QkvPart::query)), source.packed().blocks(), call, where).z;
-    proj_.apply_gate(x, z, threads);
-    return output_of(z, threads, first, where);
-  }
+                                       const AttentionOptions& options = {}) const;
 
   // ---- The teaching path: every head's whole pattern ----
   /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
   /// For reference and comparison; forward() is the fast path.
   Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                                      const HeadInterventions<Scalar>* interventions = nullptr) const {
-    constexpr const char* where = "MultiHeadAttention::forward_step_by_step";
-    const AttentionOptions all = checked_call(x, options, where);
-    const int threads = detail::thread_count(options.threads, where);
-    const Index first = first_position_of(all, where);
-    Matrix<Scalar> qkv = proj_.project(x, threads, first, where);
-    const QkvLayout l = layout();
-    proj_.transform(qkv, RowPositions{first, first + x.rows()}, threads);
-    through_storage(qkv, threads);
-    AttentionCall call;  // the one attention call, on its step-by-step path
-    call.heads = {n_heads_, n_kv_heads_};
-    call.options = &all, call.path = AttentionPath::step_by_step;
-    Matrix<Scalar> z = detail::attend_matrices<Scalar>(l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key),
-                                                       l.part(qkv, QkvPart::value), call, where).z;
-    proj_.apply_gate(x, z, threads);
-    if (interventions) check_interventions(*interventions).apply(z);
-    return output_of(z, threads, first, where);
-  }
+                                      const HeadInterventions<Scalar>* interventions = nullptr) const;
 
   /// Every head's intermediates and contribution, and the output as their sum.
   /// x: (n, d_model). Holds n_heads (n, n) patterns: for inspection, not for long inputs.
   MultiHeadTrace<Scalar> trace(const Eigen::Ref<const Matrix<Scalar>>& x,
-                               const AttentionOptions& options = {}) const {
-    constexpr const char* where = "MultiHeadAttention::trace";
-    check_input(x, where);
-    check_own_keys(where);
-    const AttentionOptions all = options_for(options);  // once: each head reads its slope and sink
-    resolve_divisor<Scalar>(all, d_head_, where);         // a bad divisor refused before any work
-    const Index first = first_position_of(all, where);
-    Matrix<Scalar> qkv = proj_.project(x, 1, first, where);
-    return trace_of(x, qkv, RowPositions{first, first + x.rows()}, all, nullptr, where);
-  }
+                               const AttentionOptions& options = {}) const;
 
   /// trace() of a KV-sharing layer (see forward_reading_cache): the m tokens x are the last m of
   /// `source`; each head's k, k_normed and k_rotated are the keys the cache holds (the earlier
   /// layer's, after its norms and RoPE) and v its values; every pattern is (m, source.size()).
   MultiHeadTrace<Scalar> trace_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
-                                             const AttentionOptions& options = {}) const {
-    constexpr const char* where = "MultiHeadAttention::trace_reading_cache";
-    const AttentionOptions all = options_for(options);
-    const Index first = check_reading(x, source, all, where);
-    Matrix<Scalar> qkv = proj_.project_queries(x, 1, first, where);
-    return trace_of(x, qkv, RowPositions{first, source.size()}, all, &source, where);
-  }
+                                             const AttentionOptions& options = {}) const;
 
   // ---- The W_O sum and the projections, by parts ----
   /// Head h's contribution to the output, Z_h W_O[h]. z_h: (n, d_head) -> (n, d_model).
-  Matrix<Scalar> head_contribution(const Eigen::Ref<const Matrix<Scalar>>& z_h, Index h) const {
-    checked_head(h, "head_contribution");
-    if (z_h.cols() != d_head_)
-      detail::invalid("head_contribution", "z_h has ", z_h.cols(), " columns, expected d_head = ", d_head_);
-    Matrix<Scalar> c(z_h.rows(), d_model());
-    c.noalias() = z_h * w_o_block(h);
-    return c;
-  }
+  Matrix<Scalar> head_contribution(const Eigen::Ref<const Matrix<Scalar>>& z_h, Index h) const;
 
   /// The textbook form: concatenate the heads' Z and apply W_O once, Concat(Z_0..Z_H-1) W_O + b_O.
   /// z: (n, n_heads d_head) -> (n, d_model). Equal to the sum of the per-head contributions.
-  Matrix<Scalar> project_heads(const Eigen::Ref<const Matrix<Scalar>>& z, int threads = 0) const {
-    if (z.cols() != n_heads_ * d_head_)
-      detail::invalid("project_heads", "z has ", z.cols(), " columns, expected n_heads d_head = ",
-                      n_heads_ * d_head_);
-    return output_of(z, detail::thread_count(threads, "project_heads"), 0, "project_heads");
-  }
+  Matrix<Scalar> project_heads(const Eigen::Ref<const Matrix<Scalar>>& z, int threads = 0) const;
 
   /// X [W_Q | W_K | W_V] + [b_Q | b_K | b_V]: x (n, d_model) -> (n, (n_heads + 2 n_kv_heads) d_head),
   /// laid out as layout() says.
-  Matrix<Scalar> project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const {
-    check_input(x, "project_qkv");
-    return proj_.project(x, detail::thread_count(0, "project_qkv"), 0, "project_qkv");
-  }
+  Matrix<Scalar> project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const;
 
  private:
   /// The trace from the projected rows qkv: the transforms, then each head's steps against the
@@ -580,6 +435,207 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   Matrix<Scalar> w_o_;
   RowVector<Scalar> b_o_;
 };
+
+template <class Scalar>
+MultiHeadAttention<Scalar>::MultiHeadAttention(Index n_heads, MultiHeadWeights<Scalar> w, LayerConfig config)
+    : n_heads_(n_heads), config_(std::move(config)) {
+  constexpr const char* where = "MultiHeadAttention";
+  const QkvLayout l = detail::check_weights(w, n_heads, where);
+  n_kv_heads_ = l.n_kv_heads, d_head_ = l.d_head;
+  const Index d_model = w.w_q.rows();
+  proj_ = LayerProjections<Scalar>(w, l, config_, where);
+  w_o_ = std::move(w.w_o);
+  b_o_ = w.b_o.size() ? std::move(w.b_o) : RowVector<Scalar>::Zero(d_model);
+  check_config(where);
+}
+
+template <class Scalar>
+AttentionHead<Scalar> MultiHeadAttention<Scalar>::head(Index h) const {
+  checked_head(h, "head");
+  if (config_.transforms_projections() || gated())
+    detail::invalid("head", "this layer ", gated() ? "gates its heads' outputs" : "norms or scales its projections",
+                    ", which one AttentionHead does not compute: use trace() for a head's intermediates");
+  const Index g = kv_head_of(h);
+  return AttentionHead<Scalar>(slice(QkvPart::query, h), slice(QkvPart::key, g), slice(QkvPart::value, g), proj_.rope());
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
+    const HeadInterventions<Scalar>* interventions) const {
+  Matrix<Scalar> z = head_outputs(x, options);  // (the layer's config is added there)
+  if (interventions) check_interventions(*interventions).apply(z);
+  return output_of(z, detail::thread_count(options.threads, "MultiHeadAttention::forward"), 0, "MultiHeadAttention::forward");
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options) const {
+  ForwardRecord<Scalar> record;
+  attend_heads(x, options, record);
+  return std::move(record.attention.z);
+}
+
+template <class Scalar>
+void MultiHeadAttention<Scalar>::attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, ForwardRecord<Scalar>& record) const {
+  constexpr const char* where = "MultiHeadAttention::forward";
+  record.options = checked_call(x, options, where);
+  record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
+  const Index first = first_position_of(record.options, where);
+  PackedKeysValues<Scalar> own(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
+  record.attention = attend_rows(x, own, record.options, &record, RowPositions{first, first + x.rows()}, where);
+  if (record.keep_keys_values) record.keys_values = std::move(own);
+  proj_.apply_gate(x, record.attention.z, detail::thread_count(options.threads, where));
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
+    const AttentionOptions& options) const {
+  constexpr const char* where = "MultiHeadAttention::forward_incremental";
+  const AttentionOptions all = checked_call(x, options, where);
+  const KvCacheOrigin origin = origin_of(cache.size() + x.rows(), all, where);
+  cache.check_append(kv_shape(), x.rows(), origin, where);
+  const Index held = cache.size();
+  const int threads = detail::thread_count(options.threads, where);
+  Matrix<Scalar> out;
+  try {
+    Matrix<Scalar> z = attend_rows(x, cache.store(), all, nullptr, RowPositions{held, held + x.rows()}, where).z;
+    proj_.apply_gate(x, z, threads);
+    out = output_of(z, threads, held, where);
+  } catch (...) {
+    cache.store().truncate(held);  // a refused call changes nothing
+    throw;
+  }
+  if (cache.size() > 0) cache.origin_ = origin;  // an empty cache stays without one
+  return out;
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, Index s,
+    const AttentionOptions& options) const {
+  PagedBatch one;
+  one.rows = {{s, x.rows(), false}};
+  return forward_incremental(x, pool, one, options);  // a batch of one sequence
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, const PagedBatch& batch,
+    const AttentionOptions& options) const {
+  constexpr const char* where = "MultiHeadAttention::forward_incremental";
+  const AttentionOptions all = checked_call(x, options, where);
+  pool.check_shape(kv_shape(), where);
+  const std::vector<KvCacheOrigin> origins = check_batch_rows(x, pool, batch, all, where);
+  const int threads = detail::thread_count(options.threads, where);
+  std::vector<typename PagedKvCache<Scalar>::Saved> saved;
+  for (const BatchRows& r : batch.rows) saved.push_back(pool.save(r.sequence));
+  Matrix<Scalar> out;
+  try {
+    Matrix<Scalar> z = attend_batch_rows(x, pool, batch, all, threads, where);
+    proj_.apply_gate(x, z, threads);
+    out = batch_output_of(z, saved, batch, threads, where);
+  } catch (...) {
+    for (const auto& before : saved) pool.restore(before);  // a refused call changes nothing
+    throw;
+  }
+  for (std::size_t i = 0; i < batch.rows.size(); ++i) {
+    const Index s = batch.rows[i].sequence;
+    if (pool.size(s) > 0) pool.set_origin(s, origins[i]);
+    if (all.window) pool.forget_before(s, pool.size(s) + 1 - *all.window);
+  }
+  return out;
+}
+
+template <class Scalar>
+PagedKvCache<Scalar> MultiHeadAttention<Scalar>::make_paged_cache(Index blocks, Index block_tokens) const {
+  PagedKvShape shape;
+  shape.blocks = blocks, shape.block_tokens = block_tokens, shape.n_kv_heads = n_kv_heads_, shape.d_head = shape.d_v = d_head_;
+  shape.format = store_format();
+  return PagedKvCache<Scalar>(shape);
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::forward_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
+    const AttentionOptions& options) const {
+  constexpr const char* where = "MultiHeadAttention::forward_reading_cache";
+  const AttentionOptions all = options_for(options);
+  const Index first = check_reading(x, source, all, where);
+  const int threads = detail::thread_count(options.threads, where);
+  const QkvLayout l = layout();
+  Matrix<Scalar> qkv = proj_.project_queries(x, threads, first, where);
+  proj_.transform(qkv, RowPositions{first, source.size()}, threads);
+  AttentionCall call;
+  call.heads = {n_heads_, n_kv_heads_};
+  call.options = &all;
+  Matrix<Scalar> z = detail::attend_packed<Scalar>(Matrix<Scalar>(l.part(qkv, QkvPart::query)), source.packed().blocks(), call, where).z;
+  proj_.apply_gate(x, z, threads);
+  return output_of(z, threads, first, where);
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
+    const HeadInterventions<Scalar>* interventions) const {
+  constexpr const char* where = "MultiHeadAttention::forward_step_by_step";
+  const AttentionOptions all = checked_call(x, options, where);
+  const int threads = detail::thread_count(options.threads, where);
+  const Index first = first_position_of(all, where);
+  Matrix<Scalar> qkv = proj_.project(x, threads, first, where);
+  const QkvLayout l = layout();
+  proj_.transform(qkv, RowPositions{first, first + x.rows()}, threads);
+  through_storage(qkv, threads);
+  AttentionCall call;  // the one attention call, on its step-by-step path
+  call.heads = {n_heads_, n_kv_heads_};
+  call.options = &all, call.path = AttentionPath::step_by_step;
+  Matrix<Scalar> z = detail::attend_matrices<Scalar>(l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key),
+                                                     l.part(qkv, QkvPart::value), call, where).z;
+  proj_.apply_gate(x, z, threads);
+  if (interventions) check_interventions(*interventions).apply(z);
+  return output_of(z, threads, first, where);
+}
+
+template <class Scalar>
+MultiHeadTrace<Scalar> MultiHeadAttention<Scalar>::trace(const Eigen::Ref<const Matrix<Scalar>>& x,
+    const AttentionOptions& options) const {
+  constexpr const char* where = "MultiHeadAttention::trace";
+  check_input(x, where);
+  check_own_keys(where);
+  const AttentionOptions all = options_for(options);  // once: each head reads its slope and sink
+  resolve_divisor<Scalar>(all, d_head_, where);         // a bad divisor refused before any work
+  const Index first = first_position_of(all, where);
+  Matrix<Scalar> qkv = proj_.project(x, 1, first, where);
+  return trace_of(x, qkv, RowPositions{first, first + x.rows()}, all, nullptr, where);
+}
+
+template <class Scalar>
+MultiHeadTrace<Scalar> MultiHeadAttention<Scalar>::trace_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
+    const AttentionOptions& options) const {
+  constexpr const char* where = "MultiHeadAttention::trace_reading_cache";
+  const AttentionOptions all = options_for(options);
+  const Index first = check_reading(x, source, all, where);
+  Matrix<Scalar> qkv = proj_.project_queries(x, 1, first, where);
+  return trace_of(x, qkv, RowPositions{first, source.size()}, all, &source, where);
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::head_contribution(const Eigen::Ref<const Matrix<Scalar>>& z_h, Index h) const {
+  checked_head(h, "head_contribution");
+  if (z_h.cols() != d_head_)
+    detail::invalid("head_contribution", "z_h has ", z_h.cols(), " columns, expected d_head = ", d_head_);
+  Matrix<Scalar> c(z_h.rows(), d_model());
+  c.noalias() = z_h * w_o_block(h);
+  return c;
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::project_heads(const Eigen::Ref<const Matrix<Scalar>>& z, int threads) const {
+  if (z.cols() != n_heads_ * d_head_)
+    detail::invalid("project_heads", "z has ", z.cols(), " columns, expected n_heads d_head = ",
+                    n_heads_ * d_head_);
+  return output_of(z, detail::thread_count(threads, "project_heads"), 0, "project_heads");
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const {
+  check_input(x, "project_qkv");
+  return proj_.project(x, detail::thread_count(0, "project_qkv"), 0, "project_qkv");
+}
 
 /// The compiled mode's instantiations of the layer (detail/compiled.hpp).
 #define HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(PREFIX, S) \

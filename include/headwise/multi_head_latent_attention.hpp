@@ -90,15 +90,7 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
  public:
   /// Throws std::invalid_argument naming a weight whose shape does not fit the config, or a
   /// setting out of range.
-  MultiHeadLatentAttention(LatentAttentionWeights<Scalar> w, LatentAttentionConfig config)
-      : config_(std::move(config)), w_(std::move(w)) {
-    check_weights("MultiHeadLatentAttention");
-    rope_.emplace(config_.rope);
-    for (Index h = 0; h < n_heads(); ++h) {  // W_UK_hᵀ and W_UV_h: the blocks of w_kv_b the fast path absorbs
-      w_uk_.push_back(w_.w_kv_b.middleCols(h * (nope() + v()), nope()).transpose());
-      w_uv_.push_back(w_.w_kv_b.middleCols(h * (nope() + v()) + nope(), v()));
-    }
-  }
+  MultiHeadLatentAttention(LatentAttentionWeights<Scalar> w, LatentAttentionConfig config);
 
   Index n_heads() const { return config_.n_heads; }
   Index d_model() const { return w_.w_kv_a.rows(); }
@@ -120,37 +112,14 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
 
   /// The layer by the fast path (absorbed, fused): x (n, d_model) -> (n, d_model), positions 0 .. n - 1.
   Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                         const HeadInterventions<Scalar>* interventions = nullptr) const {
-    Matrix<Scalar> z = head_outputs(x, options);
-    return output_of(z, interventions, "MultiHeadLatentAttention::forward");
-  }
+                         const HeadInterventions<Scalar>* interventions = nullptr) const;
   /// Every head's Z side by side, (n, n_heads v_head_dim), by the fast path.
-  Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
-    ForwardRecord<Scalar> record;
-    attend_heads(x, options, record);
-    return std::move(record.attention.z);
-  }
+  Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const;
   /// The attention before W_O by the fast path, into `record` (forward_record.hpp): Z (n, n_heads
   /// v_head_dim) and what it asks to keep: the logsumexp and statistics (n_heads, n), the absorbed
   /// queries (n, n_heads latent_width: head h's [q_nope_h W_UK_hᵀ | RoPE(q_pe_h)], as they meet
   /// the latent) and the latent keys (one head, values its first kv_lora_rank components).
-  void attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, ForwardRecord<Scalar>& record) const {
-    constexpr const char* where = "MultiHeadLatentAttention::forward";
-    check_input(x, options, where);
-    record.options = options;
-    record.options.divisor = options.divisor ? *options.divisor : divisor();
-    record.n_heads = n_heads(), record.n_kv_heads = 1, record.d_head = latent_width(), record.d_v = v_head_dim();
-    const int threads = detail::thread_count(options.threads, where);
-    PackedKeysValues<Scalar> kv(x.rows(), 1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix});
-    if (x.rows() == 0) {
-      record.attention = empty_result(record);
-    } else {
-      const Projected p = project(x, 0, threads);
-      kv.append(p.latent, threads);
-      record.attention = attend_latent(p, kv, options, &record, where);
-    }
-    if (record.keep_keys_values) record.keys_values = std::move(kv);
-  }
+  void attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, ForwardRecord<Scalar>& record) const;
 
   /// A cache of the latent for `capacity` tokens: latent_width() numbers per token.
   KvCache<Scalar> make_cache(Index capacity) const {
@@ -165,69 +134,18 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   /// whole sequence, for any split into chunks and any thread count.
   Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
                                      const AttentionOptions& options = {},
-                                     const HeadInterventions<Scalar>* interventions = nullptr) const {
-    constexpr const char* where = "MultiHeadLatentAttention::forward_incremental";
-    check_input(x, options, where);
-    const KvCacheOrigin mine = check_cache(cache, x.rows(), options, where);
-    if (x.rows() == 0) return Matrix<Scalar>(0, d_model());
-    const int threads = detail::thread_count(options.threads, where);
-    const Projected p = project(x, cache.size(), threads);
-    const Index held = cache.size();
-    const std::optional<KvCacheOrigin> before = cache.origin();
-    cache.store().append(p.latent, threads);
-    cache.origin_ = mine;
-    try {  // a call that fails (options the rule refuses, an overflow) leaves the cache as it was
-      Matrix<Scalar> z = attend_latent(p, cache.packed(), options, nullptr, where).z;
-      return output_of(z, interventions, where);
-    } catch (...) {
-      cache.store().truncate(held);
-      cache.origin_ = before;
-      throw;
-    }
-  }
+                                     const HeadInterventions<Scalar>* interventions = nullptr) const;
 
   /// The teaching view: the expanded form, head by head (HF's computation), through each head's
   /// whole pattern. Equal to forward() to rounding.
   Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                                      const HeadInterventions<Scalar>* interventions = nullptr) const {
-    const LatentAttentionTrace<Scalar> t = trace(x, options);
-    Matrix<Scalar> z(x.rows(), n_heads() * v());
-    for (Index h = 0; h < n_heads(); ++h) z.middleCols(h * v(), v()) = t.heads[static_cast<std::size_t>(h)].z;
-    return output_of(z, interventions, "MultiHeadLatentAttention::forward_step_by_step");
-  }
+                                      const HeadInterventions<Scalar>* interventions = nullptr) const;
 
   /// Every intermediate of the expanded form on x (positions 0 .. n - 1).
-  LatentAttentionTrace<Scalar> trace(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const {
-    constexpr const char* where = "MultiHeadLatentAttention::trace";
-    check_input(x, options, where);
-    const Projected p = project(x, 0, detail::thread_count(options.threads, where));
-    const AttentionOptions all = options_for(options);
-    LatentAttentionTrace<Scalar> t;
-    t.c_q = p.c_q, t.c_kv = p.latent.leftCols(kv_lora_rank()), t.k_pe = p.latent.rightCols(rope());
-    t.output = Matrix<Scalar>::Zero(x.rows(), d_model());
-    for (Index h = 0; h < n_heads(); ++h) {
-      HeadTrace<Scalar> head;
-      const Matrix<Scalar> k_nope = times(t.c_kv, w_.w_kv_b.middleCols(h * (nope() + v()), nope()));
-      head.q = head.q_normed = p.q_unrotated.middleCols(h * (nope() + rope()), nope() + rope());
-      head.q_rotated = p.q.middleCols(h * (nope() + rope()), nope() + rope());
-      head.k.resize(x.rows(), nope() + rope()), head.k_rotated.resize(x.rows(), nope() + rope());
-      head.k << k_nope, p.k_pe_unrotated;
-      head.k_rotated << k_nope, t.k_pe;
-      head.k_normed = head.k;
-      head.v = times(t.c_kv, w_uv_[static_cast<std::size_t>(h)]);
-      detail::trace_scores(head, all, OneHead{h, n_heads()}, where);
-      t.contributions.push_back(times(head.z, w_o_block(h)));
-      t.output += t.contributions.back();
-      t.heads.push_back(std::move(head));
-    }
-    if (w_.b_o.size()) t.output.rowwise() += w_.b_o;
-    return t;
-  }
+  LatentAttentionTrace<Scalar> trace(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const;
 
   /// Z W_O + b_O for every head's Z side by side, z (n, n_heads v_head_dim) -> (n, d_model).
-  Matrix<Scalar> project_heads(const Eigen::Ref<const Matrix<Scalar>>& z) const {
-    return output_of(Matrix<Scalar>(z), nullptr, "project_heads");
-  }
+  Matrix<Scalar> project_heads(const Eigen::Ref<const Matrix<Scalar>>& z) const;
 
  private:
   /// A layer input's projections: the queries (n, n_heads (nope + rope)), their rotated parts
@@ -445,6 +363,116 @@ void MultiHeadLatentAttention<Scalar>::check_weights(const char* where) const {
   shape("w_o", w_.w_o, c.n_heads * c.v_head_dim, w_.w_o.cols());
   if (w_.w_o.cols() != d) detail::invalid(where, "w_o has ", w_.w_o.cols(), " columns, expected d_model = ", d);
   if (w_.b_o.size()) shape("b_o", w_.b_o, 1, d);
+}
+
+template <class Scalar>
+MultiHeadLatentAttention<Scalar>::MultiHeadLatentAttention(LatentAttentionWeights<Scalar> w, LatentAttentionConfig config)
+    : config_(std::move(config)), w_(std::move(w)) {
+  check_weights("MultiHeadLatentAttention");
+  rope_.emplace(config_.rope);
+  for (Index h = 0; h < n_heads(); ++h) {  // W_UK_hᵀ and W_UV_h: the blocks of w_kv_b the fast path absorbs
+    w_uk_.push_back(w_.w_kv_b.middleCols(h * (nope() + v()), nope()).transpose());
+    w_uv_.push_back(w_.w_kv_b.middleCols(h * (nope() + v()) + nope(), v()));
+  }
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadLatentAttention<Scalar>::forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
+    const HeadInterventions<Scalar>* interventions) const {
+  Matrix<Scalar> z = head_outputs(x, options);
+  return output_of(z, interventions, "MultiHeadLatentAttention::forward");
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadLatentAttention<Scalar>::head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options) const {
+  ForwardRecord<Scalar> record;
+  attend_heads(x, options, record);
+  return std::move(record.attention.z);
+}
+
+template <class Scalar>
+void MultiHeadLatentAttention<Scalar>::attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, ForwardRecord<Scalar>& record) const {
+  constexpr const char* where = "MultiHeadLatentAttention::forward";
+  check_input(x, options, where);
+  record.options = options;
+  record.options.divisor = options.divisor ? *options.divisor : divisor();
+  record.n_heads = n_heads(), record.n_kv_heads = 1, record.d_head = latent_width(), record.d_v = v_head_dim();
+  const int threads = detail::thread_count(options.threads, where);
+  PackedKeysValues<Scalar> kv(x.rows(), 1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix});
+  if (x.rows() == 0) {
+    record.attention = empty_result(record);
+  } else {
+    const Projected p = project(x, 0, threads);
+    kv.append(p.latent, threads);
+    record.attention = attend_latent(p, kv, options, &record, where);
+  }
+  if (record.keep_keys_values) record.keys_values = std::move(kv);
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadLatentAttention<Scalar>::forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
+    const AttentionOptions& options,
+    const HeadInterventions<Scalar>* interventions) const {
+  constexpr const char* where = "MultiHeadLatentAttention::forward_incremental";
+  check_input(x, options, where);
+  const KvCacheOrigin mine = check_cache(cache, x.rows(), options, where);
+  if (x.rows() == 0) return Matrix<Scalar>(0, d_model());
+  const int threads = detail::thread_count(options.threads, where);
+  const Projected p = project(x, cache.size(), threads);
+  const Index held = cache.size();
+  const std::optional<KvCacheOrigin> before = cache.origin();
+  cache.store().append(p.latent, threads);
+  cache.origin_ = mine;
+  try {  // a call that fails (options the rule refuses, an overflow) leaves the cache as it was
+    Matrix<Scalar> z = attend_latent(p, cache.packed(), options, nullptr, where).z;
+    return output_of(z, interventions, where);
+  } catch (...) {
+    cache.store().truncate(held);
+    cache.origin_ = before;
+    throw;
+  }
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadLatentAttention<Scalar>::forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
+    const HeadInterventions<Scalar>* interventions) const {
+  const LatentAttentionTrace<Scalar> t = trace(x, options);
+  Matrix<Scalar> z(x.rows(), n_heads() * v());
+  for (Index h = 0; h < n_heads(); ++h) z.middleCols(h * v(), v()) = t.heads[static_cast<std::size_t>(h)].z;
+  return output_of(z, interventions, "MultiHeadLatentAttention::forward_step_by_step");
+}
+
+template <class Scalar>
+LatentAttentionTrace<Scalar> MultiHeadLatentAttention<Scalar>::trace(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options) const {
+  constexpr const char* where = "MultiHeadLatentAttention::trace";
+  check_input(x, options, where);
+  const Projected p = project(x, 0, detail::thread_count(options.threads, where));
+  const AttentionOptions all = options_for(options);
+  LatentAttentionTrace<Scalar> t;
+  t.c_q = p.c_q, t.c_kv = p.latent.leftCols(kv_lora_rank()), t.k_pe = p.latent.rightCols(rope());
+  t.output = Matrix<Scalar>::Zero(x.rows(), d_model());
+  for (Index h = 0; h < n_heads(); ++h) {
+    HeadTrace<Scalar> head;
+    const Matrix<Scalar> k_nope = times(t.c_kv, w_.w_kv_b.middleCols(h * (nope() + v()), nope()));
+    head.q = head.q_normed = p.q_unrotated.middleCols(h * (nope() + rope()), nope() + rope());
+    head.q_rotated = p.q.middleCols(h * (nope() + rope()), nope() + rope());
+    head.k.resize(x.rows(), nope() + rope()), head.k_rotated.resize(x.rows(), nope() + rope());
+    head.k << k_nope, p.k_pe_unrotated;
+    head.k_rotated << k_nope, t.k_pe;
+    head.k_normed = head.k;
+    head.v = times(t.c_kv, w_uv_[static_cast<std::size_t>(h)]);
+    detail::trace_scores(head, all, OneHead{h, n_heads()}, where);
+    t.contributions.push_back(times(head.z, w_o_block(h)));
+    t.output += t.contributions.back();
+    t.heads.push_back(std::move(head));
+  }
+  if (w_.b_o.size()) t.output.rowwise() += w_.b_o;
+  return t;
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadLatentAttention<Scalar>::project_heads(const Eigen::Ref<const Matrix<Scalar>>& z) const {
+  return output_of(Matrix<Scalar>(z), nullptr, "project_heads");
 }
 
 /// The compiled mode's instantiations of the latent-attention layer (detail/compiled.hpp).

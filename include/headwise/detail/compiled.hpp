@@ -12,6 +12,13 @@
 //   HEADWISE_ATTEND_INSTANTIATIONS(extern, float) HEADWISE_ATTEND_INSTANTIATIONS(extern, double)
 //   #endif
 //
+// The readers' and the tokenizer's own code, which is not templated on a scalar, is kept out of a
+// compiled-mode file the way fmt keeps its own (FMT_HEADER_ONLY): each header declares what a
+// program calls, and its definitions, with nlohmann/json.hpp and PCRE2 that only they need, are
+// seen where HEADWISE_IO_DEFINITIONS (HEADWISE_TEXT_DEFINITIONS) is 1: header-only, or in the one
+// library source that compiles them (src/io.cpp, src/text.cpp). HEADWISE_IO_INLINE
+// (HEADWISE_TEXT_INLINE) marks each such definition: `inline` header-only, nothing in the library.
+//
 // The kernel's packed layout (panels of W keys) follows the instruction set a file is compiled
 // for. HEADWISE_ISA_TAG marks the compiled entry points with that instruction set in their linker
 // names (GCC's and clang's abi_tag), so that a consumer compiled for another one than the library
@@ -25,6 +32,28 @@
 #define HEADWISE_EXTERN_TEMPLATES 1
 #else
 #define HEADWISE_EXTERN_TEMPLATES 0
+#endif
+
+#if !defined(HEADWISE_COMPILED) || defined(HEADWISE_COMPILING_IO)
+#define HEADWISE_IO_DEFINITIONS 1
+#else
+#define HEADWISE_IO_DEFINITIONS 0
+#endif
+#ifdef HEADWISE_COMPILING_IO
+#define HEADWISE_IO_INLINE
+#else
+#define HEADWISE_IO_INLINE inline
+#endif
+// (The tokenizer is in headwise::compiled where PCRE2 was found when it was built: HEADWISE_COMPILED_TEXT.)
+#if !defined(HEADWISE_COMPILED_TEXT) || defined(HEADWISE_COMPILING_TEXT)
+#define HEADWISE_TEXT_DEFINITIONS 1
+#else
+#define HEADWISE_TEXT_DEFINITIONS 0
+#endif
+#ifdef HEADWISE_COMPILING_TEXT
+#define HEADWISE_TEXT_INLINE
+#else
+#define HEADWISE_TEXT_INLINE inline
 #endif
 
 #if defined(EIGEN_VECTORIZE_AVX512)

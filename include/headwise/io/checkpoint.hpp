@@ -4,15 +4,13 @@
 // layers read from it later. Needs nlohmann_json, like io/safetensors.hpp.
 #pragma once
 
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
+#include "headwise/detail/compiled.hpp"
 #include "headwise/io/safetensors.hpp"
 
 namespace headwise::io {
@@ -25,12 +23,7 @@ class Checkpoint {
  public:
   /// Opens folder/model.safetensors.index.json and its shards if the index exists, else
   /// folder/model.safetensors. Throws SafetensorsError naming a missing or malformed file.
-  static Checkpoint open(const std::string& folder) {
-    const std::string index = folder + "/model.safetensors.index.json";
-    if (!std::filesystem::exists(index)) return of_file(folder, SafetensorsFile::open(folder + "/model.safetensors"));
-    return of_index(folder, index, read_text_file(index, "checkpoint index"),
-                    [&](const std::string& file) { return SafetensorsFile::open(folder + "/" + file); });
-  }
+  static Checkpoint open(const std::string& folder);
 
   /// The checkpoint of one file already open; `folder` names it in messages.
   static Checkpoint of_file(const std::string& folder, SafetensorsFile file) {
@@ -46,26 +39,7 @@ class Checkpoint {
   /// (from the folder for open(); from memory in the fuzzer). Throws SafetensorsError naming an
   /// index that is not such an object, a file name with a '/', or a shard that lacks its tensor.
   static Checkpoint of_index(const std::string& folder, const std::string& index, const std::string& text,
-                             const std::function<SafetensorsFile(const std::string&)>& open_shard) {
-    Checkpoint c;
-    c.folder_ = folder;
-    const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
-    const auto map = json.is_object() ? json.find("weight_map") : json.end();
-    if (json.is_discarded() || !json.is_object() || map == json.end() || !map->is_object())
-      throw SafetensorsError("headwise: checkpoint index: " + index + " has no \"weight_map\" object");
-    for (const auto& [tensor, file] : map->items()) {
-      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-        throw SafetensorsError("headwise: checkpoint index: " + index + ": tensor \"" + tensor + "\" maps to " + file.dump() +
-                               ", expected a file name in the folder");
-      auto& shard = c.files_[file.get<std::string>()];
-      if (!shard) shard = std::make_shared<SafetensorsFile>(open_shard(file.get<std::string>()));
-      if (!shard->contains(tensor))
-        throw SafetensorsError("headwise: checkpoint index: " + index + " puts \"" + tensor + "\" in " +
-                               file.get<std::string>() + ", which does not hold it");
-      c.where_[tensor] = shard.get();
-    }
-    return c;
-  }
+                             const std::function<SafetensorsFile(const std::string&)>& open_shard);
 
   const std::string& folder() const { return folder_; }
   /// The number of files (shards) opened.
@@ -85,3 +59,44 @@ class Checkpoint {
 };
 
 }  // namespace headwise::io
+
+// ---- Definitions (detail/compiled.hpp: header-only, or src/io.cpp) ----
+#if HEADWISE_IO_DEFINITIONS
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+namespace headwise::io {
+
+HEADWISE_IO_INLINE Checkpoint Checkpoint::open(const std::string& folder) {
+  const std::string index = folder + "/model.safetensors.index.json";
+  if (!std::filesystem::exists(index)) return of_file(folder, SafetensorsFile::open(folder + "/model.safetensors"));
+  return of_index(folder, index, read_text_file(index, "checkpoint index"),
+                  [&](const std::string& file) { return SafetensorsFile::open(folder + "/" + file); });
+}
+
+HEADWISE_IO_INLINE Checkpoint Checkpoint::of_index(const std::string& folder, const std::string& index, const std::string& text,
+    const std::function<SafetensorsFile(const std::string&)>& open_shard) {
+  Checkpoint c;
+  c.folder_ = folder;
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+  const auto map = json.is_object() ? json.find("weight_map") : json.end();
+  if (json.is_discarded() || !json.is_object() || map == json.end() || !map->is_object())
+    throw SafetensorsError("headwise: checkpoint index: " + index + " has no \"weight_map\" object");
+  for (const auto& [tensor, file] : map->items()) {
+    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+      throw SafetensorsError("headwise: checkpoint index: " + index + ": tensor \"" + tensor + "\" maps to " + file.dump() +
+                             ", expected a file name in the folder");
+    auto& shard = c.files_[file.get<std::string>()];
+    if (!shard) shard = std::make_shared<SafetensorsFile>(open_shard(file.get<std::string>()));
+    if (!shard->contains(tensor))
+      throw SafetensorsError("headwise: checkpoint index: " + index + " puts \"" + tensor + "\" in " +
+                             file.get<std::string>() + ", which does not hold it");
+    c.where_[tensor] = shard.get();
+  }
+  return c;
+}
+
+
+}  // namespace headwise::io
+#endif  // HEADWISE_IO_DEFINITIONS

@@ -9,6 +9,7 @@
 // qwen3_next say what they lack).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -93,10 +94,8 @@ void read_mlp(const ConfigReader& r, const TensorReader& t, const WholeModel& sh
               model::Block<Scalar>& b) {
   const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
   const Index experts = r.has("num_experts") ? r.integer("num_experts") : 0;
-  bool sparse = experts > 0 && (l + 1) % r.integer("decoder_sparse_step", 1) == 0;
-  if (r.has("mlp_only_layers"))
-    for (const auto& v : r.json().at("mlp_only_layers"))
-      if (v.is_number_integer() && v.get<Index>() == l) sparse = false;
+  const std::vector<Index> dense = r.integers("mlp_only_layers");
+  const bool sparse = experts > 0 && (l + 1) % r.integer("decoder_sparse_step", 1) == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
   if (!sparse) {
     b.mlp = gated_mlp<Scalar>(t, p, d, static_cast<std::uint64_t>(r.integer("intermediate_size")), a, shape.fused_gate_up);
     return;

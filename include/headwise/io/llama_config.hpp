@@ -13,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "headwise/detail/compiled.hpp"
 #include "headwise/io/checkpoint.hpp"
 #include "headwise/io/config_reader.hpp"
 #include "headwise/io/rope_config.hpp"
@@ -143,9 +142,54 @@ struct LlamaConfig {
 
 namespace detail {
 
+/// What the whole-model loader (io/decoder_model.hpp) builds around a family's attention layers.
+struct WholeModel {
+  /// Where the block's RMSNorms sit: before attention and MLP (Llama), before and after both
+  /// (Gemma 2 and 3), after only (OLMo 2); none: no whole-model code for the family.
+  enum class Norms { none, before, before_and_after, after };
+  Norms norms = Norms::none;
+  bool gemma = false;             ///< (1 + w) norms, embeddings times sqrt(d_model), `hidden_activation`
+  bool tied = false;              ///< tie_word_embeddings where the config leaves it out (its config class's default)
+  bool fused_gate_up = false;     ///< Phi-3: one mlp.gate_up_proj [2 inner, d], the gate's rows first
+  const char* missing = nullptr;  ///< what the model code lacks, where norms is none
+};
+
+/// One family: its model_type, what it reads, and its whole model.
+struct Family {
+  const char* model_type;
+  void (*read)(const ConfigReader&, LlamaConfig&);
+  const char* rope_key;  ///< a key of its RoPE object besides the rope_type's own, or null
+  bool rope_by_layer_type = false;  ///< its RoPE is read by `read`, not before it (it differs by layer type, or covers part of a head)
+  WholeModel model = {};
+};
+
+/// The family of `model_type`, or null.
+const Family* family_of(const std::string& model_type);
+
+/// What a config.json of any family the loaders read says, from its JSON parsed once (`r`; the
+/// whole-model loader reads its other keys from the same reader).
+LlamaConfig llama_config_of(const ConfigReader& r);
+
+}  // namespace detail
+
+/// Parses the text of a config.json of any family the loaders read; `name` is used in messages.
+LlamaConfig parse_llama_config(const std::string& text, const std::string& name);
+
+/// Reads and parses the config.json at `path`.
+LlamaConfig read_llama_config(const std::string& path);
+
+}  // namespace headwise::io
+
+// ---- Definitions (detail/compiled.hpp: header-only, or src/io.cpp) ----
+#if HEADWISE_IO_DEFINITIONS
+#include <nlohmann/json.hpp>
+
+namespace headwise::io {
+namespace detail {
+
 /// A config's `layer_types` (transformers 4.5x and v5 write them): one entry per layer, each one
 /// of `allowed` (the types the family has); any other entry is refused by name.
-inline std::vector<LayerType> parse_layer_types(const ConfigReader& r, Index n_layers, std::initializer_list<LayerType> allowed) {
+HEADWISE_IO_INLINE std::vector<LayerType> parse_layer_types(const ConfigReader& r, Index n_layers, std::initializer_list<LayerType> allowed) {
   const nlohmann::json& t = r.json().at("layer_types");
   if (!t.is_array() || t.size() != static_cast<std::size_t>(n_layers))
     r.fail("\"layer_types\" must be a list of num_hidden_layers = " + std::to_string(n_layers) + " entries, got " +
@@ -166,7 +210,7 @@ inline std::vector<LayerType> parse_layer_types(const ConfigReader& r, Index n_l
 
 /// The layer types from `layer_types` (each one of `allowed`) if the config lists them (true); the
 /// family derives them otherwise. Sliding layers need a `sliding_window`.
-inline bool read_layer_types(const ConfigReader& r, LlamaConfig& c, std::initializer_list<LayerType> allowed) {
+HEADWISE_IO_INLINE bool read_layer_types(const ConfigReader& r, LlamaConfig& c, std::initializer_list<LayerType> allowed) {
   if (!r.has("layer_types")) return false;
   c.layer_types = parse_layer_types(r, c.n_layers, allowed);
   const bool any = std::find(c.layer_types.begin(), c.layer_types.end(), LayerType::sliding) != c.layer_types.end();
@@ -175,15 +219,15 @@ inline bool read_layer_types(const ConfigReader& r, LlamaConfig& c, std::initial
   return true;
 }
 /// Derived: layer i is full iff (i + 1) % every == 0, else `other` (a sliding one needs the window).
-inline void derive_periodic(const ConfigReader& r, LlamaConfig& c, Index every, LayerType other) {
+HEADWISE_IO_INLINE void derive_periodic(const ConfigReader& r, LlamaConfig& c, Index every, LayerType other) {
   c.full_every = every, c.other_type = other;
   if (other == LayerType::sliding && every != 1) c.sliding_window = r.integer("sliding_window");
 }
-inline bool has_type(const LlamaConfig& c, LayerType t) { return std::find(c.layer_types.begin(), c.layer_types.end(), t) != c.layer_types.end(); }
+HEADWISE_IO_INLINE bool has_type(const LlamaConfig& c, LayerType t) { return std::find(c.layer_types.begin(), c.layer_types.end(), t) != c.layer_types.end(); }
 
 /// From `no_rope_layers` (Llama 4, SmolLM3: 1 = the layer has RoPE, 0 = NoPE), else every
 /// `interval`-th layer is NoPE (the config classes' default).
-inline void read_nope_layers(const ConfigReader& r, LlamaConfig& c, Index interval) {
+HEADWISE_IO_INLINE void read_nope_layers(const ConfigReader& r, LlamaConfig& c, Index interval) {
   if (!r.has("no_rope_layers") || r.json().at("no_rope_layers") == nlohmann::json::array()) {  // [] is the default too
     c.nope_every = interval;
     return;
@@ -199,7 +243,7 @@ inline void read_nope_layers(const ConfigReader& r, LlamaConfig& c, Index interv
 
 /// The family's QK-norm form, its eps from rms_norm_eps; `weighted`: its weights are the
 /// checkpoint's q_norm / k_norm (read by the loader).
-inline void set_qk_norm(const ConfigReader& r, LlamaConfig& c, RmsNorm::Over over, bool zero_centred, bool weighted,
+HEADWISE_IO_INLINE void set_qk_norm(const ConfigReader& r, LlamaConfig& c, RmsNorm::Over over, bool zero_centred, bool weighted,
                         double eps_default) {
   QkNorm n;
   n.query.over = n.key.over = over;
@@ -210,7 +254,7 @@ inline void set_qk_norm(const ConfigReader& r, LlamaConfig& c, RmsNorm::Over ove
 
 /// A flag Hugging Face tests for truth (a boolean, or a number: nonzero is true); absent or null:
 /// `fallback`.
-inline bool truthy(const ConfigReader& r, const char* key, bool fallback) {
+HEADWISE_IO_INLINE bool truthy(const ConfigReader& r, const char* key, bool fallback) {
   if (!r.has(key)) return fallback;
   const nlohmann::json& v = r.json().at(key);
   if (v.is_boolean()) return v.get<bool>();
@@ -219,20 +263,20 @@ inline bool truthy(const ConfigReader& r, const char* key, bool fallback) {
 }
 
 /// Where only some families read a key that changes attention, the others refuse it by name.
-inline void refuse_unread(const ConfigReader& r, const char* key, const std::string& model_type) {
+HEADWISE_IO_INLINE void refuse_unread(const ConfigReader& r, const char* key, const std::string& model_type) {
   if (r.has(key) && r.json().at(key) != false)
     r.fail("\"" + std::string(key) + "\" = " + r.json().at(key).dump() + " changes attention, and headwise does not read it for " + model_type);
 }
 
 // ---- The families: what each reads beyond hidden_size, the head counts, head_dim and RoPE ----
 
-inline void read_llama(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_llama(const ConfigReader& r, LlamaConfig& c) {
   read_layer_types(r, c, {LayerType::full, LayerType::sliding});
   if (c.sliding_window) r.fail("\"layer_types\" has sliding_attention layers, which llama does not have");
 }
 
 /// Qwen2, Qwen3, SmolLM3: a window only with use_sliding_window, from max_window_layers on.
-inline void read_qwen2(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_qwen2(const ConfigReader& r, LlamaConfig& c) {
   const bool windowed = r.boolean("use_sliding_window", false);
   if (!read_layer_types(r, c, {LayerType::full, LayerType::sliding})) {
     if (windowed && r.has("sliding_window")) c.sliding_window = r.integer("sliding_window");
@@ -244,18 +288,18 @@ inline void read_qwen2(const ConfigReader& r, LlamaConfig& c) {
   }
 }
 
-inline void read_qwen3(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_qwen3(const ConfigReader& r, LlamaConfig& c) {
   read_qwen2(r, c);
   set_qk_norm(r, c, RmsNorm::Over::head, false, true, 1e-6);
 }
 
-inline void read_smollm3(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_smollm3(const ConfigReader& r, LlamaConfig& c) {
   read_qwen2(r, c);
   read_nope_layers(r, c, r.integer("no_rope_layer_interval", 4));
 }
 
 /// Mistral, Ministral: every layer slides when sliding_window is set.
-inline void read_mistral(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_mistral(const ConfigReader& r, LlamaConfig& c) {
   const bool windowed = r.has("sliding_window");
   if (!read_layer_types(r, c, {LayerType::full, LayerType::sliding}) && windowed) c.sliding_window = r.integer("sliding_window");
   if (windowed && has_type(c, LayerType::full))
@@ -264,7 +308,7 @@ inline void read_mistral(const ConfigReader& r, LlamaConfig& c) {
 
 /// Ministral 3: Mistral's attention, and after RoPE q *= 1 + llama_4_scaling_beta ln(1 + floor(p /
 /// original_max_position_embeddings)), both read from rope_parameters.
-inline void read_ministral3(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_ministral3(const ConfigReader& r, LlamaConfig& c) {
   read_mistral(r, c);
   const nlohmann::json& p = r.has("rope_parameters") ? r.json().at("rope_parameters")
                             : r.has("rope_scaling")   ? r.json().at("rope_scaling")
@@ -278,21 +322,21 @@ inline void read_ministral3(const ConfigReader& r, LlamaConfig& c) {
   }
 }
 
-inline void read_phi3(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_phi3(const ConfigReader& r, LlamaConfig& c) {
   c.fused_qkv = true;
   // Phi-3 applies sliding_window to every layer.
   if (!read_layer_types(r, c, {LayerType::full, LayerType::sliding}) && r.has("sliding_window"))
     c.sliding_window = r.integer("sliding_window");
 }
 
-inline void read_olmo2(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_olmo2(const ConfigReader& r, LlamaConfig& c) {
   read_layer_types(r, c, {LayerType::full});
   set_qk_norm(r, c, RmsNorm::Over::projection, false, true, 1e-6);
 }
 
 /// Gemma 2 and 3: scores times query_pre_attn_scalar^-1/2 (absent: the config classes' 256),
 /// soft-capping where set (absent: Gemma 2's class default 50, Gemma 3's none; null: none).
-inline void read_gemma_scores(const ConfigReader& r, LlamaConfig& c, std::optional<double> default_softcap) {
+HEADWISE_IO_INLINE void read_gemma_scores(const ConfigReader& r, LlamaConfig& c, std::optional<double> default_softcap) {
   c.divisor = std::sqrt(r.number(r.json(), "query_pre_attn_scalar", 256.0));
   if (!(*c.divisor > 0.0) || !std::isfinite(*c.divisor)) r.fail("\"query_pre_attn_scalar\" must be finite and > 0");
   if (r.has("attn_logit_softcapping")) c.softcap = r.number(r.json(), "attn_logit_softcapping", 0.0);
@@ -300,14 +344,14 @@ inline void read_gemma_scores(const ConfigReader& r, LlamaConfig& c, std::option
   refuse_unread(r, "use_bidirectional_attention", c.model_type);
 }
 
-inline void read_gemma2(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_gemma2(const ConfigReader& r, LlamaConfig& c) {
   read_gemma_scores(r, c, 50.0);
   if (!read_layer_types(r, c, {LayerType::full, LayerType::sliding})) derive_periodic(r, c, 2, LayerType::sliding);
 }
 
 /// Gemma 3: (1 + w) QK-norm, local layers at rope_local_base_freq unscaled (v4) or their own
 /// rope_parameters entry (v5), global layers at rope_theta with its scaling.
-inline void read_gemma3(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_gemma3(const ConfigReader& r, LlamaConfig& c) {
   read_gemma_scores(r, c, std::nullopt);
   if (!read_layer_types(r, c, {LayerType::full, LayerType::sliding}))
     derive_periodic(r, c, r.integer("sliding_window_pattern", 6), LayerType::sliding);
@@ -326,7 +370,7 @@ inline void read_gemma3(const ConfigReader& r, LlamaConfig& c) {
 
 /// Gemma 4: scale 1, QK-norm w (no + 1), weightless value norm, full layers with their own
 /// head_dim, key/value heads and K = V, proportional RoPE, KV shared by the last layers.
-inline void read_gemma4(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_gemma4(const ConfigReader& r, LlamaConfig& c) {
   c.divisor = 1.0;
   if (r.has("attn_logit_softcapping")) c.softcap = r.number(r.json(), "attn_logit_softcapping", 0.0);
   refuse_unread(r, "use_bidirectional_attention", c.model_type);
@@ -351,14 +395,14 @@ inline void read_gemma4(const ConfigReader& r, LlamaConfig& c) {
 }
 
 /// gpt-oss: sinks, alternating windows (layer i slides iff i is even, unless layer_types say).
-inline void read_gpt_oss(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_gpt_oss(const ConfigReader& r, LlamaConfig& c) {
   c.sinks = true;
   if (!read_layer_types(r, c, {LayerType::full, LayerType::sliding})) derive_periodic(r, c, 2, LayerType::sliding);
 }
 
 /// Llama 4 (text): interleaved RoPE on the RoPE layers, which are chunked and L2-normed after RoPE;
 /// NoPE layers full causal with the attention temperature.
-inline void read_llama4(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_llama4(const ConfigReader& r, LlamaConfig& c) {
   c.rope.layout = RopeLayout::interleaved;
   read_nope_layers(r, c, r.integer("no_rope_layer_interval", 4));
   // attention_chunk_size: absent means the config class's 8192; null means no chunks.
@@ -379,7 +423,7 @@ inline void read_llama4(const ConfigReader& r, LlamaConfig& c) {
 
 /// Qwen3-Next: its full-attention layers (every full_attention_interval-th unless layer_types say)
 /// with a (1 + w) QK-norm and an output gate.
-inline void read_qwen3_next(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_qwen3_next(const ConfigReader& r, LlamaConfig& c) {
   if (!read_layer_types(r, c, {LayerType::full, LayerType::linear}))
     derive_periodic(r, c, r.integer("full_attention_interval", 4), LayerType::linear);
   set_qk_norm(r, c, RmsNorm::Over::head, true, true, 1e-6);
@@ -390,23 +434,12 @@ inline void read_qwen3_next(const ConfigReader& r, LlamaConfig& c) {
   refuse_unread(r, "use_sliding_window", c.model_type);
 }
 
-/// What the whole-model loader (io/decoder_model.hpp) builds around a family's attention layers.
-struct WholeModel {
-  /// Where the block's RMSNorms sit: before attention and MLP (Llama), before and after both
-  /// (Gemma 2 and 3), after only (OLMo 2); none: no whole-model code for the family.
-  enum class Norms { none, before, before_and_after, after };
-  Norms norms = Norms::none;
-  bool gemma = false;             ///< (1 + w) norms, embeddings times sqrt(d_model), `hidden_activation`
-  bool tied = false;              ///< tie_word_embeddings where the config leaves it out (its config class's default)
-  bool fused_gate_up = false;     ///< Phi-3: one mlp.gate_up_proj [2 inner, d], the gate's rows first
-  const char* missing = nullptr;  ///< what the model code lacks, where norms is none
-};
 
 /// quantization_config as DeepSeek-V3 and Hugging Face's FineGrainedFP8Config write it: quant_method
 /// "fp8", fmt "e4m3" (or "e5m2"), activation_scheme "dynamic", weight_block_size [rows, cols],
 /// modules_to_not_convert (those tensors are stored unquantized and read as they are). Anything
 /// else (another method, per-tensor scales, a key it does not know) is refused by name.
-inline LlamaConfig::Fp8Blocks parse_fp8_blocks(const ConfigReader& r) {
+HEADWISE_IO_INLINE LlamaConfig::Fp8Blocks parse_fp8_blocks(const ConfigReader& r) {
   const nlohmann::json& q = r.json().at("quantization_config");
   const auto refuse = [&](const std::string& what) { r.fail("quantization_config: " + what + " (" + q.dump() + ")"); };
   if (!q.is_object()) refuse("not an object");
@@ -432,7 +465,7 @@ inline LlamaConfig::Fp8Blocks parse_fp8_blocks(const ConfigReader& r) {
 /// DeepSeek-V3 (and Kimi K2, the same layer): multi-head latent attention. RoPE over the
 /// qk_rope_head_dim rotated components; the divisor sqrt(qk_nope + qk_rope) over YaRN's
 /// mscale(factor, mscale_all_dim)² where the config gives mscale_all_dim, as Hugging Face scales.
-inline void read_deepseek_v3(const ConfigReader& r, LlamaConfig& c) {
+HEADWISE_IO_INLINE void read_deepseek_v3(const ConfigReader& r, LlamaConfig& c) {
   LlamaConfig::Latent l;
   l.q_lora_rank = r.has("q_lora_rank") ? r.integer("q_lora_rank") : 0;
   l.kv_lora_rank = r.integer("kv_lora_rank"), l.qk_nope_head_dim = r.integer("qk_nope_head_dim");
@@ -457,16 +490,7 @@ inline void read_deepseek_v3(const ConfigReader& r, LlamaConfig& c) {
   c.latent = l;
 }
 
-/// One family: its model_type, what it reads, and its whole model.
-struct Family {
-  const char* model_type;
-  void (*read)(const ConfigReader&, LlamaConfig&);
-  const char* rope_key;  ///< a key of its RoPE object besides the rope_type's own, or null
-  bool rope_by_layer_type = false;  ///< its RoPE is read by `read`, not before it (it differs by layer type, or covers part of a head)
-  WholeModel model = {};
-};
-
-inline const Family* family_of(const std::string& model_type) {
+HEADWISE_IO_INLINE const Family* family_of(const std::string& model_type) {
   using N = WholeModel::Norms;
   static const Family families[] = {
       {"llama", read_llama, nullptr, false, {N::before}},
@@ -495,12 +519,8 @@ inline const Family* family_of(const std::string& model_type) {
   return nullptr;
 }
 
-}  // namespace detail
 
-namespace detail {
-/// What a config.json of any family the loaders read says, from its JSON parsed once (`r`; the
-/// whole-model loader reads its other keys from the same reader).
-inline LlamaConfig llama_config_of(const ConfigReader& r) {
+HEADWISE_IO_INLINE LlamaConfig llama_config_of(const ConfigReader& r) {
   LlamaConfig c;
   c.model_type = r.string("model_type");
   const detail::Family* family = detail::family_of(c.model_type);
@@ -535,11 +555,11 @@ inline LlamaConfig llama_config_of(const ConfigReader& r) {
 }
 }  // namespace detail
 
-/// Parses the text of a config.json of any family the loaders read; `name` is used in messages.
-inline LlamaConfig parse_llama_config(const std::string& text, const std::string& name) {
+HEADWISE_IO_INLINE LlamaConfig parse_llama_config(const std::string& text, const std::string& name) {
   return detail::llama_config_of(detail::ConfigReader(text, "llama config", name));
 }
 
-inline LlamaConfig read_llama_config(const std::string& path) { return parse_llama_config(read_text_file(path, "llama config"), path); }
+HEADWISE_IO_INLINE LlamaConfig read_llama_config(const std::string& path) { return parse_llama_config(read_text_file(path, "llama config"), path); }
 
 }  // namespace headwise::io
+#endif  // HEADWISE_IO_DEFINITIONS

@@ -8,17 +8,20 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "headwise/detail/compiled.hpp"
 #include "headwise/io/config_reader.hpp"
 #include "headwise/rotary_embedding.hpp"
+
+// (Only the config readers' definitions call these: detail/compiled.hpp.)
+#if HEADWISE_IO_DEFINITIONS
+#include <nlohmann/json.hpp>
 
 namespace headwise::io::detail {
 
 /// The keys of a RoPE settings object (v5 `rope_parameters`, v4 `rope_scaling`) that each
 /// rope_type reads, and `extra` (a family's own, such as Ministral 3's llama_4_scaling_beta; may be
 /// null); any other key is refused by name, since it would change the rotation.
-inline bool rope_key_known(const std::string& type, const std::string& key, bool v5, const char* extra = nullptr) {
+HEADWISE_IO_INLINE bool rope_key_known(const std::string& type, const std::string& key, bool v5, const char* extra = nullptr) {
   const auto in = [&](std::initializer_list<const char*> keys) {
     for (const char* k : keys)
       if (key == k) return true;
@@ -36,13 +39,13 @@ inline bool rope_key_known(const std::string& type, const std::string& key, bool
 
 /// The rotated dimensions of a head of head_dim at `fraction` (partial_rotary_factor), which must
 /// be in (0, 1]: checked before the product is cast (1e300 is not an Index).
-inline Index rotary_dims_of(const ConfigReader& r, Index head_dim, double fraction) {
+HEADWISE_IO_INLINE Index rotary_dims_of(const ConfigReader& r, Index head_dim, double fraction) {
   if (!(fraction > 0.0 && fraction <= 1.0)) r.fail("\"partial_rotary_factor\" = " + std::to_string(fraction) + " must be in (0, 1]");
   return static_cast<Index>(double(head_dim) * fraction) / 2 * 2;
 }
 
 /// A list of `count` positive finite numbers in j[key].
-inline std::vector<double> parse_factors(const ConfigReader& r, const nlohmann::json& j, const char* key, Index count,
+HEADWISE_IO_INLINE std::vector<double> parse_factors(const ConfigReader& r, const nlohmann::json& j, const char* key, Index count,
                                          const std::string& name) {
   if (!j.contains(key) || !j.at(key).is_array() || j.at(key).size() != static_cast<std::size_t>(count))
     r.fail(name + " \"" + key + "\" must be a list of " + std::to_string(count) + " numbers (rotary dimensions / 2)");
@@ -60,7 +63,7 @@ inline std::vector<double> parse_factors(const ConfigReader& r, const nlohmann::
 /// reads. An unknown type or key is an error. As Hugging Face does, YaRN and LongRoPE take their
 /// factor from max_position_embeddings / original_max_position_embeddings where both are given
 /// (a factor that disagrees is refused: versions differ on which wins).
-inline RopeScaling parse_rope_scaling(const ConfigReader& r, const nlohmann::json& j, const std::string& name,
+HEADWISE_IO_INLINE RopeScaling parse_rope_scaling(const ConfigReader& r, const nlohmann::json& j, const std::string& name,
                                       Index rotary_dims, const char* extra = nullptr) {
   RopeScaling s;
   if (!j.is_object()) r.fail("\"" + name + "\" is not an object");
@@ -118,7 +121,7 @@ inline RopeScaling parse_rope_scaling(const ConfigReader& r, const nlohmann::jso
 /// The rotary embedding of one RoPE object as transformers v5 writes it (`rope_parameters`, or one
 /// of its entries keyed by layer type): rope_theta required, partial_rotary_factor inside or
 /// (agreeing) at the top level.
-inline RopeConfig parse_rope_object(const ConfigReader& r, const nlohmann::json& p, const std::string& name, Index head_dim,
+HEADWISE_IO_INLINE RopeConfig parse_rope_object(const ConfigReader& r, const nlohmann::json& p, const std::string& name, Index head_dim,
                                     const char* extra) {
   const nlohmann::json& json = r.json();
   RopeConfig rope;
@@ -139,7 +142,7 @@ inline RopeConfig parse_rope_object(const ConfigReader& r, const nlohmann::json&
 /// scaling in one object; keyed by layer type where the family has two, `layer_type`) or as v4 did
 /// (top-level `rope_theta`, `rope_scaling`, and `partial_rotary_factor`); the v5 form first. Both
 /// forms in one config must agree.
-inline RopeConfig parse_rope(const ConfigReader& r, Index head_dim, const char* layer_type = nullptr,
+HEADWISE_IO_INLINE RopeConfig parse_rope(const ConfigReader& r, Index head_dim, const char* layer_type = nullptr,
                              const char* extra = nullptr) {
   const nlohmann::json& json = r.json();
   if (!r.has("rope_parameters")) {  // v4
@@ -169,3 +172,4 @@ inline RopeConfig parse_rope(const ConfigReader& r, Index head_dim, const char* 
 }
 
 }  // namespace headwise::io::detail
+#endif  // HEADWISE_IO_DEFINITIONS

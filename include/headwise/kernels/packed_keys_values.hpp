@@ -157,39 +157,7 @@ class HEADWISE_ISA_TAG PackedKeysValues {
 
   /// Room for `capacity` tokens of n_kv_heads heads, keys of width d_head and values of d_v (with
   /// ValueStorage::key_prefix, the keys' first d_v components, d_v <= d_head), stored as `format` says.
-  PackedKeysValues(Index capacity, Index n_kv_heads, Index d_head, Index d_v, StoreFormat format = {})
-      : capacity_(capacity), n_kv_heads_(n_kv_heads), d_head_(d_head), d_v_(d_v), format_(format) {
-    constexpr const char* where = "PackedKeysValues";
-    detail::check_storage<Scalar>(format.storage, where);
-    if (format.values == ValueStorage::key_prefix && format.storage != KvStorage::as_computed)
-      detail::invalid(where, "values inside the keys are stored as computed, not in ", storage_name(format.storage));
-    if (capacity < 0) detail::invalid(where, "capacity must be >= 0, got ", capacity);
-    if (n_kv_heads <= 0) detail::invalid(where, "n_kv_heads must be > 0, got ", n_kv_heads);
-    if (d_head <= 0 || d_v <= 0) detail::invalid(where, "d_head and d_v must be > 0, got ", d_head, " and ", d_v);
-    if (format.values == ValueStorage::key_prefix && d_v > d_head)
-      detail::invalid(where, "values as the keys' first d_v components need d_v <= d_head, got ", d_v, " > ", d_head);
-    // Every size is checked before anything is allocated: a capacity near 2^63 must be refused,
-    // not wrap around to a small buffer that appending would overrun.
-    rows_ = detail::round_up_within(capacity, lanes, detail::max_elements<Scalar>());
-    if (rows_ < 0) detail::invalid(where, "capacity ", capacity, " is too large to round up to whole panels");
-    key_head_size_ = detail::checked_size<Scalar>(where, "one head's keys", rows_, d_head_);
-    value_head_size_ = values_are_keys() ? 0 : detail::checked_size<Scalar>(where, "one head's values", rows_, round_up(d_v_));
-    const Index key_count = detail::checked_size<Scalar>(where, "the keys", n_kv_heads_, key_head_size_);
-    const Index value_count = detail::checked_size<Scalar>(where, "the values", n_kv_heads_, value_head_size_);
-    // Not zeroed here: append zeroes each key panel as its first token arrives (the kernel reads a
-    // panel's columns past size() and masks them) and the padding columns of each value row; value
-    // rows past size() are never read. Making a store costs no pass over it.
-    detail::with_stored_type<Scalar>(format.storage, [&](auto tag) {
-      using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      detail::allocate_uninitialized(key_buffer<Stored>(), key_count, where, "the keys");
-      detail::allocate_uninitialized(value_buffer<Stored>(), value_count, where, "the values");
-    });
-    if (format.storage == KvStorage::int8) {
-      const Index scales = detail::checked_size<Scalar>(where, "the int8 scales", n_kv_heads_, rows_);
-      detail::allocate(key_scales_, scales, 0.0f, where, "the int8 scales");
-      detail::allocate(value_scales_, scales, 0.0f, where, "the int8 scales");
-    }
-  }
+  PackedKeysValues(Index capacity, Index n_kv_heads, Index d_head, Index d_v, StoreFormat format = {});
 
   Index size() const { return size_; }
   Index capacity() const { return capacity_; }
@@ -205,21 +173,9 @@ class HEADWISE_ISA_TAG PackedKeysValues {
   /// Appends m tokens. k: (m, n_kv_heads d_head), v: (m, n_kv_heads d_v), head by head in columns.
   /// With threads > 1 (0: OpenMP's default; at most detail::max_threads), heads are packed in
   /// parallel (OpenMP); the store is the same either way.
-  void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v, int threads = 1) {
-    constexpr const char* where = "PackedKeysValues::append";
-    if (values_are_keys())
-      detail::invalid(where, "this store's values are its keys' first ", d_v_, " components: append(k) alone");
-    if (v.cols() != n_kv_heads_ * d_v_)
-      detail::invalid(where, "v has ", v.cols(), " columns, expected n_kv_heads d_v = ", n_kv_heads_ * d_v_);
-    if (v.rows() != k.rows()) detail::invalid(where, "k has ", k.rows(), " rows but v has ", v.rows());
-    append_rows(k, &v, threads);
-  }
+  void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v, int threads = 1);
   /// Appends m tokens to a store whose values are its keys' first d_v components: k (m, n_kv_heads d_head).
-  void append(const Eigen::Ref<const Matrix<Scalar>>& k, int threads = 1) {
-    if (!values_are_keys())
-      detail::invalid("PackedKeysValues::append", "this store keeps values of their own: append(k, v)");
-    append_rows(k, nullptr, threads);
-  }
+  void append(const Eigen::Ref<const Matrix<Scalar>>& k, int threads = 1);
 
   /// Forgets every token from position `size` on (speculative decoding rolls back this way).
   void truncate(Index size) {
@@ -236,20 +192,7 @@ class HEADWISE_ISA_TAG PackedKeysValues {
 
   /// The store as the fused kernel reads it: one block of all its tokens (kv_blocks.hpp). Valid
   /// while the store lives and is not moved.
-  KvBlocks<Scalar> blocks() const {
-    KvBlockPool pool;
-    pool.n_kv_heads = n_kv_heads_, pool.d_head = d_head_, pool.d_v = d_v_, pool.format = format_;
-    pool.block_tokens = std::max(rows_, lanes);
-    detail::with_stored_type<Scalar>(format_.storage, [&](auto tag) {
-      using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      auto& self = const_cast<PackedKeysValues&>(*this);
-      pool.keys = self.template key_buffer<Stored>().data();
-      pool.values = values_are_keys() ? nullptr : self.template value_buffer<Stored>().data();
-    });
-    pool.key_scales = key_scales_.data(), pool.value_scales = value_scales_.data();
-    pool.key_head = key_head_size_, pool.value_head = value_head_size_, pool.scale_head = rows_;
-    return KvBlocks<Scalar>(pool, nullptr, 0, size_);
-  }
+  KvBlocks<Scalar> blocks() const;
 
   /// Key j of head h, component c, and entry (j, c) of head h's values: for tests and inspection.
   /// Throws std::invalid_argument unless h < n_kv_heads, j < size() and c < d_head (d_v).
@@ -342,6 +285,75 @@ class HEADWISE_ISA_TAG PackedKeysValues {
   detail::StoredBuffers<Scalar> keys_, values_;  // in the stored type
   std::vector<float> key_scales_, value_scales_;  // int8: head h's token j at h rows_ + j
 };
+
+template <class Scalar>
+void PackedKeysValues<Scalar>::append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v, int threads) {
+  constexpr const char* where = "PackedKeysValues::append";
+  if (values_are_keys())
+    detail::invalid(where, "this store's values are its keys' first ", d_v_, " components: append(k) alone");
+  if (v.cols() != n_kv_heads_ * d_v_)
+    detail::invalid(where, "v has ", v.cols(), " columns, expected n_kv_heads d_v = ", n_kv_heads_ * d_v_);
+  if (v.rows() != k.rows()) detail::invalid(where, "k has ", k.rows(), " rows but v has ", v.rows());
+  append_rows(k, &v, threads);
+}
+
+template <class Scalar>
+void PackedKeysValues<Scalar>::append(const Eigen::Ref<const Matrix<Scalar>>& k, int threads) {
+  if (!values_are_keys())
+    detail::invalid("PackedKeysValues::append", "this store keeps values of their own: append(k, v)");
+  append_rows(k, nullptr, threads);
+}
+
+template <class Scalar>
+KvBlocks<Scalar> PackedKeysValues<Scalar>::blocks() const {
+  KvBlockPool pool;
+  pool.n_kv_heads = n_kv_heads_, pool.d_head = d_head_, pool.d_v = d_v_, pool.format = format_;
+  pool.block_tokens = std::max(rows_, lanes);
+  detail::with_stored_type<Scalar>(format_.storage, [&](auto tag) {
+    using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    auto& self = const_cast<PackedKeysValues&>(*this);
+    pool.keys = self.template key_buffer<Stored>().data();
+    pool.values = values_are_keys() ? nullptr : self.template value_buffer<Stored>().data();
+  });
+  pool.key_scales = key_scales_.data(), pool.value_scales = value_scales_.data();
+  pool.key_head = key_head_size_, pool.value_head = value_head_size_, pool.scale_head = rows_;
+  return KvBlocks<Scalar>(pool, nullptr, 0, size_);
+}
+
+template <class Scalar>
+PackedKeysValues<Scalar>::PackedKeysValues(Index capacity, Index n_kv_heads, Index d_head, Index d_v, StoreFormat format)
+    : capacity_(capacity), n_kv_heads_(n_kv_heads), d_head_(d_head), d_v_(d_v), format_(format) {
+  constexpr const char* where = "PackedKeysValues";
+  detail::check_storage<Scalar>(format.storage, where);
+  if (format.values == ValueStorage::key_prefix && format.storage != KvStorage::as_computed)
+    detail::invalid(where, "values inside the keys are stored as computed, not in ", storage_name(format.storage));
+  if (capacity < 0) detail::invalid(where, "capacity must be >= 0, got ", capacity);
+  if (n_kv_heads <= 0) detail::invalid(where, "n_kv_heads must be > 0, got ", n_kv_heads);
+  if (d_head <= 0 || d_v <= 0) detail::invalid(where, "d_head and d_v must be > 0, got ", d_head, " and ", d_v);
+  if (format.values == ValueStorage::key_prefix && d_v > d_head)
+    detail::invalid(where, "values as the keys' first d_v components need d_v <= d_head, got ", d_v, " > ", d_head);
+  // Every size is checked before anything is allocated: a capacity near 2^63 must be refused,
+  // not wrap around to a small buffer that appending would overrun.
+  rows_ = detail::round_up_within(capacity, lanes, detail::max_elements<Scalar>());
+  if (rows_ < 0) detail::invalid(where, "capacity ", capacity, " is too large to round up to whole panels");
+  key_head_size_ = detail::checked_size<Scalar>(where, "one head's keys", rows_, d_head_);
+  value_head_size_ = values_are_keys() ? 0 : detail::checked_size<Scalar>(where, "one head's values", rows_, round_up(d_v_));
+  const Index key_count = detail::checked_size<Scalar>(where, "the keys", n_kv_heads_, key_head_size_);
+  const Index value_count = detail::checked_size<Scalar>(where, "the values", n_kv_heads_, value_head_size_);
+  // Not zeroed here: append zeroes each key panel as its first token arrives (the kernel reads a
+  // panel's columns past size() and masks them) and the padding columns of each value row; value
+  // rows past size() are never read. Making a store costs no pass over it.
+  detail::with_stored_type<Scalar>(format.storage, [&](auto tag) {
+    using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    detail::allocate_uninitialized(key_buffer<Stored>(), key_count, where, "the keys");
+    detail::allocate_uninitialized(value_buffer<Stored>(), value_count, where, "the values");
+  });
+  if (format.storage == KvStorage::int8) {
+    const Index scales = detail::checked_size<Scalar>(where, "the int8 scales", n_kv_heads_, rows_);
+    detail::allocate(key_scales_, scales, 0.0f, where, "the int8 scales");
+    detail::allocate(value_scales_, scales, 0.0f, where, "the int8 scales");
+  }
+}
 
 /// The compiled mode's instantiations of the packed store (detail/compiled.hpp).
 #define HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(PREFIX, S) \

@@ -280,59 +280,21 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// mlp.output, hook_mlp_out, hook_resid_post, attn.statistics (the fused kernel's per-row
   /// statistics, into ModelRun::statistics) and, on sparse blocks, mlp.routing (into
   /// ModelRun::routing); and "ln_final.out".
-  std::vector<std::string> hook_names() const {
-    static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern",
-                                      "attn.hook_z", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in",
-                                      "mlp.output", "hook_mlp_out", "hook_resid_post", "attn.statistics"};
-    std::vector<std::string> names;
-    for (Index l = 0; l < n_layers(); ++l) {
-      for (const char* h : per_layer) names.push_back("blocks." + std::to_string(l) + "." + h);
-      if (blocks[static_cast<std::size_t>(l)].experts) names.push_back("blocks." + std::to_string(l) + ".mlp.routing");
-    }
-    names.push_back("ln_final.out");
-    return names;
-  }
+  std::vector<std::string> hook_names() const;
 
   /// The model on token ids at positions options.first_position ..: logits and the hooks asked
   /// for, each hook function run where its hook is. One forward: the attention hooks are what the
   /// layer's one fused run kept (its ForwardRecord), a pattern read off its queries, keys and
   /// logsumexp.
-  ModelRun<Scalar> run(const std::vector<Index>& ids, const RunOptions<Scalar>& options = {}) const {
-    check_options(options);
-    ModelRun<Scalar> out;
-    Matrix<Scalar> x = embed(ids, options.first_position);
-    for (Index l = 0; l < n_layers(); ++l) x = run_block(l, std::move(x), options, out);
-    Matrix<Scalar> last = at({"ln_final.out"}, final_norm.apply(x), options, out);
-    out.logits = head_of(last, options.threads);
-    return out;
-  }
+  ModelRun<Scalar> run(const std::vector<Index>& ids, const RunOptions<Scalar>& options = {}) const;
   Matrix<Scalar> logits(const std::vector<Index>& ids) const { return run(ids).logits; }
 
   // ---- Decoding and generation ----
   /// One KV cache per layer, with room for `capacity` tokens.
-  std::vector<KvCache<Scalar>> make_caches(Index capacity) const {
-    std::vector<KvCache<Scalar>> caches;
-    for (const Block<Scalar>& b : blocks) caches.push_back(b.attention.make_cache(capacity));
-    return caches;
-  }
+  std::vector<KvCache<Scalar>> make_caches(Index capacity) const;
   /// The logits of the tokens ids that follow the caches' tokens (appended to every cache): bitwise
   /// the matching rows of logits() on the whole sequence, for any split into chunks.
-  Matrix<Scalar> decode(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads = 0) const {
-    if (static_cast<Index>(caches.size()) != n_layers())
-      detail::invalid("DecoderModel::decode", caches.size(), " caches for ", n_layers(), " layers (make_caches)");
-    const Index first = caches.empty() ? 0 : caches.front().size();
-    Matrix<Scalar> x = embed(ids, first);
-    for (Index l = 0; l < n_layers(); ++l) {
-      const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
-      if (caches[static_cast<std::size_t>(l)].size() != first)
-        detail::invalid("DecoderModel::decode", "the caches hold different numbers of tokens (layer ", l, ")");
-      AttentionOptions options;
-      options.threads = threads;
-      Matrix<Scalar> attn = b.attention.forward_incremental(normed(b.attention_norm, x), caches[static_cast<std::size_t>(l)], options);
-      x = finish_block(b, std::move(x), std::move(attn), threads);
-    }
-    return head_of(final_norm.apply(x), threads);
-  }
+  Matrix<Scalar> decode(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads = 0) const;
   /// Greedy decoding (temperature 0), or sampling from softmax(logits / temperature) over the
   /// top_k most likely tokens (0: all) with a seeded generator; `count` new tokens after the prompt.
   struct Sampling {
@@ -340,36 +302,10 @@ class HEADWISE_ISA_TAG DecoderModel {
     Index top_k = 0;
     unsigned seed = 0;
   };
-  std::vector<Index> generate(const std::vector<Index>& prompt, Index count, const Sampling& sampling = {}) const {
-    if (prompt.empty()) detail::invalid("DecoderModel::generate", "the prompt is empty");
-    if (count < 0 || !(sampling.temperature >= 0.0) || sampling.top_k < 0)
-      detail::invalid("DecoderModel::generate", "count, temperature and top_k must be >= 0");
-    std::vector<KvCache<Scalar>> caches = make_caches(static_cast<Index>(prompt.size()) + count);
-    std::mt19937_64 rng(sampling.seed);
-    std::vector<Index> out;
-    Matrix<Scalar> logits = decode(prompt, caches);
-    for (Index i = 0; i < count; ++i) {
-      out.push_back(choose(logits.row(logits.rows() - 1), sampling, rng));
-      if (i + 1 < count) logits = decode({out.back()}, caches);
-    }
-    return out;
-  }
+  std::vector<Index> generate(const std::vector<Index>& prompt, Index count, const Sampling& sampling = {}) const;
 
   /// The residual stream entering layer 0: embedding rows (scaled), plus positions first ...
-  Matrix<Scalar> embed(const std::vector<Index>& ids, Index first = 0) const {
-    constexpr const char* where = "DecoderModel::run";
-    const auto n = static_cast<Index>(ids.size());
-    if (positions.size() && first + n > positions.rows())
-      detail::invalid(where, "the text has ", first + n, " tokens, more than the model's ", positions.rows(), " positions (n_positions)");
-    Matrix<Scalar> x(n, d_model());
-    for (Index t = 0; t < n; ++t) {
-      const Index id = ids[static_cast<std::size_t>(t)];
-      if (id < 0 || id >= vocab_size()) detail::invalid(where, "token ", t, " has id ", id, ", not in [0, ", vocab_size(), ")");
-      x.row(t) = embedding.row(id) * static_cast<Scalar>(embedding_scale);
-      if (positions.size()) x.row(t) += positions.row(first + t);
-    }
-    return x;
-  }
+  Matrix<Scalar> embed(const std::vector<Index>& ids, Index first = 0) const;
 
  private:
   /// x + post(attn), then the MLP half of the block (decoding's path; run_block records hooks).
@@ -499,6 +435,90 @@ class HEADWISE_ISA_TAG DecoderModel {
     detail::thread_count(options.threads, "DecoderModel::run");
   }
 };
+
+// The members a program calls, defined outside the class: not inline, so that a file compiled
+// against headwise::compiled (HEADWISE_COMPILED) does not instantiate them again.
+template <class Scalar>
+std::vector<std::string> DecoderModel<Scalar>::hook_names() const {
+  static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern",
+                                    "attn.hook_z", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in",
+                                    "mlp.output", "hook_mlp_out", "hook_resid_post", "attn.statistics"};
+  std::vector<std::string> names;
+  for (Index l = 0; l < n_layers(); ++l) {
+    for (const char* h : per_layer) names.push_back("blocks." + std::to_string(l) + "." + h);
+    if (blocks[static_cast<std::size_t>(l)].experts) names.push_back("blocks." + std::to_string(l) + ".mlp.routing");
+  }
+  names.push_back("ln_final.out");
+  return names;
+}
+
+template <class Scalar>
+ModelRun<Scalar> DecoderModel<Scalar>::run(const std::vector<Index>& ids, const RunOptions<Scalar>& options) const {
+  check_options(options);
+  ModelRun<Scalar> out;
+  Matrix<Scalar> x = embed(ids, options.first_position);
+  for (Index l = 0; l < n_layers(); ++l) x = run_block(l, std::move(x), options, out);
+  Matrix<Scalar> last = at({"ln_final.out"}, final_norm.apply(x), options, out);
+  out.logits = head_of(last, options.threads);
+  return out;
+}
+
+template <class Scalar>
+std::vector<KvCache<Scalar>> DecoderModel<Scalar>::make_caches(Index capacity) const {
+  std::vector<KvCache<Scalar>> caches;
+  for (const Block<Scalar>& b : blocks) caches.push_back(b.attention.make_cache(capacity));
+  return caches;
+}
+
+template <class Scalar>
+Matrix<Scalar> DecoderModel<Scalar>::decode(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads) const {
+  if (static_cast<Index>(caches.size()) != n_layers())
+    detail::invalid("DecoderModel::decode", caches.size(), " caches for ", n_layers(), " layers (make_caches)");
+  const Index first = caches.empty() ? 0 : caches.front().size();
+  Matrix<Scalar> x = embed(ids, first);
+  for (Index l = 0; l < n_layers(); ++l) {
+    const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
+    if (caches[static_cast<std::size_t>(l)].size() != first)
+      detail::invalid("DecoderModel::decode", "the caches hold different numbers of tokens (layer ", l, ")");
+    AttentionOptions options;
+    options.threads = threads;
+    Matrix<Scalar> attn = b.attention.forward_incremental(normed(b.attention_norm, x), caches[static_cast<std::size_t>(l)], options);
+    x = finish_block(b, std::move(x), std::move(attn), threads);
+  }
+  return head_of(final_norm.apply(x), threads);
+}
+
+template <class Scalar>
+std::vector<Index> DecoderModel<Scalar>::generate(const std::vector<Index>& prompt, Index count, const Sampling& sampling) const {
+  if (prompt.empty()) detail::invalid("DecoderModel::generate", "the prompt is empty");
+  if (count < 0 || !(sampling.temperature >= 0.0) || sampling.top_k < 0)
+    detail::invalid("DecoderModel::generate", "count, temperature and top_k must be >= 0");
+  std::vector<KvCache<Scalar>> caches = make_caches(static_cast<Index>(prompt.size()) + count);
+  std::mt19937_64 rng(sampling.seed);
+  std::vector<Index> out;
+  Matrix<Scalar> logits = decode(prompt, caches);
+  for (Index i = 0; i < count; ++i) {
+    out.push_back(choose(logits.row(logits.rows() - 1), sampling, rng));
+    if (i + 1 < count) logits = decode({out.back()}, caches);
+  }
+  return out;
+}
+
+template <class Scalar>
+Matrix<Scalar> DecoderModel<Scalar>::embed(const std::vector<Index>& ids, Index first) const {
+  constexpr const char* where = "DecoderModel::run";
+  const auto n = static_cast<Index>(ids.size());
+  if (positions.size() && first + n > positions.rows())
+    detail::invalid(where, "the text has ", first + n, " tokens, more than the model's ", positions.rows(), " positions (n_positions)");
+  Matrix<Scalar> x(n, d_model());
+  for (Index t = 0; t < n; ++t) {
+    const Index id = ids[static_cast<std::size_t>(t)];
+    if (id < 0 || id >= vocab_size()) detail::invalid(where, "token ", t, " has id ", id, ", not in [0, ", vocab_size(), ")");
+    x.row(t) = embedding.row(id) * static_cast<Scalar>(embedding_scale);
+    if (positions.size()) x.row(t) += positions.row(first + t);
+  }
+  return x;
+}
 
 /// The compiled mode's instantiations of the whole model (detail/compiled.hpp).
 #define HEADWISE_DECODER_MODEL_INSTANTIATIONS(PREFIX, S) \

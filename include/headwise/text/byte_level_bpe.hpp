@@ -14,9 +14,6 @@
 //   std::string text = bpe.decode(ids);
 #pragma once
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
@@ -31,8 +28,9 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::text {
@@ -49,8 +47,93 @@ namespace detail {
 inline constexpr const char* gpt2_pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+class Regex;  // a compiled PCRE2 pattern (in the definitions below)
+
+}  // namespace detail
+
+/// A byte-level BPE tokenizer. encode() adds no special tokens (no post-processor template).
+class BpeTokenizer {
+ public:
+  /// GPT-2's own files: vocab.json ({token: id}) and merges.txt ("#version" line, then "left right").
+  static BpeTokenizer from_files(const std::string& vocab_json, const std::string& merges_txt);
+
+  /// A Hugging Face tokenizer.json with a BPE model (see the top of this file for what is read).
+  static BpeTokenizer from_tokenizer_json(const std::string& path);
+  static BpeTokenizer from_tokenizer_json_text(const std::string& text, const std::string& name);
+
+  Index vocab_size() const { return static_cast<Index>(tokens_.size()); }
+  /// The token string of id (byte-level characters, or a special token's text); throws if unknown.
+  const std::string& token(Index id) const;
+  /// The id of a token string, or -1.
+  Index id(const std::string& token) const {
+    const auto it = ids_.find(token);
+    return it == ids_.end() ? -1 : it->second;
+  }
+
+  /// The ids of text (UTF-8), special tokens cut out first. Throws on invalid UTF-8, naming the byte.
+  std::vector<Index> encode(std::string_view text) const;
+
+  /// The text of ids: token strings concatenated, byte-level characters back to bytes. Throws on
+  /// an unknown id. (Ids that split a UTF-8 character give its bytes as they are.)
+  std::string decode(const std::vector<Index>& ids) const;
+
+ private:
+  explicit BpeTokenizer(std::string name);
+  [[noreturn]] void fail(const std::string& what) const { throw TokenizerError("headwise: tokenizer: " + name_ + ": " + what); }
+  nlohmann::json parse(const std::string& text) const;
+  bool has_id(Index id) const { return id >= 0 && id < vocab_size() && present_[static_cast<std::size_t>(id)]; }
+
+  /// {token: id}: ids in [0, 2^31), each once.
+  void read_vocab(const nlohmann::json& vocab);
+  void add_token(const std::string& token, Index id);
+  /// Rank r for the r-th pair; both sides and their concatenation must be tokens of the vocabulary.
+  void read_merges(const std::vector<std::pair<std::string, std::string>>& pairs);
+  std::vector<std::pair<std::string, std::string>> merges_of(const nlohmann::json& model) const;
+  void check_model(const nlohmann::json& model) const;
+  /// ByteLevel (use_regex: GPT-2's regex), or Sequence [Split(Regex, Isolated), ByteLevel(use_regex false)].
+  void read_pre_tokenizer(const nlohmann::json& p);
+  void read_added_tokens(const nlohmann::json& added);
+
+  /// The first special token at or after `at` (its offset and id; id -1 and text.size() if none).
+  std::pair<std::size_t, Index> next_special(std::string_view text, std::size_t at) const;
+
+  /// Text without special tokens: pieces by the regex, then BPE inside each.
+  void encode_ordinary(std::string_view text, std::vector<Index>& out) const;
+
+  struct Merge {
+    Index rank, merged;
+  };
+  static std::uint64_t key(Index a, Index b) { return (std::uint64_t(a) << 32) | std::uint64_t(b); }
+
+  /// BPE inside one piece, as Hugging Face's word.rs merges: a heap of (rank, position), the
+  /// lowest rank first, leftmost among equals; a popped pair is skipped if either side changed.
+  void merge_piece(std::string_view piece, std::vector<Index>& out) const;
+
+  std::string name_;
+  std::vector<std::string> tokens_;
+  std::vector<bool> present_;
+  std::unordered_map<std::string, Index> ids_;
+  std::unordered_map<std::uint64_t, Merge> merges_;
+  std::unordered_map<std::string, unsigned char> byte_of_;
+  std::set<Index> special_;
+  std::shared_ptr<const detail::Regex> regex_;
+  bool ignore_merges_ = false, add_prefix_space_ = false;
+};
+
+}  // namespace headwise::text
+
+// ---- Definitions (detail/compiled.hpp: header-only, or src/text.cpp) ----
+#if HEADWISE_TEXT_DEFINITIONS
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <nlohmann/json.hpp>
+
+namespace headwise::text {
+namespace detail {
+
 /// The UTF-8 encoding of code point c.
-inline std::string utf8(char32_t c) {
+HEADWISE_TEXT_INLINE std::string utf8(char32_t c) {
   std::string s;
   if (c < 0x80) s += char(c);
   else if (c < 0x800) s += char(0xC0 | (c >> 6)), s += char(0x80 | (c & 0x3F));
@@ -60,7 +143,7 @@ inline std::string utf8(char32_t c) {
 
 /// GPT-2's bytes_to_unicode: bytes 33-126, 161-172 and 174-255 stand for themselves, the other 68
 /// in increasing order become U+0100, U+0101, ...; as UTF-8 strings, one per byte.
-inline const std::vector<std::string>& byte_characters() {
+HEADWISE_TEXT_INLINE const std::vector<std::string>& byte_characters() {
   static const std::vector<std::string> table = [] {
     std::vector<std::string> t(256);
     char32_t next = 0x100;
@@ -75,7 +158,7 @@ inline const std::vector<std::string>& byte_characters() {
 
 /// The offset of the first byte of text that does not start a valid UTF-8 character (overlong
 /// forms, surrogates and code points past U+10FFFF are invalid), or npos.
-inline std::size_t first_invalid_utf8(std::string_view text) {
+HEADWISE_TEXT_INLINE std::size_t first_invalid_utf8(std::string_view text) {
   std::size_t i = 0;
   while (i < text.size()) {
     const auto b = static_cast<unsigned char>(text[i]);
@@ -94,7 +177,7 @@ inline std::size_t first_invalid_utf8(std::string_view text) {
   return std::string_view::npos;
 }
 
-inline std::string read_file(const std::string& path) {
+HEADWISE_TEXT_INLINE std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TokenizerError("headwise: tokenizer: cannot open " + path);
   std::ostringstream s;
@@ -157,284 +240,253 @@ class Regex {
 
 }  // namespace detail
 
-/// A byte-level BPE tokenizer. encode() adds no special tokens (no post-processor template).
-class BpeTokenizer {
- public:
-  /// GPT-2's own files: vocab.json ({token: id}) and merges.txt ("#version" line, then "left right").
-  static BpeTokenizer from_files(const std::string& vocab_json, const std::string& merges_txt) {
-    BpeTokenizer t(vocab_json);
-    const nlohmann::json vocab = t.parse(detail::read_file(vocab_json));
-    t.read_vocab(vocab);
-    std::istringstream merges(detail::read_file(merges_txt));
-    std::string line;
-    std::vector<std::pair<std::string, std::string>> pairs;
-    for (Index n = 1; std::getline(merges, line); ++n) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.empty() || (n == 1 && line.rfind("#version", 0) == 0)) continue;
-      const std::size_t space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-        t.fail(merges_txt + ": line " + std::to_string(n) + " is not \"left right\"");
-      pairs.emplace_back(line.substr(0, space), line.substr(space + 1));
+HEADWISE_TEXT_INLINE BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt) {
+  BpeTokenizer t(vocab_json);
+  const nlohmann::json vocab = t.parse(detail::read_file(vocab_json));
+  t.read_vocab(vocab);
+  std::istringstream merges(detail::read_file(merges_txt));
+  std::string line;
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (Index n = 1; std::getline(merges, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (n == 1 && line.rfind("#version", 0) == 0)) continue;
+    const std::size_t space = line.find(' ');
+    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
+      t.fail(merges_txt + ": line " + std::to_string(n) + " is not \"left right\"");
+    pairs.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  t.read_merges(pairs);
+  t.regex_ = std::make_shared<detail::Regex>(detail::gpt2_pattern, vocab_json);
+  return t;
+}
+
+HEADWISE_TEXT_INLINE BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) { return from_tokenizer_json_text(detail::read_file(path), path); }
+
+HEADWISE_TEXT_INLINE BpeTokenizer BpeTokenizer::from_tokenizer_json_text(const std::string& text, const std::string& name) {
+  BpeTokenizer t(name);
+  const nlohmann::json j = t.parse(text);
+  if (!j.contains("model") || !j.at("model").is_object()) t.fail("no \"model\" object");
+  const nlohmann::json& model = j.at("model");
+  const std::string type = model.value("type", std::string());
+  if (type != "BPE") t.fail("model type \"" + type + "\" is not one headwise reads (BPE; SentencePiece-Unigram and WordPiece are not)");
+  t.check_model(model);
+  t.read_vocab(model.at("vocab"));
+  t.read_merges(t.merges_of(model));
+  t.ignore_merges_ = model.value("ignore_merges", false);
+  if (j.contains("normalizer") && !j.at("normalizer").is_null())
+    t.fail("normalizer " + j.at("normalizer").dump().substr(0, 80) + " is not one headwise applies (only none)");
+  t.read_pre_tokenizer(j.contains("pre_tokenizer") ? j.at("pre_tokenizer") : nlohmann::json());
+  if (j.contains("decoder") && !j.at("decoder").is_null() && j.at("decoder").value("type", std::string()) != "ByteLevel")
+    t.fail("decoder " + j.at("decoder").dump().substr(0, 80) + " is not one headwise applies (ByteLevel)");
+  if (j.contains("added_tokens")) t.read_added_tokens(j.at("added_tokens"));
+  return t;
+}
+
+HEADWISE_TEXT_INLINE const std::string& BpeTokenizer::token(Index id) const {
+  if (!has_id(id))
+    fail("id " + std::to_string(id) + " is not in the vocabulary (0 .. " + std::to_string(vocab_size() - 1) + ")");
+  return tokens_[static_cast<std::size_t>(id)];
+}
+
+HEADWISE_TEXT_INLINE std::vector<Index> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<Index> out;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const auto [begin, special] = next_special(text, at);
+    encode_ordinary(text.substr(at, begin - at), out);
+    if (special < 0) break;
+    out.push_back(special);
+    at = begin + tokens_[static_cast<std::size_t>(special)].size();
+  }
+  return out;
+}
+
+HEADWISE_TEXT_INLINE std::string BpeTokenizer::decode(const std::vector<Index>& ids) const {
+  std::string out;
+  for (const Index i : ids) {
+    const std::string& t = token(i);
+    if (special_.count(i)) {
+      out += t;
+      continue;
     }
-    t.read_merges(pairs);
-    t.regex_ = std::make_shared<detail::Regex>(detail::gpt2_pattern, vocab_json);
-    return t;
-  }
-
-  /// A Hugging Face tokenizer.json with a BPE model (see the top of this file for what is read).
-  static BpeTokenizer from_tokenizer_json(const std::string& path) { return from_tokenizer_json_text(detail::read_file(path), path); }
-  static BpeTokenizer from_tokenizer_json_text(const std::string& text, const std::string& name) {
-    BpeTokenizer t(name);
-    const nlohmann::json j = t.parse(text);
-    if (!j.contains("model") || !j.at("model").is_object()) t.fail("no \"model\" object");
-    const nlohmann::json& model = j.at("model");
-    const std::string type = model.value("type", std::string());
-    if (type != "BPE") t.fail("model type \"" + type + "\" is not one headwise reads (BPE; SentencePiece-Unigram and WordPiece are not)");
-    t.check_model(model);
-    t.read_vocab(model.at("vocab"));
-    t.read_merges(t.merges_of(model));
-    t.ignore_merges_ = model.value("ignore_merges", false);
-    if (j.contains("normalizer") && !j.at("normalizer").is_null())
-      t.fail("normalizer " + j.at("normalizer").dump().substr(0, 80) + " is not one headwise applies (only none)");
-    t.read_pre_tokenizer(j.contains("pre_tokenizer") ? j.at("pre_tokenizer") : nlohmann::json());
-    if (j.contains("decoder") && !j.at("decoder").is_null() && j.at("decoder").value("type", std::string()) != "ByteLevel")
-      t.fail("decoder " + j.at("decoder").dump().substr(0, 80) + " is not one headwise applies (ByteLevel)");
-    if (j.contains("added_tokens")) t.read_added_tokens(j.at("added_tokens"));
-    return t;
-  }
-
-  Index vocab_size() const { return static_cast<Index>(tokens_.size()); }
-  /// The token string of id (byte-level characters, or a special token's text); throws if unknown.
-  const std::string& token(Index id) const {
-    if (!has_id(id))
-      fail("id " + std::to_string(id) + " is not in the vocabulary (0 .. " + std::to_string(vocab_size() - 1) + ")");
-    return tokens_[static_cast<std::size_t>(id)];
-  }
-  /// The id of a token string, or -1.
-  Index id(const std::string& token) const {
-    const auto it = ids_.find(token);
-    return it == ids_.end() ? -1 : it->second;
-  }
-
-  /// The ids of text (UTF-8), special tokens cut out first. Throws on invalid UTF-8, naming the byte.
-  std::vector<Index> encode(std::string_view text) const {
-    std::vector<Index> out;
-    std::size_t at = 0;
-    while (at < text.size()) {
-      const auto [begin, special] = next_special(text, at);
-      encode_ordinary(text.substr(at, begin - at), out);
-      if (special < 0) break;
-      out.push_back(special);
-      at = begin + tokens_[static_cast<std::size_t>(special)].size();
-    }
-    return out;
-  }
-
-  /// The text of ids: token strings concatenated, byte-level characters back to bytes. Throws on
-  /// an unknown id. (Ids that split a UTF-8 character give its bytes as they are.)
-  std::string decode(const std::vector<Index>& ids) const {
-    std::string out;
-    for (const Index i : ids) {
-      const std::string& t = token(i);
-      if (special_.count(i)) {
-        out += t;
-        continue;
-      }
-      for (std::size_t c = 0; c < t.size();) {
-        std::size_t len = 1;
-        while (c + len < t.size() && (static_cast<unsigned char>(t[c + len]) & 0xC0) == 0x80) ++len;
-        const auto b = byte_of_.find(t.substr(c, len));
-        if (b == byte_of_.end()) fail("token " + std::to_string(i) + " holds a character that is not a byte-level one");
-        out += char(b->second);
-        c += len;
-      }
-    }
-    return out;
-  }
-
- private:
-  explicit BpeTokenizer(std::string name) : name_(std::move(name)) {
-    const auto& chars = detail::byte_characters();
-    for (int b = 0; b < 256; ++b) byte_of_[chars[static_cast<std::size_t>(b)]] = static_cast<unsigned char>(b);
-  }
-  [[noreturn]] void fail(const std::string& what) const { throw TokenizerError("headwise: tokenizer: " + name_ + ": " + what); }
-  nlohmann::json parse(const std::string& text) const {
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) fail("is not a JSON object");
-    return j;
-  }
-  bool has_id(Index id) const { return id >= 0 && id < vocab_size() && present_[static_cast<std::size_t>(id)]; }
-
-  /// {token: id}: ids in [0, 2^31), each once.
-  void read_vocab(const nlohmann::json& vocab) {
-    if (!vocab.is_object()) fail("the vocabulary is not a {token: id} object");
-    for (const auto& item : vocab.items()) {
-      const auto& v = item.value();
-      if (!v.is_number_unsigned() || v.get<std::uint64_t>() >= (std::uint64_t(1) << 31))
-        fail("the vocabulary gives \"" + item.key() + "\" the id " + v.dump() + ", not an integer in [0, 2^31)");
-      add_token(item.key(), static_cast<Index>(v.get<std::uint64_t>()));
+    for (std::size_t c = 0; c < t.size();) {
+      std::size_t len = 1;
+      while (c + len < t.size() && (static_cast<unsigned char>(t[c + len]) & 0xC0) == 0x80) ++len;
+      const auto b = byte_of_.find(t.substr(c, len));
+      if (b == byte_of_.end()) fail("token " + std::to_string(i) + " holds a character that is not a byte-level one");
+      out += char(b->second);
+      c += len;
     }
   }
-  void add_token(const std::string& token, Index id) {
-    if (static_cast<std::size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<std::size_t>(id) + 1), present_.resize(tokens_.size());
-    if (present_[static_cast<std::size_t>(id)] && tokens_[static_cast<std::size_t>(id)] != token)
-      fail("id " + std::to_string(id) + " is given to two tokens");
-    if (!ids_.emplace(token, id).second && ids_.at(token) != id) fail("token \"" + token + "\" has two ids");
-    tokens_[static_cast<std::size_t>(id)] = token, present_[static_cast<std::size_t>(id)] = true;
-  }
-  /// Rank r for the r-th pair; both sides and their concatenation must be tokens of the vocabulary.
-  void read_merges(const std::vector<std::pair<std::string, std::string>>& pairs) {
-    for (std::size_t r = 0; r < pairs.size(); ++r) {
-      const Index a = id(pairs[r].first), b = id(pairs[r].second), merged = id(pairs[r].first + pairs[r].second);
-      if (a < 0 || b < 0 || merged < 0)
-        fail("merge " + std::to_string(r) + " (\"" + pairs[r].first + " " + pairs[r].second + "\") joins tokens the vocabulary lacks");
-      merges_.emplace(key(a, b), Merge{static_cast<Index>(r), merged});  // (a repeated pair keeps its first rank)
-    }
-  }
-  std::vector<std::pair<std::string, std::string>> merges_of(const nlohmann::json& model) const {
-    std::vector<std::pair<std::string, std::string>> pairs;
-    if (!model.contains("merges") || !model.at("merges").is_array()) fail("the BPE model has no \"merges\" list");
-    for (const auto& m : model.at("merges")) {
-      if (m.is_string()) {  // "left right"
-        const std::string s = m.get<std::string>();
-        const std::size_t space = s.find(' ');
-        if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) fail("merge \"" + s + "\" is not \"left right\"");
-        pairs.emplace_back(s.substr(0, space), s.substr(space + 1));
-      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["left", "right"]
-        pairs.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-      } else {
-        fail("merge " + m.dump().substr(0, 60) + " is neither \"left right\" nor [\"left\", \"right\"]");
-      }
-    }
-    return pairs;
-  }
-  void check_model(const nlohmann::json& model) const {
-    const auto unset = [&](const char* key) { return !model.contains(key) || model.at(key).is_null(); };
-    for (const char* key : {"dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix"})
-      if (!unset(key)) fail(std::string("the BPE model's \"") + key + "\" = " + model.at(key).dump() + " is not read by headwise (only null)");
-    for (const char* key : {"fuse_unk", "byte_fallback"})
-      if (!unset(key) && model.at(key) != false) fail(std::string("the BPE model's \"") + key + "\" = true is not read by headwise");
-    if (!model.contains("vocab")) fail("the BPE model has no \"vocab\"");
-  }
-  /// ByteLevel (use_regex: GPT-2's regex), or Sequence [Split(Regex, Isolated), ByteLevel(use_regex false)].
-  void read_pre_tokenizer(const nlohmann::json& p) {
-    const auto byte_level = [&](const nlohmann::json& b, bool regex_allowed) {
-      if (b.value("type", std::string()) != "ByteLevel") fail("pre-tokenizer " + b.dump().substr(0, 80) + " is not one headwise reads");
-      add_prefix_space_ = b.value("add_prefix_space", false);
-      const bool use_regex = b.value("use_regex", true);
-      if (use_regex && !regex_allowed) fail("a ByteLevel pre-tokenizer with use_regex after a Split would split twice: not read");
-      return use_regex;
-    };
-    if (p.is_null()) fail("no pre_tokenizer: byte-level BPE needs ByteLevel");
-    if (p.value("type", std::string()) == "Sequence") {
-      const nlohmann::json& list = p.contains("pretokenizers") ? p.at("pretokenizers") : nlohmann::json();
-      if (!list.is_array() || list.size() != 2) fail("a Sequence pre-tokenizer other than [Split, ByteLevel] is not read");
-      const nlohmann::json& split = list[0];
-      if (split.value("type", std::string()) != "Split" || split.value("behavior", std::string()) != "Isolated" ||
-          split.value("invert", false) || !split.contains("pattern") || !split.at("pattern").contains("Regex"))
-        fail("pre-tokenizer " + split.dump().substr(0, 120) + ": only a Split by Regex, Isolated, not inverted, is read");
-      byte_level(list[1], false);
-      regex_ = std::make_shared<detail::Regex>(split.at("pattern").at("Regex").get<std::string>(), name_);
-      return;
-    }
-    if (!byte_level(p, true)) fail("a ByteLevel pre-tokenizer without use_regex and without a Split would not split: not read");
-    regex_ = std::make_shared<detail::Regex>(detail::gpt2_pattern, name_);
-  }
-  void read_added_tokens(const nlohmann::json& added) {
-    if (!added.is_array()) fail("\"added_tokens\" is not a list");
-    for (const auto& a : added) {
-      if (!a.is_object() || !a.contains("id") || !a.at("id").is_number_unsigned() || !a.contains("content") || !a.at("content").is_string())
-        fail("added token " + a.dump().substr(0, 80) + " has no id and content");
-      for (const char* key : {"single_word", "lstrip", "rstrip"})
-        if (a.value(key, false)) fail("added token " + a.at("content").dump() + " sets \"" + key + "\", which headwise does not apply");
-      const std::string content = a.at("content").get<std::string>();
-      if (content.empty()) fail("an added token has empty content");
-      add_token(content, static_cast<Index>(a.at("id").get<std::uint64_t>()));
-      special_.emplace(static_cast<Index>(a.at("id").get<std::uint64_t>()));
-    }
-  }
+  return out;
+}
 
-  /// The first special token at or after `at` (its offset and id; id -1 and text.size() if none).
-  std::pair<std::size_t, Index> next_special(std::string_view text, std::size_t at) const {
-    std::pair<std::size_t, Index> best{text.size(), -1};
-    for (const Index s : special_) {
-      const std::string& t = tokens_[static_cast<std::size_t>(s)];
-      const std::size_t found = text.find(t, at);
-      if (found == std::string_view::npos) continue;
-      if (found < best.first || (found == best.first && t.size() > tokens_[static_cast<std::size_t>(best.second)].size()))
-        best = {found, s};
+HEADWISE_TEXT_INLINE BpeTokenizer::BpeTokenizer(std::string name) : name_(std::move(name)) {
+  const auto& chars = detail::byte_characters();
+  for (int b = 0; b < 256; ++b) byte_of_[chars[static_cast<std::size_t>(b)]] = static_cast<unsigned char>(b);
+}
+
+HEADWISE_TEXT_INLINE nlohmann::json BpeTokenizer::parse(const std::string& text) const {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) fail("is not a JSON object");
+  return j;
+}
+
+HEADWISE_TEXT_INLINE void BpeTokenizer::read_vocab(const nlohmann::json& vocab) {
+  if (!vocab.is_object()) fail("the vocabulary is not a {token: id} object");
+  for (const auto& item : vocab.items()) {
+    const auto& v = item.value();
+    if (!v.is_number_unsigned() || v.get<std::uint64_t>() >= (std::uint64_t(1) << 31))
+      fail("the vocabulary gives \"" + item.key() + "\" the id " + v.dump() + ", not an integer in [0, 2^31)");
+    add_token(item.key(), static_cast<Index>(v.get<std::uint64_t>()));
+  }
+}
+
+HEADWISE_TEXT_INLINE void BpeTokenizer::add_token(const std::string& token, Index id) {
+  if (static_cast<std::size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<std::size_t>(id) + 1), present_.resize(tokens_.size());
+  if (present_[static_cast<std::size_t>(id)] && tokens_[static_cast<std::size_t>(id)] != token)
+    fail("id " + std::to_string(id) + " is given to two tokens");
+  if (!ids_.emplace(token, id).second && ids_.at(token) != id) fail("token \"" + token + "\" has two ids");
+  tokens_[static_cast<std::size_t>(id)] = token, present_[static_cast<std::size_t>(id)] = true;
+}
+
+HEADWISE_TEXT_INLINE void BpeTokenizer::read_merges(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  for (std::size_t r = 0; r < pairs.size(); ++r) {
+    const Index a = id(pairs[r].first), b = id(pairs[r].second), merged = id(pairs[r].first + pairs[r].second);
+    if (a < 0 || b < 0 || merged < 0)
+      fail("merge " + std::to_string(r) + " (\"" + pairs[r].first + " " + pairs[r].second + "\") joins tokens the vocabulary lacks");
+    merges_.emplace(key(a, b), Merge{static_cast<Index>(r), merged});  // (a repeated pair keeps its first rank)
+  }
+}
+
+HEADWISE_TEXT_INLINE std::vector<std::pair<std::string, std::string>> BpeTokenizer::merges_of(const nlohmann::json& model) const {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  if (!model.contains("merges") || !model.at("merges").is_array()) fail("the BPE model has no \"merges\" list");
+  for (const auto& m : model.at("merges")) {
+    if (m.is_string()) {  // "left right"
+      const std::string s = m.get<std::string>();
+      const std::size_t space = s.find(' ');
+      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) fail("merge \"" + s + "\" is not \"left right\"");
+      pairs.emplace_back(s.substr(0, space), s.substr(space + 1));
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["left", "right"]
+      pairs.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      fail("merge " + m.dump().substr(0, 60) + " is neither \"left right\" nor [\"left\", \"right\"]");
     }
-    return best;
   }
+  return pairs;
+}
 
-  /// Text without special tokens: pieces by the regex, then BPE inside each.
-  void encode_ordinary(std::string_view text, std::vector<Index>& out) const {
-    if (text.empty()) return;
-    std::string prefixed;
-    if (add_prefix_space_ && text.front() != ' ') prefixed = " " + std::string(text), text = prefixed;
-    regex_->split(text, [&](std::size_t begin, std::size_t end) { merge_piece(text.substr(begin, end - begin), out); });
-  }
+HEADWISE_TEXT_INLINE void BpeTokenizer::check_model(const nlohmann::json& model) const {
+  const auto unset = [&](const char* key) { return !model.contains(key) || model.at(key).is_null(); };
+  for (const char* key : {"dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix"})
+    if (!unset(key)) fail(std::string("the BPE model's \"") + key + "\" = " + model.at(key).dump() + " is not read by headwise (only null)");
+  for (const char* key : {"fuse_unk", "byte_fallback"})
+    if (!unset(key) && model.at(key) != false) fail(std::string("the BPE model's \"") + key + "\" = true is not read by headwise");
+  if (!model.contains("vocab")) fail("the BPE model has no \"vocab\"");
+}
 
-  struct Merge {
-    Index rank, merged;
+HEADWISE_TEXT_INLINE void BpeTokenizer::read_pre_tokenizer(const nlohmann::json& p) {
+  const auto byte_level = [&](const nlohmann::json& b, bool regex_allowed) {
+    if (b.value("type", std::string()) != "ByteLevel") fail("pre-tokenizer " + b.dump().substr(0, 80) + " is not one headwise reads");
+    add_prefix_space_ = b.value("add_prefix_space", false);
+    const bool use_regex = b.value("use_regex", true);
+    if (use_regex && !regex_allowed) fail("a ByteLevel pre-tokenizer with use_regex after a Split would split twice: not read");
+    return use_regex;
   };
-  static std::uint64_t key(Index a, Index b) { return (std::uint64_t(a) << 32) | std::uint64_t(b); }
-
-  /// BPE inside one piece, as Hugging Face's word.rs merges: a heap of (rank, position), the
-  /// lowest rank first, leftmost among equals; a popped pair is skipped if either side changed.
-  void merge_piece(std::string_view piece, std::vector<Index>& out) const {
-    const auto& chars = detail::byte_characters();
-    std::string mapped;
-    for (const char c : piece) mapped += chars[static_cast<unsigned char>(c)];
-    if (ignore_merges_ && id(mapped) >= 0) {
-      out.push_back(id(mapped));
-      return;
-    }
-    struct Symbol {
-      Index id, prev, next;
-    };
-    std::vector<Symbol> s;
-    for (const char c : piece) {
-      const Index i = id(chars[static_cast<unsigned char>(c)]);
-      if (i < 0) fail("the vocabulary has no token for byte " + std::to_string(static_cast<unsigned char>(c)));
-      s.push_back({i, Index(s.size()) - 1, Index(s.size()) + 1});
-    }
-    s.back().next = -1;
-    struct Candidate {
-      Index rank, pos, merged;
-      bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-    };
-    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-    const auto offer = [&](Index pos) {
-      if (pos < 0 || s[static_cast<std::size_t>(pos)].next < 0) return;
-      const auto m = merges_.find(key(s[static_cast<std::size_t>(pos)].id, s[static_cast<std::size_t>(s[static_cast<std::size_t>(pos)].next)].id));
-      if (m != merges_.end()) heap.push({m->second.rank, pos, m->second.merged});
-    };
-    for (Index p = 0; p < Index(s.size()); ++p) offer(p);
-    while (!heap.empty()) {
-      const Candidate c = heap.top();
-      heap.pop();
-      Symbol& left = s[static_cast<std::size_t>(c.pos)];
-      if (left.id < 0 || left.next < 0) continue;  // merged away, or now the last
-      const auto m = merges_.find(key(left.id, s[static_cast<std::size_t>(left.next)].id));
-      if (m == merges_.end() || m->second.merged != c.merged) continue;  // a side changed since
-      Symbol& right = s[static_cast<std::size_t>(left.next)];
-      left.id = c.merged, left.next = right.next, right.id = -1;
-      if (left.next >= 0) s[static_cast<std::size_t>(left.next)].prev = c.pos;
-      offer(left.prev), offer(c.pos);
-    }
-    for (Index p = 0; p >= 0; p = s[static_cast<std::size_t>(p)].next) out.push_back(s[static_cast<std::size_t>(p)].id);
+  if (p.is_null()) fail("no pre_tokenizer: byte-level BPE needs ByteLevel");
+  if (p.value("type", std::string()) == "Sequence") {
+    const nlohmann::json& list = p.contains("pretokenizers") ? p.at("pretokenizers") : nlohmann::json();
+    if (!list.is_array() || list.size() != 2) fail("a Sequence pre-tokenizer other than [Split, ByteLevel] is not read");
+    const nlohmann::json& split = list[0];
+    if (split.value("type", std::string()) != "Split" || split.value("behavior", std::string()) != "Isolated" ||
+        split.value("invert", false) || !split.contains("pattern") || !split.at("pattern").contains("Regex"))
+      fail("pre-tokenizer " + split.dump().substr(0, 120) + ": only a Split by Regex, Isolated, not inverted, is read");
+    byte_level(list[1], false);
+    regex_ = std::make_shared<detail::Regex>(split.at("pattern").at("Regex").get<std::string>(), name_);
+    return;
   }
+  if (!byte_level(p, true)) fail("a ByteLevel pre-tokenizer without use_regex and without a Split would not split: not read");
+  regex_ = std::make_shared<detail::Regex>(detail::gpt2_pattern, name_);
+}
 
-  std::string name_;
-  std::vector<std::string> tokens_;
-  std::vector<bool> present_;
-  std::unordered_map<std::string, Index> ids_;
-  std::unordered_map<std::uint64_t, Merge> merges_;
-  std::unordered_map<std::string, unsigned char> byte_of_;
-  std::set<Index> special_;
-  std::shared_ptr<const detail::Regex> regex_;
-  bool ignore_merges_ = false, add_prefix_space_ = false;
-};
+HEADWISE_TEXT_INLINE void BpeTokenizer::read_added_tokens(const nlohmann::json& added) {
+  if (!added.is_array()) fail("\"added_tokens\" is not a list");
+  for (const auto& a : added) {
+    if (!a.is_object() || !a.contains("id") || !a.at("id").is_number_unsigned() || !a.contains("content") || !a.at("content").is_string())
+      fail("added token " + a.dump().substr(0, 80) + " has no id and content");
+    for (const char* key : {"single_word", "lstrip", "rstrip"})
+      if (a.value(key, false)) fail("added token " + a.at("content").dump() + " sets \"" + key + "\", which headwise does not apply");
+    const std::string content = a.at("content").get<std::string>();
+    if (content.empty()) fail("an added token has empty content");
+    add_token(content, static_cast<Index>(a.at("id").get<std::uint64_t>()));
+    special_.emplace(static_cast<Index>(a.at("id").get<std::uint64_t>()));
+  }
+}
+
+HEADWISE_TEXT_INLINE std::pair<std::size_t, Index> BpeTokenizer::next_special(std::string_view text, std::size_t at) const {
+  std::pair<std::size_t, Index> best{text.size(), -1};
+  for (const Index s : special_) {
+    const std::string& t = tokens_[static_cast<std::size_t>(s)];
+    const std::size_t found = text.find(t, at);
+    if (found == std::string_view::npos) continue;
+    if (found < best.first || (found == best.first && t.size() > tokens_[static_cast<std::size_t>(best.second)].size()))
+      best = {found, s};
+  }
+  return best;
+}
+
+HEADWISE_TEXT_INLINE void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<Index>& out) const {
+  if (text.empty()) return;
+  std::string prefixed;
+  if (add_prefix_space_ && text.front() != ' ') prefixed = " " + std::string(text), text = prefixed;
+  regex_->split(text, [&](std::size_t begin, std::size_t end) { merge_piece(text.substr(begin, end - begin), out); });
+}
+
+HEADWISE_TEXT_INLINE void BpeTokenizer::merge_piece(std::string_view piece, std::vector<Index>& out) const {
+  const auto& chars = detail::byte_characters();
+  std::string mapped;
+  for (const char c : piece) mapped += chars[static_cast<unsigned char>(c)];
+  if (ignore_merges_ && id(mapped) >= 0) {
+    out.push_back(id(mapped));
+    return;
+  }
+  struct Symbol {
+    Index id, prev, next;
+  };
+  std::vector<Symbol> s;
+  for (const char c : piece) {
+    const Index i = id(chars[static_cast<unsigned char>(c)]);
+    if (i < 0) fail("the vocabulary has no token for byte " + std::to_string(static_cast<unsigned char>(c)));
+    s.push_back({i, Index(s.size()) - 1, Index(s.size()) + 1});
+  }
+  s.back().next = -1;
+  struct Candidate {
+    Index rank, pos, merged;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  const auto offer = [&](Index pos) {
+    if (pos < 0 || s[static_cast<std::size_t>(pos)].next < 0) return;
+    const auto m = merges_.find(key(s[static_cast<std::size_t>(pos)].id, s[static_cast<std::size_t>(s[static_cast<std::size_t>(pos)].next)].id));
+    if (m != merges_.end()) heap.push({m->second.rank, pos, m->second.merged});
+  };
+  for (Index p = 0; p < Index(s.size()); ++p) offer(p);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    Symbol& left = s[static_cast<std::size_t>(c.pos)];
+    if (left.id < 0 || left.next < 0) continue;  // merged away, or now the last
+    const auto m = merges_.find(key(left.id, s[static_cast<std::size_t>(left.next)].id));
+    if (m == merges_.end() || m->second.merged != c.merged) continue;  // a side changed since
+    Symbol& right = s[static_cast<std::size_t>(left.next)];
+    left.id = c.merged, left.next = right.next, right.id = -1;
+    if (left.next >= 0) s[static_cast<std::size_t>(left.next)].prev = c.pos;
+    offer(left.prev), offer(c.pos);
+  }
+  for (Index p = 0; p >= 0; p = s[static_cast<std::size_t>(p)].next) out.push_back(s[static_cast<std::size_t>(p)].id);
+}
+
 
 }  // namespace headwise::text
+#endif  // HEADWISE_TEXT_DEFINITIONS
