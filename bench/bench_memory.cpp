@@ -79,10 +79,10 @@ void BM_LayerBackwardPeakMemory(benchmark::State& state) {
   const Mat x = random_input(n, d_model, rng), dy = random_input(n, d_model, rng);
   const double before = peak_rss_mib();
   for (auto _ : state) {
-    headwise::SavedForward<float> saved;
-    Mat out = headwise::forward_for_backward(layer, x, saved);
+    headwise::ForwardRecord<float> record;
+    Mat out = headwise::forward_for_backward(layer, x, record);
     benchmark::DoNotOptimize(out.data());
-    const headwise::MultiHeadGradients<float> grads = headwise::layer_backward(layer, x, dy, {}, &saved);
+    const headwise::MultiHeadGradients<float> grads = headwise::layer_backward(layer, x, dy, {}, &record);
     benchmark::DoNotOptimize(grads.dx.data());
   }
   set_memory_counters(state, n, d_model, before);

@@ -107,12 +107,12 @@ int main(int argc, char** argv) try {
     headwise::AttentionOptions o;
     o.cu_seqlens = b.cu_seqlens;
     const auto layer = layer_of(w);
-    headwise::SavedForward<double> saved;
+    headwise::ForwardRecord<double> record;
     Mat dy;
-    loss = loss_and_gradient(headwise::forward_for_backward(layer, b.x, saved, o), b, dy);
+    loss = loss_and_gradient(headwise::forward_for_backward(layer, b.x, record, o), b, dy);
     if (step % 200 == 0)
       std::printf("step %3d  loss %.4f  previous-token score %.3f\n", step, loss, previous_token_score(layer, probe, probe_options));
-    const headwise::MultiHeadGradients<double> g = headwise::layer_backward(layer, b.x, dy, o, &saved);
+    const headwise::MultiHeadGradients<double> g = headwise::layer_backward(layer, b.x, dy, o, &record);
     w.w_q -= rate * g.dw_q, w.w_k -= rate * g.dw_k, w.w_v -= rate * g.dw_v, w.w_o -= rate * g.dw_o;
   }
   const auto trained = layer_of(w);

@@ -127,9 +127,12 @@ TEMPLATE_TEST_CASE("layer backward reproduces PyTorch autograd (mha-grad-referen
   CHECK_THAT(headwise_test::as_double(fused.dw_o), IsNear(ref.matrix<double>("dW_O"), tol));
   CHECK_THAT(headwise_test::as_double(fused.db_v), IsNear(ref.matrix<double>("db_V"), tol));
   CHECK_THAT(headwise_test::as_double(fused.db_o), IsNear(ref.matrix<double>("db_O"), tol));
-  SavedForward<TestType> saved;
-  CHECK_THAT(headwise_test::as_double(forward_for_backward(layer, x, saved)), IsNear(ref.matrix<double>("Y"), tol));
-  CHECK_THAT(headwise_test::as_double(layer_backward(layer, x, dy, {}, &saved).dx), headwise_test::IsExactly(fused.dx));
+  ForwardRecord<TestType> record;
+  CHECK_THAT(headwise_test::as_double(forward_for_backward(layer, x, record)), IsNear(ref.matrix<double>("Y"), tol));
+  CHECK_THAT(headwise_test::as_double(layer_backward(layer, x, dy, {}, &record).dx), headwise_test::IsExactly(fused.dx));
+  const ForwardRecord<TestType> kept_nothing;  // a record of no forward (or of one that kept only Z): refused
+  CHECK_THROWS_WITH(layer_backward(layer, x, dy, {}, &kept_nothing),
+                    Catch::Matchers::Contains("the record holds") && Catch::Matchers::Contains("forward_for_backward keeps them"));
 }
 
 TEMPLATE_TEST_CASE("fused backward == step-by-step backward, every variant, odd tiles, any thread count",

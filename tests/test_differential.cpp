@@ -65,7 +65,7 @@ TEMPLATE_TEST_CASE("fused equals step-by-step over random shapes, tiles and thre
   const double eps = std::numeric_limits<TestType>::epsilon();
   std::mt19937 rng(2024);
 #ifdef HEADWISE_TESTS_UNDER_SANITIZERS
-  constexpr int trials = 40;  // the native builds run all 120, on each instruction set; here, what ASan sees
+  constexpr int trials = 20;  // the native builds run all 120, on each instruction set; here, what ASan sees of them
 #else
   constexpr int trials = 120;
 #endif

@@ -19,7 +19,11 @@ TEMPLATE_TEST_CASE("fused == step by step over sizes around the tile edges", "[f
   const FusedTiles tiles;  // the default tiles: n runs over 0, 1, 2, tile - 1, tile, tile + 1, ...
   REQUIRE(tiles.queries == 128);
   REQUIRE(tiles.keys == 128);
+#ifdef HEADWISE_TESTS_UNDER_SANITIZERS
+  const Index n = GENERATE(0, 1, 2, 127, 128, 129, 257);  // (1000 in the native builds: ASan sees three tiles' edges here)
+#else
   const Index n = GENERATE(0, 1, 2, 127, 128, 129, 257, 1000);
+#endif
   const Index d_head = GENERATE(24, 64);
   const bool causal = GENERATE(true, false);
   CAPTURE(n, d_head, causal);

@@ -51,16 +51,14 @@ void check_latent_layer(const MultiHeadLatentAttention<Scalar>& layer, const io:
   record.keep_queries = record.keep_keys_values = true;
   layer.attend_heads(x, {}, record);
   const Matrix<Scalar>& q = record.q;
-  const PackedKeysValues<Scalar>& kv = record.keys_values;
   const Index L = layer.latent_width(), R = layer.kv_lora_rank();
   for (Index h = 0; h < layer.n_heads(); ++h) {
     CHECK_THAT(Matrix<double>(q.middleCols(h * L, R).template cast<double>()), IsNear(ref.slice<double>(p + "q_absorbed.f64", h), tol));
     CHECK_THAT(Matrix<double>(q.middleCols(h * L + R, L - R).template cast<double>()), IsNear(ref.slice<double>(p + "q_rope.f64", h), tol));
   }
-  REQUIRE(kv.values_are_keys());
-  Matrix<double> latent(x.rows(), L);
-  for (Index j = 0; j < x.rows(); ++j)
-    for (Index c = 0; c < L; ++c) latent(j, c) = double(kv.key(0, j, c));
+  const Matrix<double> latent = record.k.template cast<double>();  // one latent head, L wide
+  REQUIRE(latent.cols() == L);
+  CHECK(record.v == record.k.leftCols(layer.v_head_dim()));  // the values: the latent keys' first columns
   CHECK_THAT(latent.leftCols(R), IsNear(ref.matrix<double>(p + "c_kv.f64"), tol));
   CHECK_THAT(latent.rightCols(L - R), IsNear(ref.matrix<double>(p + "k_rope.f64"), tol));
 }

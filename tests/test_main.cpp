@@ -1,3 +1,4 @@
-// The Catch2 main of the test binary.
-#define CATCH_CONFIG_MAIN
+// The main of the unit-test binaries (Catch2's code: catch_session.cpp).
 #include "support/catch.hpp"
+
+int main(int argc, char** argv) { return headwise_test::run_catch_session(argc, argv); }

@@ -4,7 +4,6 @@
 // position-dependent variant, even and uneven blocks (a rank with no rows included). Bad input on
 // one rank makes every rank throw the same error. Only CHECKs here: a REQUIRE failing on one rank
 // would leave the others waiting in the next collective call.
-#define CATCH_CONFIG_RUNNER
 #include <random>
 #include <string>
 
@@ -193,7 +192,7 @@ TEST_CASE("ring attention: ranks that disagree on the call are refused by every 
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  const int failed = Catch::Session().run(argc, argv);
+  const int failed = headwise_test::run_catch_session(argc, argv);
   int any = 0;
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();

@@ -4,14 +4,15 @@
 //                          intermediate gradient kept, the way trace() keeps every intermediate of
 //                          the forward; holds each head's (n, n) pattern: for teaching and checking.
 //   layer_backward         by the fused kernels (kernels/fused_attention_backward.hpp): O(n d)
-//                          memory; the forward's Q, K, V, Z and logsumexp either kept by
-//                          forward_for_backward or recomputed.
+//                          memory; the forward's Q, K, V, Z and logsumexp either kept in its
+//                          ForwardRecord by forward_for_backward or recomputed.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "headwise/causal_mask.hpp"
+#include "headwise/forward_record.hpp"
 #include "headwise/head_sum.hpp"
 #include "headwise/attend_backward.hpp"
 #include "headwise/linear.hpp"
@@ -127,13 +128,6 @@ MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar
   return grads;
 }
 
-/// What the fused forward keeps for layer_backward: O(n d) in all.
-template <class Scalar>
-struct SavedForward {
-  Matrix<Scalar> qkv;                 ///< (n, (n_heads + 2 n_kv_heads) d_head): Q, K (rotated) and V
-  AttentionResult<Scalar> attention;  ///< every head's Z (n, n_heads d_head) and logsumexp (n_heads, n)
-};
-
 namespace detail {
 /// The attention call of a layer's fused forward and backward: its heads, the options given (the
 /// layer's own already added) and the logsumexp the backward reads.
@@ -146,55 +140,52 @@ AttentionCall layer_attention_call(const MultiHeadAttention<Scalar>& layer, cons
 }
 }  // namespace detail
 
-/// The layer's output on x (n, d_model) by the fused kernel, keeping what layer_backward needs.
+/// The layer's output on x (n, d_model) by its one fused forward (attend_heads), which keeps in
+/// `record` (forward_record.hpp) what layer_backward reads: the queries, the keys and values, Z and
+/// the logsumexp, O(n d) in all.
 template <class Scalar>
 Matrix<Scalar> forward_for_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
-                                    SavedForward<Scalar>& saved, const AttentionOptions& options = {}) {
-  constexpr const char* where = "forward_for_backward";
-  detail::check_differentiable(layer, options, where);
-  const QkvLayout l = layer.layout();
-  const AttentionOptions all = layer.options_for(options);
-  saved.qkv = layer.project_qkv(x);
-  if (layer.rope()) layer.rope()->template rotate<Scalar>(l.queries_and_keys(saved.qkv), 0, detail::thread_count(options.threads, where));
-  saved.attention = detail::attend_matrices<Scalar>(l.part(saved.qkv, QkvPart::query), l.part(saved.qkv, QkvPart::key),
-                                                    l.part(saved.qkv, QkvPart::value),
-                                                    detail::layer_attention_call(layer, all), where);
-  return layer.project_heads(saved.attention.z);
+                                    ForwardRecord<Scalar>& record, const AttentionOptions& options = {}) {
+  detail::check_differentiable(layer, options, "forward_for_backward");
+  record.keep_queries = record.keep_keys_values = record.keep_logsumexp = true;
+  layer.attend_heads(x, options, record);
+  return layer.project_heads(record.attention.z, options.threads);
 }
 
 /// The layer's gradients at x (n, d_model) from dy = ∂L/∂Y (n, d_model), by the fused kernels:
-/// no (n, n) matrix. With `saved` (from forward_for_backward on the same x and options) the
+/// no (n, n) matrix. With `record` (from forward_for_backward on the same x and options) the
 /// forward is not run again; without it, Q, K, V, Z and the logsumexp are recomputed. Bitwise the
 /// same for any thread count. `heads` is left empty.
 template <class Scalar>
 MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
                                           const Matrix<Scalar>& dy, const AttentionOptions& options = {},
-                                          const SavedForward<Scalar>* saved = nullptr) {
+                                          const ForwardRecord<Scalar>* record = nullptr) {
   constexpr const char* where = "layer_backward";
   detail::check_differentiable(layer, options, where);
   if (dy.rows() != x.rows() || dy.cols() != layer.d_model())
     detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", x.rows(), "x", layer.d_model(), " (like the output)");
   detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask
-  SavedForward<Scalar> recomputed;
-  if (!saved) forward_for_backward(layer, x, recomputed, options), saved = &recomputed;
-  if (saved->qkv.rows() != x.rows() || saved->attention.z.rows() != x.rows())
-    detail::invalid(where, "the saved forward has ", saved->qkv.rows(), " rows, x has ", x.rows());
+  ForwardRecord<Scalar> recomputed;
+  if (!record) forward_for_backward(layer, x, recomputed, options), record = &recomputed;
+  const Index n = x.rows();
+  if (record->q.rows() != n || record->k.rows() != n || record->v.rows() != n || record->attention.z.rows() != n ||
+      record->attention.logsumexp.cols() != n)
+    detail::invalid(where, "the record holds queries, keys and values, Z and the logsumexp of ", record->q.rows(), ", ",
+                    record->k.rows(), ", ", record->attention.z.rows(), " and ", record->attention.logsumexp.cols(),
+                    " tokens; x has ", n, " (forward_for_backward keeps them)");
   const int threads = detail::thread_count(options.threads, where);
   MultiHeadGradients<Scalar> grads;
   // The W_O sum: dZ = dY W_Oᵀ, dW_O = Zᵀ dY, db_O = Σ_rows dY. (The deterministic product reads
   // row-major operands: a transposed one is copied, and the copy of Z freed at once.)
   Matrix<Scalar> dz;
   detail::product<Scalar>(dy, Matrix<Scalar>(layer.w_o().transpose()), dz, threads);
-  detail::product<Scalar>(Matrix<Scalar>(saved->attention.z.transpose()), dy, grads.dw_o, threads);
+  detail::product<Scalar>(Matrix<Scalar>(record->attention.z.transpose()), dy, grads.dw_o, threads);
   grads.db_o = dy.colwise().sum();
   // Attention, then RoPE's backward on dQ and dK.
-  const auto& qkv = saved->qkv;
   const QkvLayout l = layer.layout();
   const AttentionOptions all = layer.options_for(options);
-  AttentionGradients<Scalar> g =
-      detail::backward_of_attend<Scalar>(l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key),
-                                         l.part(qkv, QkvPart::value), saved->attention, dz,
-                                         detail::layer_attention_call(layer, all), where);
+  AttentionGradients<Scalar> g = detail::backward_of_attend<Scalar>(record->q, record->k, record->v, record->attention, dz,
+                                                                     detail::layer_attention_call(layer, all), where);
   dz = Matrix<Scalar>();
   if (layer.rope()) {
     layer.rope()->template rotate_gradient<Scalar>(g.dq, 0, threads);

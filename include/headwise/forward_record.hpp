@@ -1,7 +1,8 @@
 // ForwardRecord: what one fused forward of a layer keeps, on request, and what can be read off it
 // afterwards without running the layer again. The one record of a forward: a layer's
 // attend_heads fills it, interpret::inspect returns it, the whole model's hooks read it, and
-// layer_backward reads it (forward_for_backward). Every part is O(n d_model); a head's pattern,
+// layer_backward reads it (from forward_for_backward, which keeps the queries, keys and values and
+// the logsumexp). Every part is O(n d_model); a head's pattern,
 // (n, n), is computed from the kept queries, keys and logsumexp only when asked for.
 //
 //   ForwardRecord<float> record;
@@ -15,7 +16,6 @@
 
 #include "headwise/attend.hpp"
 #include "headwise/detail/errors.hpp"
-#include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/options.hpp"
 #include "headwise/score_rule.hpp"
 #include "headwise/types.hpp"
@@ -28,14 +28,17 @@ struct ForwardRecord {
   bool keep_logsumexp = false;    ///< attention.logsumexp (pattern() needs it)
   bool keep_statistics = false;   ///< attention.statistics: entropy, masses, largest weight per row
   bool keep_queries = false;      ///< q (pattern() needs it)
-  bool keep_keys_values = false;  ///< keys_values (pattern() needs them)
+  bool keep_keys_values = false;  ///< k and v (pattern() needs the keys)
 
   // What the forward kept.
   /// The attention before W_O, as attend() returns it: every head's Z (n, n_heads d_v) as W_O
   /// reads it (gated by an output gate), and the logsumexp and statistics (n_heads, n) if kept.
   AttentionResult<Scalar> attention;
   Matrix<Scalar> q;                                  ///< (n, n_heads d_head): the queries after norms and RoPE
-  PackedKeysValues<Scalar> keys_values{0, 1, 1, 1};  ///< the keys (after norms and RoPE) and values, as stored
+  /// The keys (after norms and RoPE), (n, n_kv_heads d_head), and values, (n, n_kv_heads d_v), as
+  /// the kernel read them (in the layer's kv_storage, widened back); a latent layer's latent keys
+  /// and the values that are their first v_head_dim columns.
+  Matrix<Scalar> k, v;
   Matrix<Scalar> output;                             ///< the layer's output, where the forward computed it (inspect)
   AttentionOptions options;                          ///< the options of the run, the layer's own included
   Index n_heads = 0, n_kv_heads = 0, d_head = 0;
@@ -57,15 +60,12 @@ struct ForwardRecord {
   Matrix<Scalar> pattern(Index h, const std::vector<Index>& rows) const {
     constexpr const char* where = "ForwardRecord::pattern";
     checked(h, where);
-    if (q.rows() != attention.z.rows() || attention.logsumexp.cols() != attention.z.rows() ||
-        keys_values.size() != attention.z.rows())
+    if (q.rows() != attention.z.rows() || attention.logsumexp.cols() != attention.z.rows() || k.rows() != attention.z.rows())
       detail::invalid(where, "the record kept no queries, keys or logsumexp (keep_queries, keep_keys_values, keep_logsumexp)");
     const Index n = q.rows(), g = h / (n_heads / n_kv_heads);
     const Scalar inv_divisor = static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, d_head, where));
     const ScoreRule<Scalar> rule(options, n, n, n_heads, where);
-    Matrix<Scalar> k(n, d_head);  // head g's keys, unpacked
-    for (Index j = 0; j < n; ++j)
-      for (Index c = 0; c < d_head; ++c) k(j, c) = keys_values.key(g, j, c);
+    const auto k_g = k.middleCols(g * d_head, d_head);  // head g's keys
     Matrix<Scalar> p = Matrix<Scalar>::Zero(static_cast<Index>(rows.size()), n);
     RowVector<Scalar> s(n);
     for (std::size_t r = 0; r < rows.size(); ++r) {
@@ -73,7 +73,7 @@ struct ForwardRecord {
       if (i < 0 || i >= n) detail::invalid(where, "row ", i, " out of range [0, ", n, ")");
       const KeyRange keys = rule.keys(i);
       const RowVector<Scalar> q_i = q.block(i, h * d_head, 1, d_head) * inv_divisor;
-      for (Index j = keys.begin; j < keys.end; ++j) s(j) = q_i.dot(k.row(j));
+      for (Index j = keys.begin; j < keys.end; ++j) s(j) = q_i.dot(k_g.row(j));
       rule.apply(h, i, /*first_key=*/0, s.data(), keys.begin, keys.end);
       for (Index j = keys.begin; j < keys.end; ++j) p(static_cast<Index>(r), j) = std::exp(s(j) - attention.logsumexp(h, i));
     }

@@ -482,7 +482,7 @@ void MultiHeadAttention<Scalar>::attend_heads(const Eigen::Ref<const Matrix<Scal
   const Index first = first_position_of(record.options, where);
   PackedKeysValues<Scalar> own(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
   record.attention = attend_rows(x, own, record.options, &record, RowPositions{first, first + x.rows()}, where);
-  if (record.keep_keys_values) record.keys_values = std::move(own);
+  if (record.keep_keys_values) detail::unpack(own, record.k, record.v);
   proj_.apply_gate(x, record.attention.z, detail::thread_count(options.threads, where));
 }
 

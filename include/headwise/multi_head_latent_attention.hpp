@@ -406,7 +406,7 @@ void MultiHeadLatentAttention<Scalar>::attend_heads(const Eigen::Ref<const Matri
     kv.append(p.latent, threads);
     record.attention = attend_latent(p, kv, options, &record, where);
   }
-  if (record.keep_keys_values) record.keys_values = std::move(kv);
+  if (record.keep_keys_values) detail::unpack(kv, record.k, record.v);
 }
 
 template <class Scalar>

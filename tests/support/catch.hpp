@@ -15,5 +15,10 @@ using MatcherBase = Catch::MatcherBase<T>;
 }
 #endif
 
+namespace headwise_test {
+/// Runs the tests of the binary (Catch2's session, compiled once in catch_session.cpp).
+int run_catch_session(int argc, char** argv);
+}  // namespace headwise_test
+
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;

@@ -383,10 +383,8 @@ class HEADWISE_ISA_TAG DecoderModel {
     }
     if (recorded("attn.hook_q")) keep(out, p + "attn.hook_q", std::move(record.q), layer.n_heads());
     if (recorded("attn.hook_k") || recorded("attn.hook_v")) {
-      Matrix<Scalar> k, v;
-      headwise::detail::unpack(record.keys_values, k, v);
-      if (recorded("attn.hook_k")) keep(out, p + "attn.hook_k", std::move(k), layer.n_kv_heads());
-      if (recorded("attn.hook_v")) keep(out, p + "attn.hook_v", std::move(v), layer.n_kv_heads());
+      if (recorded("attn.hook_k")) keep(out, p + "attn.hook_k", std::move(record.k), layer.n_kv_heads());
+      if (recorded("attn.hook_v")) keep(out, p + "attn.hook_v", std::move(record.v), layer.n_kv_heads());
     }
     if (record.keep_statistics) out.statistics[l] = std::move(record.attention.statistics);
     const Matrix<Scalar> z = at({p + "attn.hook_z", layer.n_heads()}, std::move(record.attention.z), options, out);
