@@ -58,7 +58,8 @@ void check_latent_layer(const MultiHeadLatentAttention<Scalar>& layer, const io:
   }
   const Matrix<double> latent = record.k.template cast<double>();  // one latent head, L wide
   REQUIRE(latent.cols() == L);
-  CHECK(record.v == record.k.leftCols(layer.v_head_dim()));  // the values: the latent keys' first columns
+  REQUIRE(record.v.cols() == R);
+  CHECK(record.v == record.k.leftCols(R));  // the values: c_kv, the latent keys' first kv_lora_rank columns
   CHECK_THAT(latent.leftCols(R), IsNear(ref.matrix<double>(p + "c_kv.f64"), tol));
   CHECK_THAT(latent.rightCols(L - R), IsNear(ref.matrix<double>(p + "k_rope.f64"), tol));
 }

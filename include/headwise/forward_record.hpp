@@ -37,7 +37,7 @@ struct ForwardRecord {
   Matrix<Scalar> q;                                  ///< (n, n_heads d_head): the queries after norms and RoPE
   /// The keys (after norms and RoPE), (n, n_kv_heads d_head), and values, (n, n_kv_heads d_v), as
   /// the kernel read them (in the layer's kv_storage, widened back); a latent layer's latent keys
-  /// and the values that are their first v_head_dim columns.
+  /// [c_kv | RoPE(k_pe)] and its values c_kv, their first kv_lora_rank columns.
   Matrix<Scalar> k, v;
   Matrix<Scalar> output;                             ///< the layer's output, where the forward computed it (inspect)
   AttentionOptions options;                          ///< the options of the run, the layer's own included
