@@ -34,7 +34,10 @@
 #define HEADWISE_EXTERN_TEMPLATES 0
 #endif
 
-#if !defined(HEADWISE_COMPILED) || defined(HEADWISE_COMPILING_IO)
+#if defined(HEADWISE_COMPILED) && !defined(HEADWISE_COMPILED_IO)
+#define HEADWISE_COMPILED_IO  // (headwise::compiled holds the readers' code; the fuzzers' library holds it alone)
+#endif
+#if !defined(HEADWISE_COMPILED_IO) || defined(HEADWISE_COMPILING_IO)
 #define HEADWISE_IO_DEFINITIONS 1
 #else
 #define HEADWISE_IO_DEFINITIONS 0
