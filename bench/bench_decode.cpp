@@ -245,7 +245,7 @@ struct ServingBatch {
   }
   static headwise::PagedKvShape shape(Index blocks) {
     headwise::PagedKvShape s;
-    s.blocks = blocks, s.block_tokens = serve_block, s.n_kv_heads = serve_kv_heads, s.d_head = serve_d;
+    s.blocks = blocks, s.block_tokens = serve_block, s.kv.n_kv_heads = serve_kv_heads, s.kv.d_head = serve_d;
     return s;
   }
   headwise::PagedKvCache<float> pool;

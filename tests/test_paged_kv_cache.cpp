@@ -25,8 +25,8 @@ namespace {
 template <class Scalar>
 PagedKvShape shape_of(Index blocks, Index block_tokens, Index G, Index d, KvStorage storage = KvStorage::as_computed) {
   PagedKvShape s;
-  s.blocks = blocks, s.block_tokens = block_tokens, s.n_kv_heads = G, s.d_head = d;
-  s.format.storage = storage;
+  s.blocks = blocks, s.block_tokens = block_tokens, s.kv.n_kv_heads = G, s.kv.d_head = d;
+  s.kv.format.storage = storage;
   return s;
 }
 

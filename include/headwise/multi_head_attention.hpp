@@ -546,8 +546,7 @@ Matrix<Scalar> MultiHeadAttention<Scalar>::forward_incremental(const Eigen::Ref<
 template <class Scalar>
 PagedKvCache<Scalar> MultiHeadAttention<Scalar>::make_paged_cache(Index blocks, Index block_tokens) const {
   PagedKvShape shape;
-  shape.blocks = blocks, shape.block_tokens = block_tokens, shape.n_kv_heads = n_kv_heads_, shape.d_head = shape.d_v = d_head_;
-  shape.format = store_format();
+  shape.blocks = blocks, shape.block_tokens = block_tokens, shape.kv = kv_shape();
   return PagedKvCache<Scalar>(shape);
 }
 

@@ -38,10 +38,7 @@ namespace headwise {
 struct PagedKvShape {
   Index blocks = 0;         ///< blocks in the pool, > 0
   Index block_tokens = 64;  ///< tokens per block: a multiple of the kernel's panel width (KvBlocks<Scalar>::lanes)
-  Index n_kv_heads = 1;
-  Index d_head = 0;
-  Index d_v = 0;  ///< 0: d_head
-  StoreFormat format;
+  KvShape kv;               ///< what each token keeps (kv_cache.hpp); kv.d_v = 0: d_head
 };
 
 /// One entry of a batched layer call (MultiHeadAttention::forward_incremental on a PagedBatch):
@@ -65,23 +62,23 @@ class HEADWISE_ISA_TAG PagedKvCache {
 
   explicit PagedKvCache(const PagedKvShape& shape) : shape_(shape) {
     constexpr const char* where = "PagedKvCache";
-    if (shape_.d_v == 0) shape_.d_v = shape_.d_head;
-    detail::check_storage<Scalar>(shape_.format.storage, where);
-    if (shape_.format.values == ValueStorage::key_prefix && (shape_.format.storage != KvStorage::as_computed || shape_.d_v > shape_.d_head))
+    if (shape_.kv.d_v == 0) shape_.kv.d_v = shape_.kv.d_head;
+    detail::check_storage<Scalar>(shape_.kv.format.storage, where);
+    if (shape_.kv.format.values == ValueStorage::key_prefix && (shape_.kv.format.storage != KvStorage::as_computed || shape_.kv.d_v > shape_.kv.d_head))
       detail::invalid(where, "values inside the keys need d_v <= d_head and are stored as computed");
     if (shape_.blocks <= 0) detail::invalid(where, "blocks must be > 0, got ", shape_.blocks);
     if (shape_.block_tokens <= 0 || shape_.block_tokens % lanes != 0)
       detail::invalid(where, "block_tokens must be a positive multiple of the kernel's panel width ", lanes, ", got ",
                       shape_.block_tokens);
-    if (shape_.n_kv_heads <= 0 || shape_.d_head <= 0 || shape_.d_v <= 0)
-      detail::invalid(where, "n_kv_heads, d_head and d_v must be > 0, got ", shape_.n_kv_heads, ", ", shape_.d_head, " and ", shape_.d_v);
-    const Index B = shape_.block_tokens, padded = detail::round_up_within(shape_.d_v, lanes, detail::max_elements<Scalar>());
-    if (padded < 0) detail::invalid(where, "d_v ", shape_.d_v, " is too large");
-    layout_.key_head = detail::checked_size<Scalar>(where, "a block's keys", shape_.d_head, B);
-    layout_.key_block = detail::checked_size<Scalar>(where, "a block's keys", layout_.key_head, shape_.n_kv_heads);
+    if (shape_.kv.n_kv_heads <= 0 || shape_.kv.d_head <= 0 || shape_.kv.d_v <= 0)
+      detail::invalid(where, "n_kv_heads, d_head and d_v must be > 0, got ", shape_.kv.n_kv_heads, ", ", shape_.kv.d_head, " and ", shape_.kv.d_v);
+    const Index B = shape_.block_tokens, padded = detail::round_up_within(shape_.kv.d_v, lanes, detail::max_elements<Scalar>());
+    if (padded < 0) detail::invalid(where, "d_v ", shape_.kv.d_v, " is too large");
+    layout_.key_head = detail::checked_size<Scalar>(where, "a block's keys", shape_.kv.d_head, B);
+    layout_.key_block = detail::checked_size<Scalar>(where, "a block's keys", layout_.key_head, shape_.kv.n_kv_heads);
     layout_.value_head = values_are_keys() ? 0 : detail::checked_size<Scalar>(where, "a block's values", padded, B);
-    layout_.value_block = detail::checked_size<Scalar>(where, "a block's values", layout_.value_head, shape_.n_kv_heads);
-    layout_.scale_head = B, layout_.scale_block = detail::checked_size<Scalar>(where, "a block's scales", B, shape_.n_kv_heads);
+    layout_.value_block = detail::checked_size<Scalar>(where, "a block's values", layout_.value_head, shape_.kv.n_kv_heads);
+    layout_.scale_head = B, layout_.scale_block = detail::checked_size<Scalar>(where, "a block's scales", B, shape_.kv.n_kv_heads);
     const Index keys = detail::checked_size<Scalar>(where, "the pool's keys", layout_.key_block, shape_.blocks);
     const Index values = detail::checked_size<Scalar>(where, "the pool's values", layout_.value_block, shape_.blocks);
     detail::with_stored_type<Scalar>(storage(), [&](auto tag) {
@@ -100,12 +97,12 @@ class HEADWISE_ISA_TAG PagedKvCache {
   }
 
   const PagedKvShape& shape() const { return shape_; }
-  Index n_kv_heads() const { return shape_.n_kv_heads; }
-  Index d_head() const { return shape_.d_head; }
-  Index d_v() const { return shape_.d_v; }
+  Index n_kv_heads() const { return shape_.kv.n_kv_heads; }
+  Index d_head() const { return shape_.kv.d_head; }
+  Index d_v() const { return shape_.kv.d_v; }
   Index block_tokens() const { return shape_.block_tokens; }
-  KvStorage storage() const { return shape_.format.storage; }
-  bool values_are_keys() const { return shape_.format.values == ValueStorage::key_prefix; }
+  KvStorage storage() const { return shape_.kv.format.storage; }
+  bool values_are_keys() const { return shape_.kv.format.values == ValueStorage::key_prefix; }
   Index block_count() const { return shape_.blocks; }
   Index free_blocks() const { return static_cast<Index>(free_.size()); }
   /// How many sequences reference pool block b.
@@ -298,7 +295,7 @@ class HEADWISE_ISA_TAG PagedKvCache {
 
   KvBlockPool pool() const {
     KvBlockPool p = layout_;
-    p.n_kv_heads = shape_.n_kv_heads, p.d_head = shape_.d_head, p.d_v = shape_.d_v, p.format = shape_.format;
+    p.n_kv_heads = shape_.kv.n_kv_heads, p.d_head = shape_.kv.d_head, p.d_v = shape_.kv.d_v, p.format = shape_.kv.format;
     p.block_tokens = shape_.block_tokens;
     detail::with_stored_type<Scalar>(storage(), [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
