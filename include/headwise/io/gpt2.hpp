@@ -3,7 +3,8 @@
 // Layer L's c_attn.weight [d, 3d] is W_Q | W_K | W_V as column blocks, heads in order inside each;
 // c_attn.bias likewise; c_proj.weight [d, d] and c_proj.bias are W_O and b_O. Keys may carry the
 // "transformer." prefix of GPT2LMHeadModel checkpoints; the mask buffers older checkpoints hold
-// (attn.bias, attn.masked_bias) are ignored. Any stored float dtype (F32, F64, BF16, F16) loads.
+// (attn.bias, attn.masked_bias) are ignored. Any stored float dtype (F32, F64, BF16, F16) loads;
+// each tensor is read, its shape checked first, by the loaders' one tensor reader (io/tensor_reader.hpp).
 // Needs nlohmann_json, like io/safetensors.hpp.
 #pragma once
 
@@ -13,8 +14,10 @@
 #include <vector>
 
 #include "headwise/detail/compiled.hpp"
+#include "headwise/io/checkpoint.hpp"
 #include "headwise/io/config_reader.hpp"
 #include "headwise/io/safetensors.hpp"
+#include "headwise/io/tensor_reader.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/types.hpp"
 
@@ -66,23 +69,16 @@ MultiHeadAttention<Scalar> load_gpt2_attention(const SafetensorsFile& model, con
                            std::to_string(max_config_value) + "]");
   const std::string plain = "h." + std::to_string(layer) + ".attn.";
   const std::string prefix = model.contains(plain + "c_attn.weight") ? plain : "transformer." + plain;
-  auto tensor = [&](const std::string& name, std::vector<std::uint64_t> shape) {
-    const std::string key = prefix + name;
-    if (!model.contains(key)) {
-      if (config.n_layer == 0 && !model.contains("h.0.attn.c_attn.weight") &&
-          !model.contains("transformer.h.0.attn.c_attn.weight"))
-        throw SafetensorsError(where + "no tensor \"" + key + "\": is this a GPT-2 checkpoint?");
-      throw SafetensorsError(where + "missing tensor \"" + key + "\"");
-    }
-    const auto& found = model.info(key).shape;
-    if (found != shape)
-      throw SafetensorsError(where + "tensor \"" + key + "\" has shape " + detail::shape_string(found) +
-                             ", expected " + detail::shape_string(shape));
-    return key;
-  };
+  if (config.n_layer == 0 && !model.contains(prefix + "c_attn.weight") && !model.contains("h.0.attn.c_attn.weight") &&
+      !model.contains("transformer.h.0.attn.c_attn.weight"))
+    throw SafetensorsError(where + "no tensor \"" + prefix + "c_attn.weight\": is this a GPT-2 checkpoint?");
+  const Checkpoint checkpoint = Checkpoint::of_file(model.name(), model);  // (shares the file's mapping)
+  detail::TensorReaderOptions at;
+  at.prefix = prefix;
+  const detail::TensorReader t(checkpoint, where, at);
   const auto d = static_cast<std::uint64_t>(config.n_embd);
-  const Matrix<Scalar> c_attn = model.matrix<Scalar>(tensor("c_attn.weight", {d, 3 * d}));
-  const RowVector<Scalar> c_attn_b = model.row_vector<Scalar>(tensor("c_attn.bias", {3 * d}));
+  const Matrix<Scalar> c_attn = t.matrix<Scalar>("c_attn.weight", d, 3 * d);  // Conv1D: [in, out], as x W reads it
+  const RowVector<Scalar> c_attn_b = t.vector<Scalar>("c_attn.bias", 3 * d);
   const Index n = config.n_embd;
   MultiHeadWeights<Scalar> w;
   w.w_q = c_attn.leftCols(n);
@@ -91,8 +87,8 @@ MultiHeadAttention<Scalar> load_gpt2_attention(const SafetensorsFile& model, con
   w.b_q = c_attn_b.head(n);
   w.b_k = c_attn_b.segment(n, n);
   w.b_v = c_attn_b.tail(n);
-  w.w_o = model.matrix<Scalar>(tensor("c_proj.weight", {d, d}));
-  w.b_o = model.row_vector<Scalar>(tensor("c_proj.bias", {d}));
+  w.w_o = t.matrix<Scalar>("c_proj.weight", d, d);
+  w.b_o = t.vector<Scalar>("c_proj.bias", d);
   try {
     return MultiHeadAttention<Scalar>(config.n_head, std::move(w));
   } catch (const std::invalid_argument& e) {  // non-finite weights, a head count that does not fit

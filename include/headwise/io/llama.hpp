@@ -22,7 +22,6 @@
 
 #include "headwise/detail/compiled.hpp"
 #include "headwise/io/checkpoint.hpp"
-#include "headwise/io/gpt2.hpp"
 #include "headwise/io/llama_config.hpp"
 #include "headwise/io/safetensors.hpp"
 #include "headwise/io/tensor_reader.hpp"
