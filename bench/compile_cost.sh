@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile cost, a user-facing figure: CPU seconds and peak memory of g++ -O2 -march=native on the
-# three files of bench/compile_cost/, header-only and against headwise::compiled (-DHEADWISE_COMPILED:
-# the instantiations declared extern, as linking the target does), beside one Eigen float matrix
+# three files of bench/compile_cost/, header-only and against headwise::compiled (-DHEADWISE_COMPILED
+# and -DHEADWISE_COMPILED_TEXT: the instantiations declared extern and the readers' and tokenizer's
+# code declared only, as linking the target does), beside one Eigen float matrix
 # product compiled in the same run. Prints one line per file and mode, and each one's ratio to the
 # product's CPU time.   bash bench/compile_cost.sh [runs, default 3: the least of them is kept]
 set -euo pipefail
@@ -26,7 +27,7 @@ printf "%-34s %8s s %6s MB  %s\n" "eigen_product.cpp" "$base" "$((base_kb / 1024
 for file in calls_attend tokenizer_and_model; do
   for mode in header-only compiled; do
     extra=()
-    [[ $mode == compiled ]] && extra=(-DHEADWISE_COMPILED)
+    [[ $mode == compiled ]] && extra=(-DHEADWISE_COMPILED -DHEADWISE_COMPILED_TEXT)  # what linking headwise::compiled (built with PCRE2) defines
     read -r cpu kb <<< "$(measure "${extra[@]}" bench/compile_cost/$file.cpp)"
     printf "%-34s %8s s %6s MB  %.2f\n" "$file.cpp ($mode)" "$cpu" "$((kb / 1024))" "$(echo "$cpu / $base" | bc -l)"
   done
