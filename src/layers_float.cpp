@@ -1,11 +1,9 @@
 // headwise::compiled: the float attention layers (multi-head with grouped-query heads, and latent
-// attention), and the layer's backward (attention_backward.hpp). See include/headwise/detail/compiled.hpp.
-#include "headwise/attention_backward.hpp"
+// attention). See include/headwise/detail/compiled.hpp.
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/multi_head_latent_attention.hpp"
 
 namespace headwise {
 HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(, float)
 HEADWISE_LATENT_ATTENTION_INSTANTIATIONS(, float)
-HEADWISE_LAYER_BACKWARD_INSTANTIATIONS(, float)
 }  // namespace headwise

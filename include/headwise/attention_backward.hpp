@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "headwise/causal_mask.hpp"
-#include "headwise/detail/compiled.hpp"
 #include "headwise/forward_record.hpp"
 #include "headwise/head_sum.hpp"
 #include "headwise/attend_backward.hpp"
@@ -208,18 +207,5 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   }
   return grads;
 }
-
-/// The compiled mode's instantiations of the layer's backward (detail/compiled.hpp).
-#define HEADWISE_LAYER_BACKWARD_INSTANTIATIONS(PREFIX, S)                                                                \
-  PREFIX template MultiHeadGradients<S> backward_step_by_step<S>(const MultiHeadAttention<S>&, const Matrix<S>&,      \
-                                                                 const Matrix<S>&, const AttentionOptions&);         \
-  PREFIX template Matrix<S> forward_for_backward<S>(const MultiHeadAttention<S>&, const Matrix<S>&, ForwardRecord<S>&, \
-                                                    const AttentionOptions&);                                         \
-  PREFIX template MultiHeadGradients<S> layer_backward<S>(const MultiHeadAttention<S>&, const Matrix<S>&, const Matrix<S>&, \
-                                                          const AttentionOptions&, const ForwardRecord<S>*);
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_LAYER_BACKWARD_INSTANTIATIONS(extern, float)
-HEADWISE_LAYER_BACKWARD_INSTANTIATIONS(extern, double)
-#endif
 
 }  // namespace headwise
