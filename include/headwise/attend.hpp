@@ -162,7 +162,7 @@ void unpack(const PackedKeysValues<Scalar>& kv, Matrix<Scalar>& k, Matrix<Scalar
   unpack(kv.blocks(), k, v);
 }
 
-template <class Scalar, class Observer = NoPhaseObserver>
+template <class Scalar, class Observer = NoPhaseObserver, class Reach = AnyStorage>
 HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
                                       const AttentionCall& call, const char* where, std::vector<Observer>* observers = nullptr);
 
@@ -223,7 +223,7 @@ AttentionResult<Scalar> unfold_result(const AttentionResult<Scalar>& r, const He
 /// so that one pass over a key/value head's keys and values (read, and widened if stored narrow,
 /// once) serves its whole group. Every row's arithmetic is the one it has unfolded (rows are
 /// independent in the kernel): the same bits, in the unfolded layout.
-template <class Scalar, class Observer>
+template <class Scalar, class Observer, class Reach>
 AttentionResult<Scalar> attend_folded(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
                                       const AttentionCall& call, const AttentionOptions& options, const char* where,
                                       std::vector<Observer>* observers) {
@@ -233,12 +233,13 @@ AttentionResult<Scalar> attend_folded(const Eigen::Ref<const Matrix<Scalar>>& q,
   rows.query_rows_per_position = group;
   AttentionCall inner = call;
   inner.heads = {G, G}, inner.options = &rows;
-  const AttentionResult<Scalar> r = attend_packed<Scalar, Observer>(folded, kv, inner, where, observers);
+  const AttentionResult<Scalar> r = attend_packed<Scalar, Observer, Reach>(folded, kv, inner, where, observers);
   return unfold_result(r, call.heads, q.rows(), kv.d_v());
 }
 
-/// attend() on a packed store, its errors named by `where` (the function the caller called).
-template <class Scalar, class Observer>
+/// attend() on a packed store, its errors named by `where` (the function the caller called); the
+/// kernel compiled for the storages of Reach (kv_storage.hpp).
+template <class Scalar, class Observer, class Reach>
 HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
                                       const AttentionCall& call, const char* where,
                                       std::vector<Observer>* observers) {
@@ -256,7 +257,7 @@ HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Ma
   }
   if (call.heads.query <= 0 || q.cols() != call.heads.query * kv.d_head())  // before Z is sized by it
     invalid(where, "q has ", q.cols(), " columns, expected n_heads d_head = ", call.heads.query, " x ", kv.d_head());
-  if (groups_foldable(call, options)) return attend_folded<Scalar, Observer>(q, kv, call, options, where, observers);
+  if (groups_foldable(call, options)) return attend_folded<Scalar, Observer, Reach>(q, kv, call, options, where, observers);
   AttentionResult<Scalar> out;
   out.z.resize(q.rows(), checked_size<Scalar>(where, "Z", call.heads.query, kv.d_v()));
   Eigen::Ref<Matrix<Scalar>> z(out.z);
@@ -269,7 +270,7 @@ HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Ma
   FusedCall<Scalar> fused(q, kv, z, rule, tiles, static_cast<Scalar>(1.0 / divisor));
   if (call.logsumexp) fused.logsumexp = &out.logsumexp;
   if (call.statistics) fused.statistics = &out.statistics;
-  std::vector<Observer> seen = run_fused<Scalar, Observer>(fused, threads, tiles.split_keys);
+  std::vector<Observer> seen = run_fused<Scalar, Observer, Reach>(fused, threads, tiles.split_keys);
   if (observers) *observers = std::move(seen);
   return out;
 }
@@ -292,7 +293,7 @@ HEADWISE_ISA_TAG AttentionResult<Scalar> attend_matrices(const Eigen::Ref<const 
   }
   PackedKeysValues<Scalar> kv(k.rows(), call.heads.key_value, q.cols() / call.heads.query, v.cols() / call.heads.key_value);
   kv.append(k, v, thread_count(options.threads, where));
-  return attend_packed<Scalar>(q, kv.blocks(), call, where);
+  return attend_packed<Scalar, NoPhaseObserver, AsComputedOnly>(q, kv.blocks(), call, where);
 }
 
 /// Throws unless a batch's sequences agree with the call and each other: heads, d_head, d_v,

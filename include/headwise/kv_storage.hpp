@@ -70,11 +70,21 @@ inline std::int8_t quantize_int8(float x, float scale) {
   return static_cast<std::int8_t>(std::max(-127.0f, std::min(127.0f, q)));
 }
 
+/// Which storages a dispatch (with_stored_type) compiles the kernel for: every one a store of
+/// Scalar may hold, or as computed alone, for a store that the call packed itself (attend on
+/// matrices): a file that calls only that compiles one stored type's kernel, not four.
+struct AnyStorage {};
+struct AsComputedOnly {};
+
 /// Calls f(tag) with tag a value of StoredTypeOf<Scalar, storage> (a null pointer of it): the one
 /// dispatch from a store's run-time storage to the kernel's compile-time one.
-template <class Scalar, class F>
+template <class Scalar, class Reach = AnyStorage, class F>
 decltype(auto) with_stored_type(KvStorage storage, F&& f) {
-  if constexpr (std::is_same_v<Scalar, float>) {
+  static_assert(std::is_same_v<Reach, AnyStorage> || std::is_same_v<Reach, AsComputedOnly>);
+  if constexpr (std::is_same_v<Reach, AsComputedOnly>) {
+    if (storage != KvStorage::as_computed)
+      invalid("with_stored_type", "a store in ", storage_name(storage), " reached a call compiled for keys and values as computed only");
+  } else if constexpr (std::is_same_v<Scalar, float>) {
     if (storage == KvStorage::bf16) return f(static_cast<const Eigen::bfloat16*>(nullptr));
     if (storage == KvStorage::f16) return f(static_cast<const Eigen::half*>(nullptr));
     if (storage == KvStorage::int8) return f(static_cast<const std::int8_t*>(nullptr));

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <new>
@@ -45,6 +46,16 @@ inline Index round_up_within(Index x, Index step, Index limit) {
   return (x + step - 1) / step * step;
 }
 
+/// checked_size's refusal, one function for every list of factors.
+[[noreturn]] inline void refuse_size(const char* where, const char* what, std::size_t element_bytes, Index limit,
+                                     std::initializer_list<Index> factors) {
+  std::ostringstream sizes;
+  bool first = true;
+  for (const Index f : factors) sizes << (first ? "" : " x ") << f, first = false;
+  invalid(where, what, " needs ", sizes.str(), " elements of ", element_bytes,
+          " bytes, which is negative or more than a buffer can hold (", limit, " elements)");
+}
+
 /// The product of `factors`, as the length of a buffer of Scalar holding `what`; throws
 /// std::invalid_argument("headwise: <where>: <what> needs a x b x ... elements, ...") if a factor
 /// is negative or the product does not fit.
@@ -57,13 +68,7 @@ Index checked_size(const char* where, const char* what, Factors... factors) {
     product = fits ? multiply_within(product, f, limit) : product;
     fits = fits && product >= 0;
   }
-  if (!fits) {
-    std::ostringstream sizes;
-    bool first = true;
-    for (const Index f : {static_cast<Index>(factors)...}) sizes << (first ? "" : " x ") << f, first = false;
-    invalid(where, what, " needs ", sizes.str(), " elements of ", sizeof(Scalar),
-            " bytes, which is negative or more than a buffer can hold (", limit, " elements)");
-  }
+  if (!fits) refuse_size(where, what, sizeof(Scalar), limit, {static_cast<Index>(factors)...});
   return product;
 }
 

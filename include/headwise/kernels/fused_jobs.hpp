@@ -256,10 +256,10 @@ decltype(auto) with_score_policy(const ScoreRule<Scalar>& rule, F&& f) {
 }
 
 /// Runs `call` with its compile-time policy, chosen here once: scores as computed or by the rule,
-/// and the stored type of its keys and values. Returns each thread's observer.
-template <class Scalar, class Observer = NoPhaseObserver>
+/// and the stored type of its keys and values (among Reach's). Returns each thread's observer.
+template <class Scalar, class Observer = NoPhaseObserver, class Reach = AnyStorage>
 std::vector<Observer> run_fused(const FusedCall<Scalar>& call, int threads, bool split_keys) {
-  return with_stored_type<Scalar>(call.kv.storage(), [&](auto tag) {
+  return with_stored_type<Scalar, Reach>(call.kv.storage(), [&](auto tag) {
     using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     const auto run = [&](auto scores) {
       return run_fused_jobs<KernelPolicy<decltype(scores), Stored>, Scalar, Observer>(call, threads, split_keys);
