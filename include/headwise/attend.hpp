@@ -134,7 +134,7 @@ AttentionResult<Scalar> attend_step_by_step(const Eigen::Ref<const Matrix<Scalar
   for (Index h = 0; h < H; ++h) {
     const Index g = h / (H / G);
     const Matrix<Scalar> a = weights_of_head(q.middleCols(h * d, d), k.middleCols(g * d, d), divisor, rule, h, &lse);
-    out.z.middleCols(h * d_v, d_v).noalias() = a * v.middleCols(g * d_v, d_v);
+    out.z.middleCols(h * d_v, d_v).noalias() = a.lazyProduct(v.middleCols(g * d_v, d_v));  // as scores()
     if (call.logsumexp) out.logsumexp.row(h) = lse.transpose();
     if (call.statistics) record_statistics_of_weights(a, rule, h, out.statistics);
   }
@@ -292,7 +292,7 @@ HEADWISE_ISA_TAG AttentionResult<Scalar> attend_matrices(const Eigen::Ref<const 
     return attend_step_by_step<Scalar>(q, k, v, call, options, where);
   }
   PackedKeysValues<Scalar> kv(k.rows(), call.heads.key_value, q.cols() / call.heads.query, v.cols() / call.heads.key_value);
-  kv.append(k, v, thread_count(options.threads, where));
+  kv.template append<AsComputedOnly>(k, v, thread_count(options.threads, where));  // the store it made: as computed
   return attend_packed<Scalar, NoPhaseObserver, AsComputedOnly>(q, kv.blocks(), call, where);
 }
 

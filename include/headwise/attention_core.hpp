@@ -96,7 +96,7 @@ CoreOutput<typename DerivedQ::Scalar> attention(const Eigen::MatrixBase<DerivedQ
   CoreOutput<typename DerivedQ::Scalar> out;
   const auto a = attention_weights(q, k, options, &out.logsumexp);
   out.z.resize(q.rows(), v.cols());
-  out.z.noalias() = a * v;
+  out.z.noalias() = a.lazyProduct(v);  // dot products, as scores() (scores.hpp)
   return out;
 }
 

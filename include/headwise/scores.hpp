@@ -28,8 +28,11 @@ Matrix<typename DerivedQ::Scalar> scores(const Eigen::MatrixBase<DerivedQ>& q,
   if (q.cols() != k.cols())
     detail::invalid("scores", "q has ", q.cols(), " columns but k has ", k.cols(),
                     " (both must be d_head)");
+  // Each entry one dot product (lazyProduct: no GEMM blocking). The step-by-step path holds whole
+  // patterns, so it is for sizes where that is fast enough; and a file that calls attend() then
+  // compiles no Eigen GEMM beside the fused kernel (bench/RESULTS.md, compile cost).
   Matrix<typename DerivedQ::Scalar> s(q.rows(), k.rows());
-  s.noalias() = q * k.transpose();
+  s.noalias() = q.lazyProduct(k.transpose());
   return s;
 }
 

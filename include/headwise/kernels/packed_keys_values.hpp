@@ -172,7 +172,10 @@ class HEADWISE_ISA_TAG PackedKeysValues {
 
   /// Appends m tokens. k: (m, n_kv_heads d_head), v: (m, n_kv_heads d_v), head by head in columns.
   /// With threads > 1 (0: OpenMP's default; at most detail::max_threads), heads are packed in
-  /// parallel (OpenMP); the store is the same either way.
+  /// parallel (OpenMP); the store is the same either way. Reach: the storages the packing is
+  /// compiled for (kv_storage.hpp); detail::AsComputedOnly for a store that the caller made as
+  /// computed (attend on matrices), which then compiles no narrow type's packing.
+  template <class Reach = detail::AnyStorage>
   void append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v, int threads = 1);
   /// Appends m tokens to a store whose values are its keys' first d_v components: k (m, n_kv_heads d_head).
   void append(const Eigen::Ref<const Matrix<Scalar>>& k, int threads = 1);
@@ -201,6 +204,7 @@ class HEADWISE_ISA_TAG PackedKeysValues {
 
  private:
   /// append()'s work: checks, then packs the keys (and the values, unless they are the keys').
+  template <class Reach>
   void append_rows(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>* v, int threads) {
     constexpr const char* where = "PackedKeysValues::append";
     if (k.cols() != n_kv_heads_ * d_head_)
@@ -223,10 +227,10 @@ class HEADWISE_ISA_TAG PackedKeysValues {
         const auto k_h = k.middleCols(h * d_head_, d_head_);
         finite = finite && detail::storable(k_h, format_.storage);
         if (v) finite = finite && detail::storable(v->middleCols(h * d_v_, d_v_), format_.storage);
-        carrier.run([&] { pack_head(h, k_h, v); });
+        carrier.run([&] { pack_head<Reach>(h, k_h, v); });
       }
     carrier.rethrow();
-    if (!finite) refuse_non_finite(where, k, v);
+    if (!finite) refuse_non_finite<Reach>(where, k, v);
     size_ += k.rows();
   }
 
@@ -247,8 +251,9 @@ class HEADWISE_ISA_TAG PackedKeysValues {
   template <class Stored>
   Buffer<Stored>& value_buffer() { return values_.template get<Stored>(); }
   /// Tokens size_ .. size_ + m - 1 of head h: keys k_h (m, d_head), and head h's columns of v.
+  template <class Reach>
   void pack_head(Index h, const Eigen::Ref<const Matrix<Scalar>>& k_h, const Eigen::Ref<const Matrix<Scalar>>* v) {
-    detail::with_stored_type<Scalar>(format_.storage, [&](auto tag) {
+    detail::with_stored_type<Scalar, Reach>(format_.storage, [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
       const bool scaled = format_.storage == KvStorage::int8;
       const detail::HeadPanels<Stored> to{key_buffer<Stored>().data() + h * key_head_size_,
@@ -265,10 +270,11 @@ class HEADWISE_ISA_TAG PackedKeysValues {
   /// (exact zeros) by their values, and 0 x inf would carry a later token into earlier rows. After
   /// an append that met a non-finite k or v: zeroes what it wrote into the key panel it began in
   /// (the kernel reads a panel's columns past size()), then throws naming the first bad entry.
+  template <class Reach>
   void refuse_non_finite(const char* where, const Eigen::Ref<const Matrix<Scalar>>& k,
                          const Eigen::Ref<const Matrix<Scalar>>* v) {
     if (const Index column = size_ % lanes; column != 0)
-      detail::with_stored_type<Scalar>(format_.storage, [&](auto tag) {
+      detail::with_stored_type<Scalar, Reach>(format_.storage, [&](auto tag) {
         using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
         for (Index h = 0; h < n_kv_heads_; ++h)
           PanelOf<Stored>(key_buffer<Stored>().data() + h * key_head_size_ + (size_ / lanes) * key_panel_stride(), d_head_, lanes)
@@ -287,6 +293,7 @@ class HEADWISE_ISA_TAG PackedKeysValues {
 };
 
 template <class Scalar>
+template <class Reach>
 void PackedKeysValues<Scalar>::append(const Eigen::Ref<const Matrix<Scalar>>& k, const Eigen::Ref<const Matrix<Scalar>>& v, int threads) {
   constexpr const char* where = "PackedKeysValues::append";
   if (values_are_keys())
@@ -294,14 +301,14 @@ void PackedKeysValues<Scalar>::append(const Eigen::Ref<const Matrix<Scalar>>& k,
   if (v.cols() != n_kv_heads_ * d_v_)
     detail::invalid(where, "v has ", v.cols(), " columns, expected n_kv_heads d_v = ", n_kv_heads_ * d_v_);
   if (v.rows() != k.rows()) detail::invalid(where, "k has ", k.rows(), " rows but v has ", v.rows());
-  append_rows(k, &v, threads);
+  append_rows<Reach>(k, &v, threads);
 }
 
 template <class Scalar>
 void PackedKeysValues<Scalar>::append(const Eigen::Ref<const Matrix<Scalar>>& k, int threads) {
   if (!values_are_keys())
     detail::invalid("PackedKeysValues::append", "this store keeps values of their own: append(k, v)");
-  append_rows(k, nullptr, threads);
+  append_rows<detail::AnyStorage>(k, nullptr, threads);
 }
 
 template <class Scalar>
@@ -355,9 +362,11 @@ PackedKeysValues<Scalar>::PackedKeysValues(Index capacity, Index n_kv_heads, Ind
   }
 }
 
-/// The compiled mode's instantiations of the packed store (detail/compiled.hpp).
+/// The compiled mode's instantiations of the packed store (detail/compiled.hpp); append is a
+/// member template, instantiated by name.
 #define HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(PREFIX, S) \
-  PREFIX template class PackedKeysValues<S>;
+  PREFIX template class PackedKeysValues<S>;                  \
+  PREFIX template void PackedKeysValues<S>::append<detail::AnyStorage>(const Eigen::Ref<const Matrix<S>>&, const Eigen::Ref<const Matrix<S>>&, int);
 #if HEADWISE_EXTERN_TEMPLATES
 HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(extern, float)
 HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(extern, double)
