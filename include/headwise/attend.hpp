@@ -130,11 +130,14 @@ AttentionResult<Scalar> attend_step_by_step(const Eigen::Ref<const Matrix<Scalar
   out.z.resize(q.rows(), H * d_v);
   if (call.logsumexp) out.logsumexp.resize(H, q.rows());
   if (call.statistics) out.statistics.resize(H, q.rows());
+  const int threads = thread_count(options.threads, where);
   Vector<Scalar> lse;
+  Matrix<Scalar> z_h;
   for (Index h = 0; h < H; ++h) {
     const Index g = h / (H / G);
     const Matrix<Scalar> a = weights_of_head(q.middleCols(h * d, d), k.middleCols(g * d, d), divisor, rule, h, &lse);
-    out.z.middleCols(h * d_v, d_v).noalias() = a.lazyProduct(v.middleCols(g * d_v, d_v));  // as scores()
+    detail::product<Scalar>(a, v.middleCols(g * d_v, d_v), z_h, threads);  // the one product, as scores()
+    out.z.middleCols(h * d_v, d_v) = z_h;
     if (call.logsumexp) out.logsumexp.row(h) = lse.transpose();
     if (call.statistics) record_statistics_of_weights(a, rule, h, out.statistics);
   }

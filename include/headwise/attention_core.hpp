@@ -8,6 +8,7 @@
 
 #include "headwise/causal_mask.hpp"
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/tile_product.hpp"
 #include "headwise/options.hpp"
 #include "headwise/score_rule.hpp"
 #include "headwise/scores.hpp"
@@ -95,8 +96,7 @@ CoreOutput<typename DerivedQ::Scalar> attention(const Eigen::MatrixBase<DerivedQ
   detail::check_core_shapes("attention", q, k, v);
   CoreOutput<typename DerivedQ::Scalar> out;
   const auto a = attention_weights(q, k, options, &out.logsumexp);
-  out.z.resize(q.rows(), v.cols());
-  out.z.noalias() = a.lazyProduct(v);  // dot products, as scores() (scores.hpp)
+  detail::product<typename DerivedQ::Scalar>(a, v, out.z, 1);  // the one product, as scores() (scores.hpp)
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -28,11 +29,11 @@ Matrix<typename DerivedQ::Scalar> scores(const Eigen::MatrixBase<DerivedQ>& q,
   if (q.cols() != k.cols())
     detail::invalid("scores", "q has ", q.cols(), " columns but k has ", k.cols(),
                     " (both must be d_head)");
-  // Each entry one dot product (lazyProduct: no GEMM blocking). The step-by-step path holds whole
-  // patterns, so it is for sizes where that is fast enough; and a file that calls attend() then
-  // compiles no Eigen GEMM beside the fused kernel (bench/RESULTS.md, compile cost).
-  Matrix<typename DerivedQ::Scalar> s(q.rows(), k.rows());
-  s.noalias() = q.lazyProduct(k.transpose());
+  // The library's one matrix product (detail/tile_product.hpp: the fused kernel's micro-tile, each
+  // entry one ascending sum), not Eigen's GEMM: a file that calls attend() compiles one product.
+  using Scalar = typename DerivedQ::Scalar;
+  Matrix<Scalar> s;
+  detail::product<Scalar>(q, Matrix<Scalar>(k.transpose()), s, 1);
   return s;
 }
 
