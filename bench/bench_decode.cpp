@@ -39,8 +39,10 @@ void BM_StreamTriad(benchmark::State& state) {
   std::vector<float> a(n, 0.0f), b(n, 1.0f), c(n, 2.0f);
   const float s = 3.0f;
   for (auto _ : state) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(n); ++i) a[i] = b[i] + s * c[i];
+    headwise::detail::parallel_region(threads, [&](int t) {  // headwise's threads, as the kernel's
+      const auto part = static_cast<std::size_t>(t), parts = static_cast<std::size_t>(threads);
+      for (std::size_t i = n * part / parts; i < n * (part + 1) / parts; ++i) a[i] = b[i] + s * c[i];
+    });
     benchmark::DoNotOptimize(a.data());
     benchmark::ClobberMemory();
   }

@@ -3,10 +3,10 @@ include(CMakePackageConfigHelpers)
 
 if(HEADWISE_OPENMP AND OpenMP_CXX_FOUND)
   set(HEADWISE_LINKS_OPENMP ON)
-  set(HEADWISE_PC_FLAGS "-fopenmp")
+  set(HEADWISE_PC_FLAGS "-pthread -fopenmp")  # (headwise's own threads, and OpenMP for Eigen's)
 else()
   set(HEADWISE_LINKS_OPENMP OFF)
-  set(HEADWISE_PC_FLAGS "")
+  set(HEADWISE_PC_FLAGS "-pthread")
 endif()
 
 set(HEADWISE_CMAKE_DIR ${CMAKE_INSTALL_DATADIR}/cmake/headwise)

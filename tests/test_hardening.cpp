@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -119,19 +120,47 @@ TEMPLATE_TEST_CASE("tile sizes far larger than the input work, and give the same
 }
 
 TEST_CASE("an exception thrown inside a parallel loop reaches the caller", "[hardening][parallel]") {
+  for (const auto schedule : {detail::Schedule::by_part, detail::Schedule::next_free, detail::Schedule::shrinking}) {
+    std::atomic<int> ran{0};
+    REQUIRE_THROWS_WITH(detail::parallel_for(2, 64, schedule, [&](Index i) {
+                          ++ran;
+                          if (i == 3) throw std::invalid_argument("job 3 failed");
+                        }),
+                        "job 3 failed");
+    CHECK(ran.load() >= 1);
+  }
   detail::ExceptionCarrier carrier;
-  int ran = 0;
-HEADWISE_OMP(omp parallel for num_threads(2) reduction(+ : ran))
-  for (int i = 0; i < 64; ++i)
-    carrier.run([&] {
-      ++ran;
-      if (i == 3) throw std::invalid_argument("job 3 failed");
-    });
-  REQUIRE_THROWS_WITH(carrier.rethrow(), "job 3 failed");
-  CHECK(ran >= 1);
+  carrier.run([] { throw std::invalid_argument("once"); });
+  REQUIRE_THROWS_WITH(carrier.rethrow(), "once");
   detail::ExceptionCarrier quiet;
   quiet.run([] {});
   CHECK_NOTHROW(quiet.rethrow());
+}
+
+TEST_CASE("parallel loops run every iteration once, each part on a thread of its own, a region inside a region inline",
+          "[hardening][parallel]") {
+  for (const int threads : {1, 2, 3, 8})
+    for (const Index n : {Index(0), Index(1), Index(5), Index(1000)})
+      for (const auto schedule : {detail::Schedule::by_part, detail::Schedule::next_free, detail::Schedule::shrinking}) {
+        CAPTURE(threads, n, static_cast<int>(schedule));
+        std::vector<std::atomic<int>> times(static_cast<std::size_t>(n));
+        detail::parallel_for(threads, n, schedule, [&](Index i) { ++times[static_cast<std::size_t>(i)]; });
+        int wrong = 0;
+        for (const auto& t : times) wrong += t.load() != 1;
+        CHECK(wrong == 0);
+      }
+  std::vector<std::thread::id> ids(3);
+  std::vector<int> parts(3, -1), inner(3, 0);
+  detail::parallel_region(3, [&](int t) {
+    ids[static_cast<std::size_t>(t)] = std::this_thread::get_id(), parts[static_cast<std::size_t>(t)] = detail::this_thread();
+    detail::parallel_region(4, [&](int) { ++inner[static_cast<std::size_t>(t)]; });  // inline, on this part's thread
+    CHECK(detail::this_thread() == t);  // the outer part again after the inner region
+  });
+  CHECK(parts == std::vector<int>{0, 1, 2});
+  CHECK(inner == std::vector<int>{4, 4, 4});
+  CHECK(ids[0] == std::this_thread::get_id());
+  if (HEADWISE_THREADS) CHECK((ids[1] != ids[0] && ids[2] != ids[0] && ids[1] != ids[2]));
+  CHECK(detail::this_thread() == 0);
 }
 
 TEST_CASE("job runs: every job runs exactly once, whatever the units, runs and threads", "[hardening][parallel]") {
@@ -141,8 +170,7 @@ TEST_CASE("job runs: every job runs exactly once, whatever the units, runs and t
         CAPTURE(units, per_unit, parts);
         detail::JobRuns runs(units, per_unit, parts);
         std::vector<std::atomic<int>> times(static_cast<std::size_t>(units * per_unit));
-        HEADWISE_OMP(omp parallel num_threads(parts))
-        runs.run(detail::this_thread(), [&](Index job) { ++times[static_cast<std::size_t>(job)]; });
+        detail::parallel_region(parts, [&](int t) { runs.run(t, [&](Index job) { ++times[static_cast<std::size_t>(job)]; }); });
         int wrong = 0;
         for (const auto& t : times) wrong += t.load() != 1;
         CHECK(wrong == 0);

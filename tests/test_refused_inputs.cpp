@@ -70,7 +70,7 @@ TEST_CASE("thread counts outside [0, 1024] are refused by name on every path", "
     CAPTURE(threads);
     AttentionOptions o;
     o.threads = threads;
-    const auto refused = Contains("threads must be in [0, 1024] (0: OpenMP's default), got " + std::to_string(threads));
+    const auto refused = Contains("threads must be in [0, 1024] (0: the default), got " + std::to_string(threads));
     CHECK_THROWS_WITH(layer.forward(x, o), Contains("MultiHeadAttention::forward") && refused);
     CHECK_THROWS_WITH(layer.forward_step_by_step(x, o), refused);
     auto cache = layer.make_cache(8);

@@ -28,7 +28,7 @@ struct Results {
 
 template <class Scalar>
 Results<Scalar> compute(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x) {
-  AttentionOptions one_thread;  // the kernel's own threads stay out of it: see the tsan preset
+  AttentionOptions one_thread;  // the callers' threads only (the kernel's own: the next test)
   one_thread.threads = 1;
   Results<Scalar> r;
   r.forward = layer.forward(x, one_thread);
@@ -94,4 +94,45 @@ TEST_CASE("one open checkpoint read by threads at once gives every thread the sa
     CHECK_THAT(headwise_test::as_double(read[i]), IsExactly(expected));
     CHECK(heads[i] == 4);
   }
+}
+
+// headwise's own threads (detail/parallel.hpp) on calls large enough to use them: the layer's
+// forward and a prefill + decode through its cache, and split-key decoding over a packed store,
+// on 2 and 3 threads give the bits of 1; and two std::threads at once, each with its own team of
+// workers, give the same. Under the tsan preset this is what ThreadSanitizer checks the kernel's
+// parallel regions with.
+TEMPLATE_TEST_CASE("the kernel's threads give the bits of one, also when two callers use them at once", "[threads]", float,
+                   double) {
+  std::mt19937 rng(12);
+  const auto layer = headwise_test::random_layer<TestType>(64, 4, 2, rng);
+  const Matrix<TestType> x = headwise_test::random_matrix<TestType>(300, 64, rng);
+  const Matrix<TestType> keys = headwise_test::random_matrix<TestType>(16384, 128, rng);  // (past detail::serial_work)
+  const Matrix<TestType> query = headwise_test::random_matrix<TestType>(1, 256, rng);
+  PackedKeysValues<TestType> store(keys.rows(), 2, 64, 64);
+  store.append(keys, keys);
+  const auto run = [&](int threads) {
+    AttentionOptions options;
+    options.threads = threads;
+    std::vector<Matrix<TestType>> out;
+    out.push_back(layer.forward(x, options));
+    auto cache = layer.make_cache(x.rows());
+    out.push_back(layer.forward_incremental(x.topRows(x.rows() - 1), cache, options));
+    out.push_back(layer.forward_incremental(x.bottomRows(1), cache, options));
+    AttentionCall call;
+    call.heads = {4, 2}, call.options = &options, call.tiles.key_shard = 2048;
+    out.push_back(attend<TestType>(query, store, call).z);
+    return out;
+  };
+  const auto one = run(1);
+  for (const int threads : {2, 3}) {
+    CAPTURE(threads);
+    const auto got = run(threads);
+    for (std::size_t i = 0; i < one.size(); ++i) CHECK_THAT(headwise_test::as_double(got[i]), IsExactly(one[i]));
+  }
+  std::vector<std::vector<Matrix<TestType>>> together(2);
+  std::vector<std::thread> callers;
+  for (std::size_t i = 0; i < together.size(); ++i) callers.emplace_back([&, i] { together[i] = run(2); });
+  for (auto& t : callers) t.join();
+  for (const auto& got : together)
+    for (std::size_t i = 0; i < one.size(); ++i) CHECK_THAT(headwise_test::as_double(got[i]), IsExactly(one[i]));
 }

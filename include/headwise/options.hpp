@@ -20,7 +20,8 @@ struct AttentionOptions {
   bool causal = true;
   /// The scores are divided by this; unset means sqrt(d_head). Must be finite and > 0.
   std::optional<double> divisor;
-  /// Threads for the fused kernel: 0 means OpenMP's default; results do not depend on it.
+  /// Threads for the call: 0 means the default (OMP_NUM_THREADS where OpenMP is linked, else the
+  /// machine's cores); results do not depend on it.
   int threads = 0;
 
   // Where the call's queries and keys sit (partial attention over a shard of keys: see

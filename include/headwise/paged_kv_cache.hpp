@@ -352,15 +352,12 @@ class HEADWISE_ISA_TAG PagedKvCache {
     }
     seq.table.reserve(static_cast<std::size_t>(blocks_up_to(seq.size + m) - seq.first_block));  // (no push_back below throws)
     while (static_cast<Index>(seq.table.size()) + seq.first_block < blocks_up_to(seq.size + m)) seq.table.push_back(take_block());
-    detail::ExceptionCarrier carrier;
     for (Index t = 0; t < m;) {  // run by run of tokens in one block
       const Index pos = seq.size + t, run = std::min(m - t, B - pos % B);
       const Index block = seq.table[static_cast<std::size_t>(pos / B - seq.first_block)];
       note_written(block, pos % B, run);
-      HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1 && run >= 64))
-      for (Index h = 0; h < n_kv_heads(); ++h)
-        carrier.run([&] { pack(block, h, pos % B, k.block(t, h * d_head(), run, d_head()), v, t, run); });
-      carrier.rethrow();
+      detail::parallel_for(run >= 64 ? threads : 1, n_kv_heads(), detail::Schedule::by_part,
+                           [&](Index h) { pack(block, h, pos % B, k.block(t, h * d_head(), run, d_head()), v, t, run); });
       t += run;
     }
     seq.size += m;

@@ -170,8 +170,8 @@ class RotaryEmbedding {
  private:
   /// Rotates every head of every row by +angle (sign 1) or -angle (sign -1).
   template <class Scalar>
-  void rotate_rows(Eigen::Ref<Matrix<Scalar>> x, Index first_position, [[maybe_unused]] int threads, int sign,
-                   Index sequence_length, const char* where) const {  // threads: unused without OpenMP
+  void rotate_rows(Eigen::Ref<Matrix<Scalar>> x, Index first_position, int threads, int sign,
+                   Index sequence_length, const char* where) const {
     if (x.cols() % config_.d_head != 0)
       detail::invalid(where, "x has ", x.cols(), " columns, not a whole number of heads of ", config_.d_head);
     if (first_position < 0) detail::invalid(where, "first_position must be >= 0, got ", first_position);
@@ -182,13 +182,12 @@ class RotaryEmbedding {
     threads = detail::thread_count(threads, where);
     // Each thread's cos and sin, allocated before the parallel loop (nothing in it can throw).
     std::vector<Scalar> angles_of(static_cast<std::size_t>(2 * pairs * threads));
-    HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) if (threads > 1 && x.rows() >= 64))
-    for (Index t = 0; t < x.rows(); ++t) {
+    detail::parallel_for(x.rows() >= 64 ? threads : 1, x.rows(), detail::Schedule::by_part, [&](Index t) {
       Scalar* cos = angles_of.data() + 2 * pairs * detail::this_thread();
       Scalar* sin = cos + pairs;
       angles(frequencies, first_position + t, sign, cos, sin);
       for (Index c0 = 0; c0 < x.cols(); c0 += config_.d_head) rotate_head(x.row(t).data() + c0, cos, sin);
-    }
+    });
   }
 
   /// cos and sin of sign position frequencies[i], times the attention factor, for every pair i.

@@ -1,18 +1,23 @@
-// Internal: the OpenMP loops' helpers: how many threads, which thread, and carrying an exception
-// out of a parallel region.
-//
-// An exception may not leave an OpenMP parallel region (the runtime calls std::terminate). Each
-// loop body runs inside ExceptionCarrier::run, which keeps the first exception thrown by any
-// thread; the loop's other iterations are skipped and the exception is rethrown after the region,
-// on the calling thread, as if the loop had been sequential.
+// Internal: headwise's threads. Each thread that calls into headwise has a team of its own
+// workers (made on first use, as OpenMP's runtime keeps one per thread that starts a region): a
+// parallel region runs body(t) for t = 0 .. threads - 1, t = 0 on the calling thread, and returns
+// when every part has returned, rethrowing the first exception any threw. Between regions a
+// worker spins for at most spin_before_sleep, then sleeps on a condition variable: no thread
+// busy-waits for the next call (libgomp's default spins about a hundred times as long, taking
+// the cores from whatever else runs). A region inside a region runs on its own thread alone.
+// Without threads (WebAssembly without pthreads) every region runs on the calling thread.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -21,66 +26,63 @@
 #include "headwise/detail/errors.hpp"
 #include "headwise/types.hpp"
 
-/// An OpenMP pragma, or nothing when OpenMP is off (so that a build without it has no unknown
-/// pragmas to warn about): HEADWISE_OMP(omp parallel for num_threads(t) if (t > 1)).
-#ifdef _OPENMP
-#define HEADWISE_OMP(...) _Pragma(#__VA_ARGS__)
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
+#define HEADWISE_THREADS 0
 #else
-#define HEADWISE_OMP(...)
+#define HEADWISE_THREADS 1
 #endif
 
 namespace headwise::detail {
 
-/// The most threads a call may ask for. More is refused by name: libgomp exits or crashes when
-/// asked for tens of thousands, and no machine headwise runs on has a use for them.
+/// The most threads a call may ask for. More is refused by name: no machine headwise runs on has
+/// a use for them, and each is a thread the calling thread's team keeps.
 inline constexpr int max_threads = 1024;
 
-/// The threads a call runs on when it asks for `requested`: that many, or OpenMP's default
-/// (at most max_threads) when it is 0; 1 without OpenMP. Throws std::invalid_argument naming
-/// `where` unless 0 <= requested <= max_threads.
+/// The threads a call runs on when it asks for `requested`: that many, or the default (OpenMP's,
+/// which OMP_NUM_THREADS sets, where OpenMP is on; else the machine's cores; at most max_threads)
+/// when it is 0; 1 without threads. Throws std::invalid_argument naming `where` unless
+/// 0 <= requested <= max_threads.
 inline int thread_count(int requested, const char* where) {
   if (requested < 0 || requested > max_threads)
-    invalid(where, "threads must be in [0, ", max_threads, "] (0: OpenMP's default), got ", requested);
-#ifdef _OPENMP
+    invalid(where, "threads must be in [0, ", max_threads, "] (0: the default), got ", requested);
+#if !HEADWISE_THREADS
+  return 1;
+#elif defined(_OPENMP)
   return requested > 0 ? requested : std::min(omp_get_max_threads(), max_threads);
 #else
-  return 1;
+  return requested > 0 ? requested : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, max_threads);
 #endif
 }
 
 /// Multiply-adds below which a call runs on the calling thread (about 0.1 ms on one core): waking
-/// another thread costs more than it saves there, and OpenMP's threads, once woken, spin while
-/// they wait for the next region (libgomp's default policy), taking the cores from whatever else
-/// runs: a 20-token model run under load took 6-10 times as long. Results do not depend on it
-/// (every kernel gives the same bits on any thread count).
+/// another thread costs more than it saves there. Results do not depend on it (every kernel gives
+/// the same bits on any thread count).
 inline constexpr double serial_work = 1 << 20;
 
 /// The threads for `work` multiply-adds: `threads`, or 1 below serial_work.
 inline int threads_for(double work, int threads) { return work < serial_work ? 1 : threads; }
 
-/// The calling thread's number inside a parallel region (0 outside one, or without OpenMP).
-inline int this_thread() {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
+/// How long a worker spins for the next region before it sleeps: long enough that the regions of
+/// one call (a decoding step's, say) find it awake, short enough that it takes no core from
+/// anything else between calls.
+inline constexpr std::chrono::microseconds spin_before_sleep{50};
+
+/// The part of the region the calling thread runs (0 outside a region) and whether it is in one.
+struct RegionPlace {
+  int part = 0;
+  bool inside = false;
+};
+inline RegionPlace& region_place() {
+  thread_local RegionPlace place;
+  return place;
 }
 
-/// all_finite(m) (errors.hpp) with the rows split over `threads` threads: for the checks that
-/// would otherwise be the serial part of a parallel call.
-template <class Derived>
-bool all_finite(const Derived& m, [[maybe_unused]] int threads) {  // unused without OpenMP
-  bool finite = true;
-  HEADWISE_OMP(omp parallel for num_threads(threads) reduction(&& : finite) if (threads > 1 && m.rows() >= 64))
-  for (Eigen::Index i = 0; i < m.rows(); ++i) finite = finite && row_is_finite(m, i);
-  return finite;
-}
+/// The calling thread's part inside a parallel region: t of body(t) (0 outside one).
+inline int this_thread() { return region_place().part; }
 
 /// Keeps the first exception thrown inside a parallel loop and rethrows it after the loop:
 ///   detail::ExceptionCarrier carrier;
-///   HEADWISE_OMP(omp parallel for)
-///   for (Index i = 0; i < n; ++i) carrier.run([&] { work(i); });
+///   detail::parallel_for(threads, n, Schedule::by_part, [&](Index i) { carrier.run([&] { work(i); }); });
 ///   carrier.rethrow();
 class ExceptionCarrier {
  public:
@@ -106,6 +108,170 @@ class ExceptionCarrier {
   std::mutex mutex_;
   std::exception_ptr first_;
 };
+
+/// One region's work, type-erased: call(context, t) runs part t.
+struct RegionWork {
+  void (*call)(void*, int) = nullptr;
+  void* context = nullptr;
+};
+
+/// The workers of one calling thread (WorkerTeam::of_this_thread()).
+class WorkerTeam {
+ public:
+  static WorkerTeam& of_this_thread() {
+    thread_local WorkerTeam team;
+    return team;
+  }
+  WorkerTeam() = default;
+  WorkerTeam(const WorkerTeam&) = delete;
+  WorkerTeam& operator=(const WorkerTeam&) = delete;
+  ~WorkerTeam() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    for (std::thread& worker : workers_) worker.join();
+  }
+
+  /// Runs work(t) for t = 0 .. parts - 1: part 0 here, the others on workers 1 .. parts - 1.
+  void run(int parts, RegionWork work) {
+    while (static_cast<int>(workers_.size()) < parts - 1) {
+      const int index = static_cast<int>(workers_.size()) + 1;
+      workers_.emplace_back([this, index] { serve(index); });
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      work_ = work, parts_ = parts;
+      pending_.store(parts - 1, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    work.call(work.context, 0);
+    if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
+
+ private:
+  /// Spins until ready() or spin_before_sleep has passed; returns ready().
+  template <class Ready>
+  static bool spin_until(Ready ready) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0;; ++i) {
+      if (ready()) return true;
+      if (i % 64 == 63 && std::chrono::steady_clock::now() - start > spin_before_sleep) return ready();
+    }
+  }
+  /// Worker `index`'s loop: each new region, its part if it has one, until the team ends.
+  void serve(int index) {
+    unsigned seen = 0;
+    for (;;) {
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
+      RegionWork work;
+      int parts = 0;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        if (stop_) return;
+        seen = generation_.load(std::memory_order_relaxed), work = work_, parts = parts_;
+      }
+      if (index >= parts) continue;  // a region of fewer parts than the team has workers
+      work.call(work.context, index);
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mutex_);  // (the caller may be about to wait)
+        done_.notify_one();
+      }
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::atomic<unsigned> generation_{0};
+  std::atomic<int> pending_{0};
+  RegionWork work_;
+  int parts_ = 0;
+  bool stop_ = false;
+};
+
+/// Runs body(t) for t = 0 .. parts - 1 on `parts` threads (the calling thread and its team's
+/// workers), each with this_thread() = t, and returns when all have; the first exception thrown
+/// is rethrown here. parts <= 1, a region inside a region, or no threads: on the calling thread,
+/// part by part.
+template <class Body>
+void parallel_region(int parts, Body&& body) {
+  ExceptionCarrier carrier;
+  struct Context {
+    Body& body;
+    ExceptionCarrier& carrier;
+  } context{body, carrier};
+  const auto part = [](void* c, int t) {
+    Context& ctx = *static_cast<Context*>(c);
+    RegionPlace& place = region_place();
+    const RegionPlace outer = place;
+    place = {t, true};
+    ctx.carrier.run([&] { ctx.body(t); });
+    place = outer;
+  };
+  bool inline_parts = parts <= 1 || region_place().inside;
+  if constexpr (HEADWISE_THREADS) {
+    if (!inline_parts) WorkerTeam::of_this_thread().run(parts, {part, &context});
+  } else {
+    inline_parts = true;
+  }
+  if (inline_parts)
+    for (int t = 0; t < std::max(parts, 1); ++t) part(&context, t);
+  carrier.rethrow();
+}
+
+/// How a parallel loop hands out its iterations.
+enum class Schedule {
+  by_part,     ///< thread t takes iterations [n t / threads, n (t + 1) / threads) (OpenMP's static)
+  next_free,   ///< each thread takes the next iteration left (dynamic)
+  shrinking,   ///< each takes the next run of iterations, runs shorter as fewer are left (guided)
+};
+
+/// Runs body(i) for i = 0 .. n - 1 on `threads` threads, handed out as `schedule` says; returns
+/// when all have run (the first exception thrown is rethrown; the iterations not yet started are
+/// then skipped).
+template <class Body>
+void parallel_for(int threads, Index n, Schedule schedule, Body&& body) {
+  if (n <= 0) return;
+  threads = static_cast<int>(std::clamp<Index>(n, 1, std::max(threads, 1)));
+  std::atomic<Index> next{0};
+  std::atomic<bool> failed{false};
+  parallel_region(threads, [&](int t) {
+    try {
+      if (schedule == Schedule::by_part) {
+        for (Index i = n * t / threads; i < n * (t + 1) / threads && !failed.load(std::memory_order_relaxed); ++i) body(i);
+        return;
+      }
+      for (;;) {
+        const Index left = n - next.load(std::memory_order_relaxed);
+        const Index run = schedule == Schedule::shrinking ? std::max<Index>(1, left / (2 * threads)) : 1;
+        const Index first = next.fetch_add(run, std::memory_order_relaxed);
+        if (first >= n || failed.load(std::memory_order_relaxed)) return;
+        for (Index i = first; i < std::min(n, first + run); ++i) body(i);
+      }
+    } catch (...) {
+      failed.store(true, std::memory_order_relaxed);
+      throw;
+    }
+  });
+}
+
+/// all_finite(m) (errors.hpp) with the rows split over `threads` threads: for the checks that
+/// would otherwise be the serial part of a parallel call.
+template <class Derived>
+bool all_finite(const Derived& m, int threads) {
+  std::atomic<bool> finite{true};
+  parallel_for(m.rows() >= 64 ? threads : 1, m.rows(), Schedule::by_part, [&](Index i) {
+    if (finite.load(std::memory_order_relaxed) && !row_is_finite(m, i)) finite.store(false, std::memory_order_relaxed);
+  });
+  return finite.load();
+}
 
 /// `units` units of work (key/value heads, say) of `jobs_per_unit` jobs each, in `parts` runs of
 /// whole units: run p holds units [units p / parts, units (p + 1) / parts), the part that

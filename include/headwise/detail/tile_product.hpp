@@ -321,7 +321,7 @@ void add_product_in_place(Index rows, Index cols, Index depth, const Scalar* a, 
   }
 }
 
-/// C = A B for row-major Eigen matrices, split over `threads` OpenMP threads by column panels.
+/// C = A B for row-major Eigen matrices, split over `threads` threads by column panels.
 /// a: (n, k), b: (k, m) -> c: (n, m) (resized). Deterministic: see the top of this file.
 template <class Scalar>
 void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b,
@@ -333,16 +333,12 @@ void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const M
   const Index panels = (m + W - 1) / W;
   const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads_for(double(n) * double(m) * double(k), threads), panels)));
   const MatrixView<Scalar> av{a.data(), a.outerStride()}, bv{b.data(), b.outerStride()};
-  ExceptionCarrier carrier;  // scratch allocation may throw; no exception may leave the region
-  HEADWISE_OMP(omp parallel for num_threads(parts) schedule(static) if (parts > 1))
-  for (int part = 0; part < parts; ++part)
-    carrier.run([&] {
-      const Index first = panels * part / parts * W, last = std::min(m, panels * (part + 1) / parts * W);
-      c.middleCols(first, last - first).setZero();
-      ProductScratch<Scalar> scratch;
-      accumulate_product<Scalar>(n, last - first, k, av, {bv.data + first, bv.stride}, c.data() + first, m, scratch);
-    });
-  carrier.rethrow();
+  parallel_region(parts, [&](int part) {
+    const Index first = panels * part / parts * W, last = std::min(m, panels * (part + 1) / parts * W);
+    c.middleCols(first, last - first).setZero();
+    ProductScratch<Scalar> scratch;
+    accumulate_product<Scalar>(n, last - first, k, av, {bv.data + first, bv.stride}, c.data() + first, m, scratch);
+  });
 }
 
 }  // namespace headwise::detail

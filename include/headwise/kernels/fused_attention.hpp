@@ -1,7 +1,7 @@
 // The fused attention kernel: the same function as attention_core.hpp, computed tile by tile with
 // an online softmax, so that no (n, n) matrix is ever held and key tiles that no query of a tile
 // sees (above the diagonal, outside a window or a packed sequence, wholly masked) are never
-// touched. Multi-threaded with OpenMP over (head, query tile) pairs, or, for a call of one query
+// touched. Multi-threaded (detail/parallel.hpp) over (head, query tile) pairs, or, for a call of one query
 // tile (decoding), over (key shard, key/value head) pairs. Which keys each query sees and
 // what happens to a score come from the call's ScoreRule (score_rule.hpp). Whether scores are
 // modified at all, and the type keys and values are stored in, are a compile-time policy

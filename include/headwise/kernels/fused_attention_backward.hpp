@@ -260,22 +260,15 @@ void run_backward_jobs(const BackwardCall<Scalar>& c, int threads, AttentionGrad
   threads = static_cast<int>(std::clamp<Index>(std::max(n_kv_heads * key_tiles, c.n_heads * query_tiles), 1, threads));
   std::vector<BackwardScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
   for (auto& w : scratch) w.allocate(c);
-  ExceptionCarrier carrier;
-  HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1)) {
-    HEADWISE_OMP(omp for schedule(dynamic, 1) nowait)  // the passes write different gradients
-    for (Index job = 0; job < n_kv_heads * key_tiles; ++job)  // pass A: dK, dV
-      carrier.run([&] {
-        key_tile_gradients<Policy>(c, scratch[static_cast<std::size_t>(this_thread())], job % n_kv_heads,
-                                   job / n_kv_heads * c.tk, out);
-      });
-    HEADWISE_OMP(omp for schedule(dynamic, 1))
-    for (Index job = 0; job < c.n_heads * query_tiles; ++job)  // pass B: dQ
-      carrier.run([&] {
-        query_tile_gradients<Policy>(c, scratch[static_cast<std::size_t>(this_thread())], job % c.n_heads,
-                                     (query_tiles - 1 - job / c.n_heads) * c.tq, out);
-      });
-  }
-  carrier.rethrow();
+  // One list of jobs, pass A's then pass B's, each thread taking the next: the passes write
+  // different gradients, so a thread done with pass A goes on to pass B without waiting.
+  const Index a_jobs = n_kv_heads * key_tiles;
+  parallel_for(threads, a_jobs + c.n_heads * query_tiles, Schedule::next_free, [&](Index job) {
+    BackwardScratch<Scalar>& own = scratch[static_cast<std::size_t>(this_thread())];
+    if (job < a_jobs) return key_tile_gradients<Policy>(c, own, job % n_kv_heads, job / n_kv_heads * c.tk, out);  // pass A: dK, dV
+    job -= a_jobs;  // pass B: dQ
+    query_tile_gradients<Policy>(c, own, job % c.n_heads, (query_tiles - 1 - job / c.n_heads) * c.tq, out);
+  });
 }
 
 }  // namespace detail

@@ -1,5 +1,5 @@
 // The fused kernel's jobs (kernels/fused_attention.hpp is the loop they run): one call's (head,
-// query tile) jobs on OpenMP threads, head by head; a call of one query tile split by key
+// query tile) jobs on headwise's threads (detail/parallel.hpp), head by head; a call of one query tile split by key
 // (split-key decoding: (key/value head, shard) jobs, then each head's shards merged in key
 // order); a batch of calls as one job list with a shared prefix attended once (cascade); and the
 // dispatcher, run_fused, which picks the kernel's compile-time policy once per call. Every job
@@ -153,39 +153,29 @@ std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads)
   std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
   if (plan.widest) for (auto& w : scratch) w.allocate(*plan.widest, (plan.rows + R - 1) / R * R);
   std::vector<Clock> clocks(static_cast<std::size_t>(threads));
-  ExceptionCarrier carrier;
-  HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1)) {
-    HEADWISE_OMP(omp for schedule(dynamic))
-    for (Index j = 0; j < n_prefix; ++j)
-      carrier.run([&] {
-        const auto t = static_cast<std::size_t>(this_thread());
-        const FusedCall<Scalar>& prefix = *batch.prefix;
-        const BatchJob job = plan.prefix_jobs[static_cast<std::size_t>(j)];
-        const Index n = std::min(prefix.tq, prefix.n_q() - job.first_row);
-        for (Index h = job.head * prefix.group; h < (job.head + 1) * prefix.group; ++h) {
-          load_query_tile(prefix, scratch[t], job.first_row, n, h, clocks[t]);
-          const RowState<Scalar> into = rows_from(plan.prefix_states[h], job.first_row, prefix.dv_padded());
-          attend_shards<Policy>(prefix, scratch[t], into, /*continues=*/false, job.first_row, n, h, clocks[t]);
-        }
-      });
-    // Guided: runs of consecutive jobs, each thread streaming consecutive shards of a head (handing
-    // out single jobs shard-major was slower), shorter towards the end so that no thread is left
-    // with a long run while the other waits (fixed runs of an eighth of the jobs each: a batch of
-    // 64 long sequences 12% slower on two threads than its calls one by one).
-    HEADWISE_OMP(omp for schedule(guided))
-    for (Index j = 0; j < n_jobs; ++j)
-      carrier.run([&] {
-        const auto t = static_cast<std::size_t>(this_thread());
-        run_batch_job<Policy>(batch, plan, plan.jobs[static_cast<std::size_t>(j)], scratch[t], clocks[t]);
-      });
-    HEADWISE_OMP(omp for schedule(static))
-    for (std::size_t m = 0; m < plan.merges.size(); ++m)
-      carrier.run([&] {
-        clocks[static_cast<std::size_t>(this_thread())].enter(FusedPhase::normalise);
-        merge_split_head(batch, plan, plan.merges[m].call, plan.merges[m].head);
-      });
-  }
-  carrier.rethrow();
+  parallel_for(threads, n_prefix, Schedule::next_free, [&](Index j) {
+    const auto t = static_cast<std::size_t>(this_thread());
+    const FusedCall<Scalar>& prefix = *batch.prefix;
+    const BatchJob job = plan.prefix_jobs[static_cast<std::size_t>(j)];
+    const Index n = std::min(prefix.tq, prefix.n_q() - job.first_row);
+    for (Index h = job.head * prefix.group; h < (job.head + 1) * prefix.group; ++h) {
+      load_query_tile(prefix, scratch[t], job.first_row, n, h, clocks[t]);
+      const RowState<Scalar> into = rows_from(plan.prefix_states[h], job.first_row, prefix.dv_padded());
+      attend_shards<Policy>(prefix, scratch[t], into, /*continues=*/false, job.first_row, n, h, clocks[t]);
+    }
+  });
+  // Shrinking runs of consecutive jobs, each thread streaming consecutive shards of a head (handing
+  // out single jobs shard-major was slower), shorter towards the end so that no thread is left
+  // with a long run while the other waits (fixed runs of an eighth of the jobs each: a batch of
+  // 64 long sequences 12% slower on two threads than its calls one by one).
+  parallel_for(threads, n_jobs, Schedule::shrinking, [&](Index j) {
+    const auto t = static_cast<std::size_t>(this_thread());
+    run_batch_job<Policy>(batch, plan, plan.jobs[static_cast<std::size_t>(j)], scratch[t], clocks[t]);
+  });
+  parallel_for(threads, static_cast<Index>(plan.merges.size()), Schedule::by_part, [&](Index m) {
+    clocks[static_cast<std::size_t>(this_thread())].enter(FusedPhase::normalise);
+    merge_split_head(batch, plan, plan.merges[static_cast<std::size_t>(m)].call, plan.merges[static_cast<std::size_t>(m)].head);
+  });
   return clocks;
 }
 
@@ -219,16 +209,12 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   // 10% faster (bench/RESULTS.md).
   const Index n_tiles = static_cast<Index>(tile_starts.size());
   JobRuns runs(call.kv.n_kv_heads(), call.group * n_tiles, threads);
-  ExceptionCarrier carrier;
-  HEADWISE_OMP(omp parallel num_threads(threads) if (threads > 1))
-  runs.run(this_thread(), [&](Index job) {
-    carrier.run([&] {
-      const auto t = static_cast<std::size_t>(this_thread());
-      attend_query_tile<Policy>(call, scratch[t], tile_starts[static_cast<std::size_t>(job % n_tiles)],
-                                job / n_tiles, clocks[t]);
+  parallel_region(threads, [&](int t) {
+    runs.run(t, [&](Index job) {
+      attend_query_tile<Policy>(call, scratch[static_cast<std::size_t>(t)], tile_starts[static_cast<std::size_t>(job % n_tiles)],
+                                job / n_tiles, clocks[static_cast<std::size_t>(t)]);
     });
   });
-  carrier.rethrow();
   return clocks;
 }
 

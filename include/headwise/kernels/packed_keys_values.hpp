@@ -171,8 +171,8 @@ class HEADWISE_ISA_TAG PackedKeysValues {
   const StoreFormat& format() const { return format_; }
 
   /// Appends m tokens. k: (m, n_kv_heads d_head), v: (m, n_kv_heads d_v), head by head in columns.
-  /// With threads > 1 (0: OpenMP's default; at most detail::max_threads), heads are packed in
-  /// parallel (OpenMP); the store is the same either way. Reach: the storages the packing is
+  /// With threads > 1 (0: the default, detail::thread_count; at most detail::max_threads), heads
+  /// are packed in parallel; the store is the same either way. Reach: the storages the packing is
   /// compiled for (kv_storage.hpp); detail::AsComputedOnly for a store that the caller made as
   /// computed (attend on matrices), which then compiles no narrow type's packing.
   template <class Reach = detail::AnyStorage>
@@ -219,18 +219,14 @@ class HEADWISE_ISA_TAG PackedKeysValues {
     // kernel's detail::JobRuns uses, so that each thread then attends first to what it packed.
     threads = static_cast<int>(std::min<Index>(n_kv_heads_, detail::thread_count(threads, where)));
     if (k.rows() == 0) return;  // nothing to pack (and a 0-row block's columns may lie at a null pointer)
-    bool finite = true;
-    detail::ExceptionCarrier carrier;  // (packing a narrow type allocates a row)
-    HEADWISE_OMP(omp parallel for num_threads(threads) schedule(static) reduction(&& : finite) if (threads > 1 && k.rows() >= 64))
-    for (int part = 0; part < threads; ++part)  // heads [G part / threads, G (part + 1) / threads)
-      for (Index h = n_kv_heads_ * part / threads; h < n_kv_heads_ * (part + 1) / threads; ++h) {
-        const auto k_h = k.middleCols(h * d_head_, d_head_);
-        finite = finite && detail::storable(k_h, format_.storage);
-        if (v) finite = finite && detail::storable(v->middleCols(h * d_v_, d_v_), format_.storage);
-        carrier.run([&] { pack_head<Reach>(h, k_h, v); });
-      }
-    carrier.rethrow();
-    if (!finite) refuse_non_finite<Reach>(where, k, v);
+    std::atomic<bool> finite{true};
+    detail::parallel_for(k.rows() >= 64 ? threads : 1, n_kv_heads_, detail::Schedule::by_part, [&](Index h) {
+      const auto k_h = k.middleCols(h * d_head_, d_head_);
+      if (!detail::storable(k_h, format_.storage) || (v && !detail::storable(v->middleCols(h * d_v_, d_v_), format_.storage)))
+        finite.store(false, std::memory_order_relaxed);
+      pack_head<Reach>(h, k_h, v);  // (packing a narrow type allocates a row: an exception reaches the caller)
+    });
+    if (!finite.load()) refuse_non_finite<Reach>(where, k, v);
     size_ += k.rows();
   }
 

@@ -216,7 +216,7 @@ struct RunOptions {
   /// The ids sit at positions first_position .. (learned positions, rotary angles, windows), with
   /// no earlier keys: the tokens from there of a longer text whose earlier tokens are not attended.
   Index first_position = 0;
-  int threads = 0;  ///< threads for every product and attention call; 0: OpenMP's default
+  int threads = 0;  ///< threads for every product and attention call; 0: the default (detail::thread_count)
 };
 
 template <class Scalar>
