@@ -119,16 +119,24 @@ TEMPLATE_TEST_CASE("tile sizes far larger than the input work, and give the same
   }
 }
 
+/// f(std::integral_constant<Schedule, s>) for each schedule s of detail::parallel_for.
+template <class F>
+void for_each_schedule(F f) {
+  f(std::integral_constant<detail::Schedule, detail::Schedule::by_part>{});
+  f(std::integral_constant<detail::Schedule, detail::Schedule::next_free>{});
+  f(std::integral_constant<detail::Schedule, detail::Schedule::shrinking>{});
+}
+
 TEST_CASE("an exception thrown inside a parallel loop reaches the caller", "[hardening][parallel]") {
-  for (const auto schedule : {detail::Schedule::by_part, detail::Schedule::next_free, detail::Schedule::shrinking}) {
+  for_each_schedule([](auto schedule) {
     std::atomic<int> ran{0};
-    REQUIRE_THROWS_WITH(detail::parallel_for(2, 64, schedule, [&](Index i) {
+    REQUIRE_THROWS_WITH(detail::parallel_for<decltype(schedule)::value>(2, 64, [&](Index i) {
                           ++ran;
                           if (i == 3) throw std::invalid_argument("job 3 failed");
                         }),
                         "job 3 failed");
     CHECK(ran.load() >= 1);
-  }
+  });
   detail::ExceptionCarrier carrier;
   carrier.run([] { throw std::invalid_argument("once"); });
   REQUIRE_THROWS_WITH(carrier.rethrow(), "once");
@@ -141,14 +149,14 @@ TEST_CASE("parallel loops run every iteration once, each part on a thread of its
           "[hardening][parallel]") {
   for (const int threads : {1, 2, 3, 8})
     for (const Index n : {Index(0), Index(1), Index(5), Index(1000)})
-      for (const auto schedule : {detail::Schedule::by_part, detail::Schedule::next_free, detail::Schedule::shrinking}) {
-        CAPTURE(threads, n, static_cast<int>(schedule));
+      for_each_schedule([&](auto schedule) {
+        CAPTURE(threads, n, static_cast<int>(decltype(schedule)::value));
         std::vector<std::atomic<int>> times(static_cast<std::size_t>(n));
-        detail::parallel_for(threads, n, schedule, [&](Index i) { ++times[static_cast<std::size_t>(i)]; });
+        detail::parallel_for<decltype(schedule)::value>(threads, n, [&](Index i) { ++times[static_cast<std::size_t>(i)]; });
         int wrong = 0;
         for (const auto& t : times) wrong += t.load() != 1;
         CHECK(wrong == 0);
-      }
+      });
   std::vector<std::thread::id> ids(3);
   std::vector<int> parts(3, -1), inner(3, 0);
   detail::parallel_region(3, [&](int t) {

@@ -337,7 +337,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
         // Copied on every thread: at large n, q's fresh pages fault as they are first written, and
         // faults taken on one thread leave the others waiting (bench/RESULTS.md, "Fresh memory").
         const int copiers = detail::threads_for(double(rows) * double(width) * 64, threads);  // (a copy: a multiply-add's cost per 64 entries)
-        detail::parallel_for(copiers, rows, detail::Schedule::by_part, [&](Index r) { q.row(i0 + r) = part.row(r).head(width); });
+        detail::parallel_for<detail::Schedule::by_part>(copiers, rows, [&](Index r) { q.row(i0 + r) = part.row(r).head(width); });
         kv.append(l.part(part, QkvPart::key), l.part(part, QkvPart::value), threads);
       }
       AttentionCall call;  // the one attention call, on everything kv now holds

@@ -356,8 +356,7 @@ class HEADWISE_ISA_TAG PagedKvCache {
       const Index pos = seq.size + t, run = std::min(m - t, B - pos % B);
       const Index block = seq.table[static_cast<std::size_t>(pos / B - seq.first_block)];
       note_written(block, pos % B, run);
-      detail::parallel_for(run >= 64 ? threads : 1, n_kv_heads(), detail::Schedule::by_part,
-                           [&](Index h) { pack(block, h, pos % B, k.block(t, h * d_head(), run, d_head()), v, t, run); });
+      detail::parallel_for<detail::Schedule::by_part>(run >= 64 ? threads : 1, n_kv_heads(), [&](Index h) { pack(block, h, pos % B, k.block(t, h * d_head(), run, d_head()), v, t, run); });
       t += run;
     }
     seq.size += m;

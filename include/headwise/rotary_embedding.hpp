@@ -182,7 +182,7 @@ class RotaryEmbedding {
     threads = detail::thread_count(threads, where);
     // Each thread's cos and sin, allocated before the parallel loop (nothing in it can throw).
     std::vector<Scalar> angles_of(static_cast<std::size_t>(2 * pairs * threads));
-    detail::parallel_for(x.rows() >= 64 ? threads : 1, x.rows(), detail::Schedule::by_part, [&](Index t) {
+    detail::parallel_for<detail::Schedule::by_part>(x.rows() >= 64 ? threads : 1, x.rows(), [&](Index t) {
       Scalar* cos = angles_of.data() + 2 * pairs * detail::this_thread();
       Scalar* sin = cos + pairs;
       angles(frequencies, first_position + t, sign, cos, sin);

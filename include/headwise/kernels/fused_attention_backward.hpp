@@ -263,7 +263,7 @@ void run_backward_jobs(const BackwardCall<Scalar>& c, int threads, AttentionGrad
   // One list of jobs, pass A's then pass B's, each thread taking the next: the passes write
   // different gradients, so a thread done with pass A goes on to pass B without waiting.
   const Index a_jobs = n_kv_heads * key_tiles;
-  parallel_for(threads, a_jobs + c.n_heads * query_tiles, Schedule::next_free, [&](Index job) {
+  parallel_for<Schedule::next_free>(threads, a_jobs + c.n_heads * query_tiles, [&](Index job) {
     BackwardScratch<Scalar>& own = scratch[static_cast<std::size_t>(this_thread())];
     if (job < a_jobs) return key_tile_gradients<Policy>(c, own, job % n_kv_heads, job / n_kv_heads * c.tk, out);  // pass A: dK, dV
     job -= a_jobs;  // pass B: dQ

@@ -153,7 +153,7 @@ std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads)
   std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
   if (plan.widest) for (auto& w : scratch) w.allocate(*plan.widest, (plan.rows + R - 1) / R * R);
   std::vector<Clock> clocks(static_cast<std::size_t>(threads));
-  parallel_for(threads, n_prefix, Schedule::next_free, [&](Index j) {
+  parallel_for<Schedule::next_free>(threads, n_prefix, [&](Index j) {
     const auto t = static_cast<std::size_t>(this_thread());
     const FusedCall<Scalar>& prefix = *batch.prefix;
     const BatchJob job = plan.prefix_jobs[static_cast<std::size_t>(j)];
@@ -168,11 +168,11 @@ std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads)
   // out single jobs shard-major was slower), shorter towards the end so that no thread is left
   // with a long run while the other waits (fixed runs of an eighth of the jobs each: a batch of
   // 64 long sequences 12% slower on two threads than its calls one by one).
-  parallel_for(threads, n_jobs, Schedule::shrinking, [&](Index j) {
+  parallel_for<Schedule::shrinking>(threads, n_jobs, [&](Index j) {
     const auto t = static_cast<std::size_t>(this_thread());
     run_batch_job<Policy>(batch, plan, plan.jobs[static_cast<std::size_t>(j)], scratch[t], clocks[t]);
   });
-  parallel_for(threads, static_cast<Index>(plan.merges.size()), Schedule::by_part, [&](Index m) {
+  parallel_for<Schedule::by_part>(threads, static_cast<Index>(plan.merges.size()), [&](Index m) {
     clocks[static_cast<std::size_t>(this_thread())].enter(FusedPhase::normalise);
     merge_split_head(batch, plan, plan.merges[static_cast<std::size_t>(m)].call, plan.merges[static_cast<std::size_t>(m)].head);
   });

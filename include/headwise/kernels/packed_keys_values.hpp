@@ -220,7 +220,7 @@ class HEADWISE_ISA_TAG PackedKeysValues {
     threads = static_cast<int>(std::min<Index>(n_kv_heads_, detail::thread_count(threads, where)));
     if (k.rows() == 0) return;  // nothing to pack (and a 0-row block's columns may lie at a null pointer)
     std::atomic<bool> finite{true};
-    detail::parallel_for(k.rows() >= 64 ? threads : 1, n_kv_heads_, detail::Schedule::by_part, [&](Index h) {
+    detail::parallel_for<detail::Schedule::by_part>(k.rows() >= 64 ? threads : 1, n_kv_heads_, [&](Index h) {
       const auto k_h = k.middleCols(h * d_head_, d_head_);
       if (!detail::storable(k_h, format_.storage) || (v && !detail::storable(v->middleCols(h * d_v_, d_v_), format_.storage)))
         finite.store(false, std::memory_order_relaxed);
