@@ -145,20 +145,27 @@ class WorkerTeam {
     for (std::thread& worker : workers_) worker.join();
   }
 
-  /// Runs work(t) for t = 0 .. parts - 1: part 0 here, the others on workers 1 .. parts - 1.
+  /// Runs work(t) for t = 0 .. parts - 1: part 0 here, the others on workers 1 .. parts - 1. If the
+  /// system refuses a new thread, the parts it would have run run here, after part 0.
   HEADWISE_NOINLINE void run(int parts, RegionWork work) {
-    while (static_cast<int>(workers_.size()) < parts - 1) {
-      const int index = static_cast<int>(workers_.size()) + 1;
-      workers_.emplace_back([this, index] { serve(index); });
+    int hired = parts;
+    try {
+      while (static_cast<int>(workers_.size()) < parts - 1) {
+        const int index = static_cast<int>(workers_.size()) + 1;
+        workers_.emplace_back([this, index] { serve(index); });
+      }
+    } catch (...) {  // std::system_error (no more threads) or std::bad_alloc: fewer workers
+      hired = static_cast<int>(workers_.size()) + 1;
     }
-    {
+    if (hired > 1) {
       std::lock_guard<std::mutex> lock(mutex_);
-      work_ = work, parts_ = parts;
-      pending_.store(parts - 1, std::memory_order_relaxed);
+      work_ = work, parts_ = hired;
+      pending_.store(hired - 1, std::memory_order_relaxed);
       generation_.fetch_add(1, std::memory_order_release);
     }
-    wake_.notify_all();
+    if (hired > 1) wake_.notify_all();
     work.call(work.context, 0);
+    for (int t = hired; t < parts; ++t) work.call(work.context, t);
     if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
@@ -171,6 +178,9 @@ class WorkerTeam {
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0;; ++i) {
       if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();  // (a spin-wait hint: the other hardware thread of the core runs meanwhile)
+#endif
       if (i % 64 == 63 && std::chrono::steady_clock::now() - start > spin_before_sleep) return ready();
     }
   }
