@@ -382,15 +382,11 @@ class BatchCalls {
     for (std::size_t i = 0; i < n_; ++i) fused_.calls.push_back(&calls_[i]);
   }
 
-  /// Runs the kernel once over the whole batch, with the policy each call has alone.
+  /// Runs the kernel once over the whole batch, for the stored type its sequences share.
   std::vector<AttentionResult<Scalar>> run() {
     with_stored_type<Scalar>(batch_.sequences[0].kv.storage(), [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      const auto run = [&](auto scores) {
-        run_fused_batch<KernelPolicy<decltype(scores), Stored>, Scalar, NoPhaseObserver>(fused_, threads_);
-      };
-      if constexpr (std::is_same_v<Stored, Scalar>) with_score_policy(rules_[0], run);
-      else run(ScoresByRule{});
+      run_fused_batch<Stored, Scalar, NoPhaseObserver>(fused_, threads_);
     });
     std::vector<AttentionResult<Scalar>> out(n_);
     for (std::size_t i = 0; i < n_; ++i) {

@@ -81,9 +81,7 @@ HEADWISE_ISA_TAG AttentionGradients<Scalar> backward_of_attend(const Eigen::Ref<
                                        options.softcap ? static_cast<Scalar>(1.0 / *options.softcap) : Scalar(0)};
   AttentionGradients<Scalar> out{Matrix<Scalar>(q.rows(), q.cols()), Matrix<Scalar>(k.rows(), k.cols()),
                                  Matrix<Scalar>(v.rows(), v.cols())};
-  detail::with_score_policy(rule, [&](auto scores) {
-    detail::run_backward_jobs<detail::KernelPolicy<decltype(scores)>>(c, threads, out);
-  });
+  detail::run_backward_jobs(c, threads, out);
   return out;
 }
 }  // namespace detail

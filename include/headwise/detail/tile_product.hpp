@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -100,14 +101,44 @@ inline void micro_kernel(Index depth, const Scalar* a, Index lda, const BStored*
   micro_kernel_rows_of<Scalar, Layout, Accumulate, BStored>(std::make_integer_sequence<Index, Rows>{}, depth, a, lda, b, ldb, c, ldc);
 }
 
-/// micro_kernel on the first `rows` (1..R) rows of a sliver: the kernel for exactly that many rows.
-template <class Scalar, ALayout Layout = ALayout::packed, bool Accumulate = true,
-          int Rows = static_cast<int>(TileShape<Scalar>::rows), class BStored = Scalar>
+/// The next sliver height below h that the micro-kernels are compiled for: the largest power of
+/// two under it. The heights are R and the powers of two below it: {12, 8, 4, 2, 1} with 32
+/// registers, {6, 4, 2, 1} with 16.
+constexpr int height_below(int h) {
+  int p = 1;
+  while (2 * p < h) p *= 2;
+  return p;
+}
+
+/// A sliver of `rows` rows (1 .. Height) as slivers of the compiled heights, largest first (11
+/// rows: 8, 2, 1), each one call kernel(std::integral_constant<int, H>, first row). A row's chains
+/// are its own whatever the sliver, so the bits are those of one kernel for exactly that many
+/// rows, from a third of the instantiations (one per height from 1 to R took 3 times the
+/// micro-kernels' compile time).
+template <int Height, class Kernel>
+inline void by_compiled_heights(Index rows, Index row, const Kernel& kernel) {
+  if (rows >= Height) {
+    kernel(std::integral_constant<int, Height>{}, row);
+    rows -= Height, row += Height;
+  }
+  if constexpr (Height > 1)
+    if (rows > 0) by_compiled_heights<height_below(Height)>(rows, row, kernel);
+}
+
+/// Where row `row` of a sliver starts, read as Layout says.
+template <ALayout Layout, class Scalar>
+inline const Scalar* sliver_row(const Scalar* a, Index lda, Index row) {
+  return Layout == ALayout::rows ? a + row * lda : a + row;
+}
+
+/// micro_kernel on the first `rows` (1..R) rows of a sliver, as slivers of the compiled heights.
+template <class Scalar, ALayout Layout = ALayout::packed, bool Accumulate = true, class BStored = Scalar>
 inline void micro_kernel_rows(Index rows, Index depth, const Scalar* a, Index lda, const BStored* b, Index ldb, Scalar* c,
                               Index ldc) {
-  if constexpr (Rows > 1)
-    if (rows < Rows) return micro_kernel_rows<Scalar, Layout, Accumulate, Rows - 1>(rows, depth, a, lda, b, ldb, c, ldc);
-  micro_kernel<Scalar, Rows, Layout, Accumulate>(depth, a, lda, b, ldb, c, ldc);
+  by_compiled_heights<static_cast<int>(TileShape<Scalar>::rows)>(rows, 0, [&](auto height, Index row) {
+    micro_kernel<Scalar, decltype(height)::value, Layout, Accumulate>(depth, sliver_row<Layout>(a, lda, row), lda, b, ldb,
+                                                                      c + row * ldc, ldc);
+  });
 }
 
 /// The most rows micro_kernel_pair takes: its 4 Rows accumulators, 4 packets of B and a broadcast
@@ -155,12 +186,13 @@ inline void micro_kernel_pair_of(std::integer_sequence<Index, r...>, Index depth
 /// the chain micro_kernel gives it (the same multiply-adds in the same order; Accumulate false:
 /// from 0, c not read): the same bits, with twice the independent chains in flight to hide the
 /// multiply-add's latency.
-template <class Scalar, ALayout Layout, bool Accumulate, class BStored, int Rows = static_cast<int>(pair_rows<Scalar>)>
+template <class Scalar, ALayout Layout, bool Accumulate, class BStored>
 inline void micro_kernel_pair(Index rows, Index depth, const Scalar* a, Index lda, const BStored* b, Index ldb, Index next,
                               Scalar* c, Index ldc) {
-  if constexpr (Rows > 1)
-    if (rows < Rows) return micro_kernel_pair<Scalar, Layout, Accumulate, BStored, Rows - 1>(rows, depth, a, lda, b, ldb, next, c, ldc);
-  micro_kernel_pair_of<Scalar, Layout, Accumulate, BStored>(std::make_integer_sequence<Index, Rows>{}, depth, a, lda, b, ldb, next, c, ldc);
+  by_compiled_heights<static_cast<int>(pair_rows<Scalar>)>(rows, 0, [&](auto height, Index row) {
+    micro_kernel_pair_of<Scalar, Layout, Accumulate, BStored>(std::make_integer_sequence<Index, decltype(height)::value>{}, depth,
+                                                              sliver_row<Layout>(a, lda, row), lda, b, ldb, next, c + row * ldc, ldc);
+  });
 }
 
 /// Packs rows [0, rows) x depth [0, depth) of A in R-row slivers, k-major, zero rows past the edge:

@@ -3,10 +3,11 @@
 // sees (above the diagonal, outside a window or a packed sequence, wholly masked) are never
 // touched. Multi-threaded (detail/parallel.hpp) over (head, query tile) pairs, or, for a call of one query
 // tile (decoding), over (key shard, key/value head) pairs. Which keys each query sees and
-// what happens to a score come from the call's ScoreRule (score_rule.hpp). Whether scores are
-// modified at all, and the type keys and values are stored in, are a compile-time policy
-// (KernelPolicy below, chosen once per call by run_fused), so the plain causal loop carries none
-// of the modifiers' work. The jobs that run the loop on threads, and run_fused,
+// what happens to a score come from the call's ScoreRule (score_rule.hpp). The type keys and
+// values are stored in is the kernel's one compile-time choice (Stored: chosen once per call by
+// run_fused, widened as the products load it); whether the rule modifies scores is a branch per
+// row and key tile (the plain causal loop calls no modifier and tests no score for -inf). The jobs
+// that run the loop on threads, and run_fused,
 // are in kernels/fused_jobs.hpp; the public way in is attend() (attend.hpp).
 //
 // For each head h and tile of queries [i0, i0 + tq):
@@ -16,7 +17,7 @@
 //           rows' key ranges are skipped), sliver by sliver of R query rows (R the micro-tile
 //           height of detail/tile_product.hpp), only over the keys the sliver's rows see:
 //             S   = Qs K[j0:, h]ᵀ                              (a tile product)
-//             S   = rule(S): cap, ALiBi, bias, -inf where hidden (ScoresByRule only)
+//             S   = rule(S): cap, ALiBi, bias, -inf where hidden (if the rule modifies scores)
 //             m'  = max(m, max_j S_ij) over the visible j     (running row maximum, by packets)
 //             P   = exp(S - m') on the visible j, exactly 0 elsewhere (the mask lives in the loop),
 //                   written over S, where the product with V reads it (nothing is packed)
@@ -134,36 +135,6 @@ struct FusedCall {
   /// The keys query row i may see.
   const KeyRange& keys(Index i) const { return rule.keys(i); }
 };
-
-/// The policy of the plain kernel: scores are used as the product computes them.
-struct ScoresAsComputed {
-  static constexpr bool may_hide = false;
-  template <class Scalar>
-  static void apply(const ScoreRule<Scalar>&, Index, Index, Index, Scalar*, Index, Index) {}
-};
-
-/// The policy when the rule modifies scores: cap, ALiBi, bias and hidden keys (-inf, sent to exact
-/// zeros after exp).
-struct ScoresByRule {
-  static constexpr bool may_hide = true;
-  template <class Scalar>
-  static void apply(const ScoreRule<Scalar>& rule, Index h, Index i, Index first_key, Scalar* row, Index begin,
-                    Index end) {
-    rule.apply(h, i, first_key, row, begin, end);
-  }
-};
-
-/// A call's compile-time policy: what happens to scores (ScoresAsComputed or ScoresByRule) and the
-/// type the keys and values are stored in (kv_storage.hpp: widened as the products load them).
-/// (Whether per-row statistics are recorded is the call's, at run time: a branch per row and key
-/// tile, where a compile-time flag doubled every policy's instantiations.)
-template <class Scores, class Stored = void>
-struct KernelPolicy : Scores {
-  using stored = Stored;  ///< void: the call's Scalar
-};
-/// The stored type of a policy for a call computing in Scalar.
-template <class Policy, class Scalar>
-using StoredOf = std::conditional_t<std::is_void_v<typename Policy::stored>, Scalar, typename Policy::stored>;
 
 /// Per-thread scratch of the kernel, allocated once per call (before the parallel loop, sized by
 /// the tiles there are, not by the tile sizes asked for) and reused across the thread's jobs.
@@ -310,9 +281,8 @@ inline void scale_columns(Scalar* s, Index nr, Index ld, const float* scales) {
 /// key panels its rows see (w.spans): the part of a diagonal tile above the diagonal (or
 /// before a window) is never computed. Row r of S at w.s + r tk. Each panel's product is its own
 /// (a panel never crosses a block).
-template <class Policy, class Scalar>
+template <class Stored, class Scalar>
 void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
-  using Stored = StoredOf<Policy, Scalar>;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const Index d_head = call.kv.d_head();
   if (rows <= pair_rows<Scalar>) {  // one short sliver (a decoding step): two panels at a time where both are seen, in one block
@@ -372,33 +342,35 @@ void record_dot(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, co
 }
 
 /// The online softmax of one key tile [j0, j0 + cols) for the query rows i0 .. i0 + rows - 1 of
-/// head h: the rule's policy modifies each row's scores, then each row of w.s becomes
+/// head h: the rule modifies each row's scores (if it modifies any), then each row of w.s becomes
 /// P = exp(s - m') on the keys it sees and exact zeros elsewhere, as far as its sliver's product
 /// with V reads; the running maximum, sum, accumulator (and statistics) are rescaled. `whole`: every
-/// row sees the whole tile (ScoreRule::sees_whole), so no row's range is looked up.
-template <class Policy, class Scalar>
+/// row sees the whole tile (ScoreRule::sees_whole), so no row's range is looked up. A rule that
+/// modifies scores may hide a key (-inf): exp sends it to an exact 0, and a row may see nothing yet.
+template <class Scalar>
 void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
                          Index rows, Index j0, Index cols, Index h, bool whole) {
   constexpr Index R = TileShape<Scalar>::rows;
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   const Index dv_padded = call.dv_padded();
-  const bool statistics = call.statistics != nullptr;
+  const bool statistics = call.statistics != nullptr, modifies = call.rule.modifies_scores();
   KeyRange span;
   for (Index r = 0; r < rows; ++r) {
     if (r % R == 0) span = w.spans[static_cast<std::size_t>(r / R)];  // what P V reads
     const KeyRange keys = whole ? KeyRange{0, cols} : keys_in_tile(call.rule, i0 + r, j0, cols);
     Scalar* row = w.s.data() + r * call.tk;
-    Policy::apply(call.rule, h, i0 + r, j0, row, keys.begin, keys.end);
+    if (modifies) call.rule.apply(h, i0 + r, j0, row, keys.begin, keys.end);
     const Scalar new_max = keys.empty() ? minus_inf : row_max(row + keys.begin, keys.size(), st.max[r]);
-    if (keys.empty() || (Policy::may_hide && new_max == minus_inf)) {  // sees nothing here (yet)
+    if (keys.empty() || (modifies && new_max == minus_inf)) {  // sees nothing here (yet)
       std::fill(row + span.begin, row + span.end, Scalar(0));
       continue;
     }
     const Scalar correction = std::exp(st.max[r] - new_max);  // exp(-inf) = 0 on the first tile
     if (statistics) record_scores(call, w, st, i0, r, j0, keys);  // before exp overwrites them
     std::fill(row + span.begin, row + keys.begin, Scalar(0));
-    const Scalar tile_sum =
-        exp_and_sum<Policy::may_hide>(row + keys.begin, keys.size(), span.end - keys.begin, call.tk - keys.begin, new_max);
+    const Index visible = keys.size(), end = span.end - keys.begin, capacity = call.tk - keys.begin;
+    const Scalar tile_sum = modifies ? exp_and_sum<true>(row + keys.begin, visible, end, capacity, new_max)
+                                     : exp_and_sum<false>(row + keys.begin, visible, end, capacity, new_max);
     if (statistics) record_dot(call, w, st, r, keys, correction, new_max);
     st.sum[r] = st.sum[r] * correction + tile_sum;
     if (correction != Scalar(1)) scale_row(st.acc + r * dv_padded, dv_padded, correction);
@@ -431,10 +403,9 @@ void values_from_keys(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, In
 /// see (w.spans), P read in place from w.s (rows of tk), V from its packed panels (or, where the
 /// values are the keys', from w.v). A sliver's keys that lie in two blocks are two runs of one
 /// product, the second continuing the first's chains: the bits of one run.
-template <class Policy, class Scalar>
+template <class Stored, class Scalar>
 void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
                 Index cols, Index g) {
-  using Stored = StoredOf<Policy, Scalar>;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const bool own = !call.kv.values_are_keys();
   if constexpr (std::is_same_v<Stored, Scalar>)  // (values inside the keys are stored as computed)
@@ -544,7 +515,7 @@ void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Ind
 /// every row sees whole (the body of the causal triangle), skip the rows' range work: the spans
 /// and ranges they would compute are the whole tile, so the bits are the same. The query tile is
 /// loaded.
-template <class Policy, class Scalar, class Clock>
+template <class Stored, class Scalar, class Clock>
 void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
                       Index rows, Index h, KeyRange keys, Clock& clock) {
   constexpr Index R = TileShape<Scalar>::rows;
@@ -558,11 +529,11 @@ void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, co
     for (Index r0 = 0; r0 < rows; r0 += R)  // what each sliver's products cover in this key tile
       w.spans[static_cast<std::size_t>(r0 / R)] =
           whole ? KeyRange{0, cols} : sliver_keys(call.rule, i0 + r0, std::min(R, rows - r0), j0, cols);
-    score_tile<Policy>(call, w, rows, j0, cols, g);
+    score_tile<Stored>(call, w, rows, j0, cols, g);
     clock.enter(FusedPhase::softmax);
-    online_softmax_tile<Policy>(call, w, st, i0, rows, j0, cols, h, whole);
+    online_softmax_tile(call, w, st, i0, rows, j0, cols, h, whole);
     clock.enter(FusedPhase::values);
-    value_tile<Policy>(call, w, st, rows, j0, cols, g);
+    value_tile<Stored>(call, w, st, rows, j0, cols, g);
   }
 }
 
@@ -591,7 +562,7 @@ RowState<Scalar> rows_from(const RowState<Scalar>& st, Index r, Index dv_padded)
 /// order into `merged`: the first shard's state is `merged` itself, unless `continues` (then
 /// merged holds the rows' state over earlier keys, a shared prefix's, and every shard is merged
 /// into it: the same fold of states as when the prefix's shards come first in one call).
-template <class Policy, class Scalar, class Clock>
+template <class Stored, class Scalar, class Clock>
 void attend_shards(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& merged, bool continues,
                    Index i0, Index rows, Index h, Clock& clock) {
   const KeyRange seen = call.seen(i0, rows);
@@ -600,7 +571,7 @@ void attend_shards(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const
   if (shards.count == 0 && !continues) reset(merged, rows, call.dv_padded());
   for (Index s = shards.first; s < shards.first + shards.count; ++s) {
     const bool into_merged = s == shards.first && !continues;
-    attend_key_shard<Policy>(call, w, into_merged ? merged : shard, i0, rows, h, shard_keys(call, seen, s), clock);
+    attend_key_shard<Stored>(call, w, into_merged ? merged : shard, i0, rows, h, shard_keys(call, seen, s), clock);
     clock.enter(FusedPhase::normalise);
     if (!into_merged) merge_states(merged, shard, rows, call.dv_padded());
   }
@@ -609,13 +580,13 @@ void attend_shards(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const
 /// One job: head h on the query tile starting at i0 (passes 1 to 3 at the top of this file), its
 /// keys shard by shard, each shard's state merged into the first's (or, given `start`, into the
 /// rows' state over a shared prefix).
-template <class Policy, class Scalar, class Clock>
+template <class Stored, class Scalar, class Clock>
 void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock,
                        const RowState<Scalar>* start = nullptr) {
   const Index rows = std::min(call.tq, call.n_q() - i0);
   load_query_tile(call, w, i0, rows, h, clock);
   const RowState<Scalar> merged = start ? *start : w.states[0];
-  attend_shards<Policy>(call, w, merged, start != nullptr, i0, rows, h, clock);
+  attend_shards<Stored>(call, w, merged, start != nullptr, i0, rows, h, clock);
   clock.enter(FusedPhase::normalise);  // pass 3
   normalise_rows(call, merged, i0, rows, h);
 }

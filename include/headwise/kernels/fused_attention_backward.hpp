@@ -22,9 +22,8 @@
 // sliver by sliver over the key panels the sliver's rows see (the part of a diagonal tile above
 // the diagonal is not computed), with only the key tile's Kᵀ and Vᵀ packed (by register
 // transposes); dV, dK and dQ with every operand read in place from the tiles (Pᵀ and dSᵀ as the
-// transposes they are, add_product_in_place): nothing else is copied per tile pair. The score
-// policy (ScoresAsComputed or ScoresByRule) is chosen once per call by the forward's dispatcher,
-// with_score_policy; every buffer is per-thread scratch, allocated before the parallel loops (the
+// transposes they are, add_product_in_place): nothing else is copied per tile pair. Whether the
+// rule modifies scores is a branch per row, as in the forward; every buffer is per-thread scratch, allocated before the parallel loops (the
 // padded edge buffers of add_product_in_place on first use, inside a job, where an allocation
 // failure reaches the caller as any job's exception does).
 #pragma once
@@ -171,10 +170,10 @@ void score_and_dp_products(const BackwardCall<Scalar>& c, BackwardScratch<Scalar
     }
 }
 
-/// P and dS of the tile pair from the products: the policy modifies the scores, P = exp(S - lse)
+/// P and dS of the tile pair from the products: the rule modifies the scores (if it modifies any), P = exp(S - lse)
 /// on the keys each row sees (exact 0 elsewhere, as far as the tile's columns), dS = P ∘ (dP - D),
 /// times 1 - tanh²(s / cap) under a soft-cap (s the score before the cap, kept in w.raw).
-template <class Policy, class Scalar>
+template <class Scalar>
 void probabilities_and_ds(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, const TilePair& t) {
   const Index h = t.head, i0 = t.i0, rows = t.rows, j0 = t.j0, cols = t.cols;
   using Row = Eigen::Map<Eigen::Array<Scalar, 1, Eigen::Dynamic>>;
@@ -190,11 +189,12 @@ void probabilities_and_ds(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>
     }
     const Index n = keys.size();
     if (c.inv_softcap != Scalar(0)) std::copy(p + keys.begin, p + keys.end, w.raw.data());
-    Policy::apply(c.rule, h, i, j0, p, keys.begin, keys.end);
+    const bool modifies = c.rule.modifies_scores();  // and then may hide a key: -inf, an exact 0
+    if (modifies) c.rule.apply(h, i, j0, p, keys.begin, keys.end);
     std::fill(p, p + keys.begin, Scalar(0)), std::fill(p + keys.end, p + cols, Scalar(0));
     std::fill(ds, ds + keys.begin, Scalar(0)), std::fill(ds + keys.end, ds + cols, Scalar(0));
     Row visible(p + keys.begin, n), d_s(ds + keys.begin, n);
-    if constexpr (Policy::may_hide) visible = (visible == minus_inf).select(Scalar(0), (visible - lse).exp());
+    if (modifies) visible = (visible == minus_inf).select(Scalar(0), (visible - lse).exp());
     else visible = (visible - lse).exp();
     d_s = visible * (d_s - c.delta(h, i));  // dS = P ∘ (dP - D)
     if (c.inv_softcap != Scalar(0))
@@ -205,7 +205,7 @@ void probabilities_and_ds(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>
 /// Pass A, one job: dK and dV of key tile [j0, j0 + cols) of key/value head g, over every query
 /// head of the group and every query tile that sees it, in order:
 /// dV += Pᵀ dO, dK += dSᵀ Qs (= dSᵀ Q / divisor).
-template <class Policy, class Scalar>
+template <class Scalar>
 void key_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index g, Index j0,
                         AttentionGradients<Scalar>& out) {
   const Index cols = std::min(c.tk, c.n_k() - j0);
@@ -219,7 +219,7 @@ void key_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& 
       const TilePair t{h, i0, std::min(c.tq, c.n_q() - i0), j0, cols};
       if (!tile_spans(c, w, t)) continue;
       load_query_tile(c, w, h, i0, t.rows);
-      score_and_dp_products(c, w, t), probabilities_and_ds<Policy>(c, w, t);
+      score_and_dp_products(c, w, t), probabilities_and_ds(c, w, t);
       const Index rows = t.rows;
       // Pᵀ and dSᵀ read in place from their tiles (a[k tk + r]); dO and Qs are the rows of B.
       add_product_in_place<Scalar, ALayout::columns>(cols, c.d_v, rows, w.p.data(), c.tk, d_o_tile(c, h, i0),
@@ -231,7 +231,7 @@ void key_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& 
 
 /// Pass B, one job: dQ of query tile [i0, i0 + rows) of head h, over the key tiles that it sees,
 /// in order: dQ += dS K, divided by the divisor at the end.
-template <class Policy, class Scalar>
+template <class Scalar>
 void query_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>& w, Index h, Index i0,
                           AttentionGradients<Scalar>& out) {
   const Index rows = std::min(c.tq, c.n_q() - i0), g = h / c.group, ldq = out.dq.cols();
@@ -242,7 +242,7 @@ void query_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>
     const TilePair t{h, i0, rows, j0, std::min(c.tk, c.n_k() - j0)};
     if (!tile_spans(c, w, t)) continue;
     load_key_tile(c, w, g, j0, t.cols);
-    score_and_dp_products(c, w, t), probabilities_and_ds<Policy>(c, w, t);
+    score_and_dp_products(c, w, t), probabilities_and_ds(c, w, t);
     add_product_in_place<Scalar, ALayout::rows>(rows, c.d, t.cols, w.ds.data(), c.tk,
                                                 c.k.data() + j0 * c.k.outerStride() + g * c.d, c.k.outerStride(),
                                                 out.dq.data() + i0 * ldq + h * c.d, ldq, w.product);
@@ -253,7 +253,7 @@ void query_tile_gradients(const BackwardCall<Scalar>& c, BackwardScratch<Scalar>
 /// Both passes on `threads` threads, each thread with its own scratch. Pass A: one job per
 /// (key/value head, key tile); pass B: one per (query head, query tile), later tiles (more keys
 /// under a causal mask) first.
-template <class Policy, class Scalar>
+template <class Scalar>
 void run_backward_jobs(const BackwardCall<Scalar>& c, int threads, AttentionGradients<Scalar>& out) {
   const Index n_kv_heads = c.n_heads / c.group;
   const Index key_tiles = (c.n_k() + c.tk - 1) / c.tk, query_tiles = (c.n_q() + c.tq - 1) / c.tq;
@@ -265,9 +265,9 @@ void run_backward_jobs(const BackwardCall<Scalar>& c, int threads, AttentionGrad
   const Index a_jobs = n_kv_heads * key_tiles;
   parallel_for<Schedule::next_free>(threads, a_jobs + c.n_heads * query_tiles, [&](Index job) {
     BackwardScratch<Scalar>& own = scratch[static_cast<std::size_t>(this_thread())];
-    if (job < a_jobs) return key_tile_gradients<Policy>(c, own, job % n_kv_heads, job / n_kv_heads * c.tk, out);  // pass A: dK, dV
+    if (job < a_jobs) return key_tile_gradients(c, own, job % n_kv_heads, job / n_kv_heads * c.tk, out);  // pass A: dK, dV
     job -= a_jobs;  // pass B: dQ
-    query_tile_gradients<Policy>(c, own, job % c.n_heads, (query_tiles - 1 - job / c.n_heads) * c.tq, out);
+    query_tile_gradients(c, own, job % c.n_heads, (query_tiles - 1 - job / c.n_heads) * c.tq, out);
   });
 }
 

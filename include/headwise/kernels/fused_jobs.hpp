@@ -2,7 +2,7 @@
 // query tile) jobs on headwise's threads (detail/parallel.hpp), head by head; a call of one query tile split by key
 // (split-key decoding: (key/value head, shard) jobs, then each head's shards merged in key
 // order); a batch of calls as one job list with a shared prefix attended once (cascade); and the
-// dispatcher, run_fused, which picks the kernel's compile-time policy once per call. Every job
+// dispatcher, run_fused, which picks the kernel's stored type once per call. Every job
 // list gives each call the bits it gets alone, on any thread count.
 #pragma once
 
@@ -108,19 +108,19 @@ struct BatchPlan {
 
 /// A job of the batch's second phase: a (head, query tile) through its shards in turn (from the
 /// prefix's state where the call shares it), or a (key/value head, shard) of a split call.
-template <class Policy, class Scalar, class Clock>
+template <class Stored, class Scalar, class Clock>
 void run_batch_job(const FusedBatch<Scalar>& batch, BatchPlan<Scalar>& plan, const BatchJob& job, FusedScratch<Scalar>& w,
                    Clock& clock) {
   const FusedCall<Scalar>& call = *batch.calls[static_cast<std::size_t>(job.call)];
   const ShardSpan shards = plan.split[static_cast<std::size_t>(job.call)];
   if (shards.count == 0) {
     const std::optional<RowState<Scalar>> start = plan.start_of(batch, job.call, job.head, job.first_row);
-    return attend_query_tile<Policy>(call, w, job.first_row, job.head, clock, start ? &*start : nullptr);
+    return attend_query_tile<Stored>(call, w, job.first_row, job.head, clock, start ? &*start : nullptr);
   }
   const KeyRange seen = call.seen(0, call.n_q());
   for (Index h = job.head * call.group; h < (job.head + 1) * call.group; ++h) {
     load_query_tile(call, w, 0, call.n_q(), h, clock);
-    attend_key_shard<Policy>(call, w, plan.partial[static_cast<std::size_t>(job.call)][h * shards.count + job.shard], 0, call.n_q(),
+    attend_key_shard<Stored>(call, w, plan.partial[static_cast<std::size_t>(job.call)][h * shards.count + job.shard], 0, call.n_q(),
                              h, shard_keys(call, seen, shards.first + job.shard), clock);
   }
 }
@@ -142,7 +142,7 @@ void merge_split_head(const FusedBatch<Scalar>& batch, BatchPlan<Scalar>& plan, 
 /// query tile) jobs, each through the prefix's shards in turn into the prefix's states; then every
 /// call's jobs (run_batch_job); then each split call's heads merge and normalise. The same states
 /// meet in the same merges as in each call alone. Returns each thread's clock.
-template <class Policy, class Scalar, class Clock>
+template <class Stored, class Scalar, class Clock>
 std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads) {
   constexpr Index R = TileShape<Scalar>::rows;
   BatchPlan<Scalar> plan(batch);
@@ -161,7 +161,7 @@ std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads)
     for (Index h = job.head * prefix.group; h < (job.head + 1) * prefix.group; ++h) {
       load_query_tile(prefix, scratch[t], job.first_row, n, h, clocks[t]);
       const RowState<Scalar> into = rows_from(plan.prefix_states[h], job.first_row, prefix.dv_padded());
-      attend_shards<Policy>(prefix, scratch[t], into, /*continues=*/false, job.first_row, n, h, clocks[t]);
+      attend_shards<Stored>(prefix, scratch[t], into, /*continues=*/false, job.first_row, n, h, clocks[t]);
     }
   });
   // Shrinking runs of consecutive jobs, each thread streaming consecutive shards of a head (handing
@@ -170,7 +170,7 @@ std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads)
   // 64 long sequences 12% slower on two threads than its calls one by one).
   parallel_for<Schedule::shrinking>(threads, n_jobs, [&](Index j) {
     const auto t = static_cast<std::size_t>(this_thread());
-    run_batch_job<Policy>(batch, plan, plan.jobs[static_cast<std::size_t>(j)], scratch[t], clocks[t]);
+    run_batch_job<Stored>(batch, plan, plan.jobs[static_cast<std::size_t>(j)], scratch[t], clocks[t]);
   });
   parallel_for<Schedule::by_part>(threads, static_cast<Index>(plan.merges.size()), [&](Index m) {
     clocks[static_cast<std::size_t>(this_thread())].enter(FusedPhase::normalise);
@@ -184,7 +184,7 @@ std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads)
 /// the shards' states would exceed split_key_budget_bytes); others run (head, query tile) jobs,
 /// head by head, each head's longest first. Scratch is allocated before the loop; an
 /// exception in a job reaches the caller.
-template <class Policy, class Scalar, class Clock>
+template <class Stored, class Scalar, class Clock>
 std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bool split_keys = true) {
   constexpr Index R = TileShape<Scalar>::rows;
   if (call.logsumexp) call.logsumexp->resize(call.n_heads, call.n_q());
@@ -192,7 +192,7 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   if (split_shards(call, split_keys).count) {  // split-key decoding
     FusedBatch<Scalar> one;
     one.calls = {&call};
-    return run_fused_batch<Policy, Scalar, Clock>(one, threads);
+    return run_fused_batch<Stored, Scalar, Clock>(one, threads);
   }
   const std::vector<Index> tile_starts = query_tiles_by_cost(call.n_q(), call.tq);
   const Index n_jobs = static_cast<Index>(tile_starts.size()) * call.n_heads;
@@ -211,7 +211,7 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   JobRuns runs(call.kv.n_kv_heads(), call.group * n_tiles, threads);
   parallel_region(threads, [&](int t) {
     runs.run(t, [&](Index job) {
-      attend_query_tile<Policy>(call, scratch[static_cast<std::size_t>(t)], tile_starts[static_cast<std::size_t>(job % n_tiles)],
+      attend_query_tile<Stored>(call, scratch[static_cast<std::size_t>(t)], tile_starts[static_cast<std::size_t>(job % n_tiles)],
                                 job / n_tiles, clocks[static_cast<std::size_t>(t)]);
     });
   });
@@ -232,28 +232,13 @@ FusedTiles tiles_for(const FusedTiles& asked, Index n_q, Index n_k) {
   return {std::min(asked.queries, std::max<Index>(n_q, 1)), tk, shard, asked.split_keys};
 }
 
-/// Calls f(policy) with the score policy `rule` needs, chosen once per call: ScoresByRule if the
-/// rule modifies scores, else ScoresAsComputed. The one dispatcher of the forward (run_fused) and
-/// the backward (fused_attention_backward.hpp).
-template <class Scalar, class F>
-decltype(auto) with_score_policy(const ScoreRule<Scalar>& rule, F&& f) {
-  if (rule.modifies_scores()) return f(ScoresByRule{});
-  return f(ScoresAsComputed{});
-}
-
-/// Runs `call` with its compile-time policy, chosen here once: scores as computed or by the rule,
-/// and the stored type of its keys and values (among Reach's). Returns each thread's observer.
+/// Runs `call` with the stored type of its keys and values (among Reach's) chosen here, once: the
+/// kernel's one compile-time choice. Returns each thread's observer.
 template <class Scalar, class Observer = NoPhaseObserver, class Reach = AnyStorage>
 std::vector<Observer> run_fused(const FusedCall<Scalar>& call, int threads, bool split_keys) {
   return with_stored_type<Scalar, Reach>(call.kv.storage(), [&](auto tag) {
     using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-    const auto run = [&](auto scores) {
-      return run_fused_jobs<KernelPolicy<decltype(scores), Stored>, Scalar, Observer>(call, threads, split_keys);
-    };
-    // Stored narrow: one score policy, the general one (the plain loop's saving is a branch per
-    // row and tile, not worth twice the kernel's instantiations for each stored type).
-    if constexpr (std::is_same_v<Stored, Scalar>) return with_score_policy(call.rule, run);
-    else return run(ScoresByRule{});
+    return run_fused_jobs<Stored, Scalar, Observer>(call, threads, split_keys);
   });
 }
 
