@@ -1,0 +1,208 @@
+// A tokenizer.json's "decoder": how the token strings of ids become text again. ByteLevel (GPT-2's
+// byte characters back to bytes), Replace, ByteFallback (<0xXX> tokens back to bytes), Fuse,
+// Strip, Metaspace and Sequence, each a step over the list of token strings as in Hugging Face's
+// Rust library (bytes that do not form UTF-8 become U+FFFD, as it does); any other type is
+// refused by name.
+//
+//   auto d = headwise::text::Decoder::from_json(tokenizer_json.at("decoder"), "tokenizer.json");
+//   std::string text = d.apply({"▁the", "▁cat"});   // Mistral's: "the cat"
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "headwise/text/unicode.hpp"
+
+namespace headwise::text {
+
+class Decoder {
+ public:
+  /// No decoder: tokens joined with a space between them (Hugging Face's behaviour without one).
+  Decoder() = default;
+  static Decoder from_json(const nlohmann::json& decoder, const std::string& where);
+
+  std::string apply(std::vector<std::string> tokens) const;
+
+ private:
+  enum class Kind { byte_level, replace, byte_fallback, fuse, strip, metaspace };
+  struct Step {
+    Kind kind = Kind::byte_level;
+    std::string pattern, content;   // Replace's (a string pattern); Strip's and Metaspace's character
+    std::size_t start = 0, stop = 0;  // Strip's counts
+    bool prepend = true;            // Metaspace: a prepend_scheme other than never
+  };
+  void add(const nlohmann::json& step, const std::string& where);
+  static std::vector<std::string> apply_step(const Step& step, std::vector<std::string> tokens);
+  std::vector<Step> steps_;
+};
+
+}  // namespace headwise::text
+
+// ---- Definitions (detail/compiled.hpp: header-only, or src/text.cpp) ----
+#if HEADWISE_TEXT_DEFINITIONS
+#include <nlohmann/json.hpp>
+
+#include "headwise/text/normalizer.hpp"  // (detail::replace_literal, detail::string_field)
+
+namespace headwise::text {
+namespace detail {
+
+/// bytes as UTF-8, each maximal invalid subsequence replaced by U+FFFD (Rust's from_utf8_lossy).
+HEADWISE_TEXT_INLINE std::string lossy_utf8(const std::string& bytes) {
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size();) {
+    const std::size_t bad = first_invalid_utf8(std::string_view(bytes).substr(i));
+    if (bad == std::string_view::npos) {
+      out.append(bytes, i, std::string::npos);
+      break;
+    }
+    out.append(bytes, i, bad), i += bad;
+    // The maximal prefix of a valid sequence (Unicode's "substitution of maximal subparts").
+    const auto b = static_cast<unsigned char>(bytes[i]);
+    const std::size_t n = (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 1;
+    std::size_t k = 1;
+    if (n > 1 && b >= 0xC2 && b <= 0xF4) {
+      const auto second_ok = [&](unsigned char t) {
+        return b == 0xE0 ? t >= 0xA0 && t <= 0xBF : b == 0xED ? t >= 0x80 && t <= 0x9F : b == 0xF0 ? t >= 0x90 && t <= 0xBF
+             : b == 0xF4 ? t >= 0x80 && t <= 0x8F : (t & 0xC0) == 0x80;
+      };
+      while (k < n && i + k < bytes.size() && (k == 1 ? second_ok(static_cast<unsigned char>(bytes[i + k])) : (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80)) ++k;
+    }
+    out += "\xEF\xBF\xBD", i += k;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+HEADWISE_TEXT_INLINE Decoder Decoder::from_json(const nlohmann::json& decoder, const std::string& where) {
+  Decoder d;
+  if (!decoder.is_null()) d.add(decoder, where);
+  return d;
+}
+
+HEADWISE_TEXT_INLINE void Decoder::add(const nlohmann::json& step, const std::string& where) {
+  const std::string type = step.is_object() ? step.value("type", std::string()) : std::string();
+  Step s;
+  if (type == "Sequence") {
+    if (!step.contains("decoders") || !step.at("decoders").is_array()) throw TokenizerError("headwise: tokenizer: " + where + ": a Sequence decoder without a \"decoders\" list");
+    for (const auto& d : step.at("decoders")) add(d, where);
+    return;
+  } else if (type == "ByteLevel") {
+  } else if (type == "Replace") {
+    const nlohmann::json& p = step.contains("pattern") ? step.at("pattern") : step;
+    if (!p.is_object() || !p.contains("String") || !p.at("String").is_string() || p.at("String").get<std::string>().empty())
+      throw TokenizerError("headwise: tokenizer: " + where + ": decoder " + step.dump().substr(0, 120) + ": only a Replace of a {\"String\"} pattern is applied");
+    s.kind = Kind::replace, s.pattern = p.at("String").get<std::string>(), s.content = detail::string_field(step, "content", where);
+  } else if (type == "ByteFallback") {
+    s.kind = Kind::byte_fallback;
+  } else if (type == "Fuse") {
+    s.kind = Kind::fuse;
+  } else if (type == "Strip") {
+    s.kind = Kind::strip, s.content = detail::string_field(step, "content", where);
+    if (first_invalid_utf8(s.content) != std::string::npos || s.content.empty() || code_point_at(s.content, 0).length != s.content.size())
+      throw TokenizerError("headwise: tokenizer: " + where + ": the Strip decoder's content is not one character");
+    const auto count = [&](const char* key) {
+      if (!step.contains(key) || !step.at(key).is_number_unsigned()) throw TokenizerError("headwise: tokenizer: " + where + ": the Strip decoder has no count \"" + key + "\"");
+      return static_cast<std::size_t>(step.at(key).get<std::uint64_t>());
+    };
+    s.start = count("start"), s.stop = count("stop");
+  } else if (type == "Metaspace") {
+    s.kind = Kind::metaspace, s.content = detail::string_field(step, "replacement", where);
+    s.prepend = step.value("prepend_scheme", step.value("add_prefix_space", true) ? std::string("always") : std::string("never")) != "never";
+  } else {
+    throw TokenizerError("headwise: tokenizer: " + where + ": decoder " + step.dump().substr(0, 120) +
+                         " is not one headwise applies (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence)");
+  }
+  steps_.push_back(std::move(s));
+}
+
+HEADWISE_TEXT_INLINE std::string Decoder::apply(std::vector<std::string> tokens) const {
+  if (steps_.empty()) {
+    std::string out;
+    for (std::size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
+    return out;
+  }
+  for (const Step& s : steps_) tokens = apply_step(s, std::move(tokens));
+  std::string out;
+  for (const std::string& t : tokens) out += t;
+  return out;
+}
+
+HEADWISE_TEXT_INLINE std::vector<std::string> Decoder::apply_step(const Step& step, std::vector<std::string> tokens) {
+  std::vector<std::string> out;
+  switch (step.kind) {
+    case Kind::byte_level: {  // one string: each token's byte characters as bytes (a token with another character: its own bytes)
+      static const auto byte_of = [] {
+        std::unordered_map<std::string, unsigned char> m;
+        for (int b = 0; b < 256; ++b) m[byte_characters()[static_cast<std::size_t>(b)]] = static_cast<unsigned char>(b);
+        return m;
+      }();
+      std::string bytes;
+      for (const std::string& t : tokens) {
+        std::string mine;
+        bool all = true;
+        for (std::size_t c = 0; c < t.size() && all;) {
+          const std::size_t n = utf8_length(static_cast<unsigned char>(t[c]));
+          const auto b = byte_of.find(t.substr(c, n));
+          all = b != byte_of.end();
+          if (all) mine += char(b->second);
+          c += n;
+        }
+        bytes += all ? mine : t;
+      }
+      return {detail::lossy_utf8(bytes)};
+    }
+    case Kind::replace:
+      for (std::string& t : tokens) t = detail::replace_literal(t, step.pattern, step.content);
+      return tokens;
+    case Kind::byte_fallback: {
+      std::string bytes;
+      std::size_t count = 0;
+      const auto flush = [&] {
+        if (count == 0) return;
+        if (first_invalid_utf8(bytes) == std::string::npos) out.push_back(bytes);
+        else for (std::size_t k = 0; k < count; ++k) out.emplace_back("\xEF\xBF\xBD");
+        bytes.clear(), count = 0;
+      };
+      for (std::string& t : tokens) {
+        const auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); };
+        if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hex(t[3]) && hex(t[4])) {
+          bytes += char(std::stoi(t.substr(3, 2), nullptr, 16)), ++count;
+        } else {
+          flush(), out.push_back(std::move(t));
+        }
+      }
+      flush();
+      return out;
+    }
+    case Kind::fuse: {
+      std::string all;
+      for (const std::string& t : tokens) all += t;
+      return {all};
+    }
+    case Kind::strip:
+      for (std::string& t : tokens) {
+        std::size_t begin = 0, end = t.size();
+        for (std::size_t k = 0; k < step.start && t.compare(begin, step.content.size(), step.content) == 0 && begin < end; ++k) begin += step.content.size();
+        for (std::size_t k = 0; k < step.stop && end >= begin + step.content.size() && t.compare(end - step.content.size(), step.content.size(), step.content) == 0; ++k)
+          end -= step.content.size();
+        t = t.substr(begin, end - begin);
+      }
+      return tokens;
+    case Kind::metaspace:
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        // (the first token's replacement characters are dropped, as Hugging Face drops them, not only the first)
+        out.push_back(detail::replace_literal(tokens[i], step.content, i == 0 && step.prepend ? "" : " "));
+      }
+      return out;
+  }
+  return tokens;
+}
+
+}  // namespace headwise::text
+#endif  // HEADWISE_TEXT_DEFINITIONS

@@ -1,0 +1,225 @@
+// A tokenizer as a Hugging Face tokenizer.json describes it, applied the way its Rust library
+// applies it: added tokens cut out of the text (added_tokens.hpp), each piece between them
+// normalized (normalizer.hpp), cut into words (pre_tokenizer.hpp) and merged by the BPE model
+// (bpe_model.hpp); with add_special_tokens, the post-processor's template around the ids
+// (post_processor.hpp); decode through the file's decoder (decoder.hpp). This reads the files of
+// GPT-2, Llama 3, Qwen2/3, Gemma 2/3, Mistral, Llama 2, Phi-3, DeepSeek-V3 and gpt-oss, and GPT-2's
+// own vocab.json + merges.txt. Anything a file asks for that headwise does not apply (another
+// model type, a normalizer, pre-tokenizer, decoder or post-processor it does not know, a key it
+// does not know, truncation or padding) is refused by name.
+//
+//   auto tok = headwise::text::Tokenizer::from_tokenizer_json("Qwen3-8B/tokenizer.json");
+//   std::vector<headwise::Index> ids = tok.encode("the cat sat");        // {1782, 8251, 7578}
+//   auto with_bos = tok.encode("the cat sat", {/*add_special_tokens=*/true});
+//   std::string text = tok.decode(ids);
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "headwise/text/added_tokens.hpp"
+#include "headwise/text/bpe_model.hpp"
+#include "headwise/text/decoder.hpp"
+#include "headwise/text/normalizer.hpp"
+#include "headwise/text/post_processor.hpp"
+#include "headwise/text/pre_tokenizer.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise::text {
+
+struct EncodeOptions {
+  /// Add the special tokens the file's post-processor template puts around a text (BOS, ...).
+  bool add_special_tokens = false;
+};
+
+class Tokenizer {
+ public:
+  /// A Hugging Face tokenizer.json (see the top of this file for what is read).
+  static Tokenizer from_tokenizer_json(const std::string& path);
+  static Tokenizer from_tokenizer_json_text(const std::string& text, const std::string& name);
+  /// GPT-2's own files, vocab.json ({token: id}) and merges.txt, with GPT-2's ByteLevel splitting
+  /// and decoding; special_tokens: contents of the vocabulary matched as added tokens (GPT-2's
+  /// tokenizer classes make <|endoftext|> one).
+  static Tokenizer from_files(const std::string& vocab_json, const std::string& merges_txt,
+                              const std::vector<std::string>& special_tokens = {"<|endoftext|>"});
+
+  /// The ids of text (UTF-8). Throws on invalid UTF-8, naming the byte.
+  std::vector<Index> encode(std::string_view text, EncodeOptions options = {}) const;
+  /// The text of ids through the file's decoder (special tokens kept). Throws on an unknown id.
+  std::string decode(const std::vector<Index>& ids) const;
+
+  /// One past the largest id, the model's or an added token's.
+  Index vocab_size() const { return vocab_size_; }
+  /// The token string of id (an added token's content, or the model's token); throws if unknown.
+  const std::string& token(Index id) const;
+  /// The id of a token string (added tokens first), or -1.
+  Index id(std::string_view token) const;
+  const std::vector<AddedToken>& added_tokens() const { return added_.tokens(); }
+
+ private:
+  Tokenizer(std::string name, BpeModel model) : name_(std::move(name)), model_(std::move(model)) {}
+  [[noreturn]] void fail(const std::string& what) const;
+  void read_added_tokens(const nlohmann::json& added);
+  /// One piece between added tokens: normalized, cut at normalized added tokens, pre-tokenized, merged.
+  void encode_piece(std::string_view piece, bool at_start, std::vector<Index>& out) const;
+
+  std::string name_;
+  BpeModel model_;
+  Normalizer normalizer_;
+  PreTokenizer pre_tokenizer_;
+  PostProcessor post_processor_;
+  Decoder decoder_;
+  AddedTokens added_;
+  Index vocab_size_ = 0;
+};
+
+}  // namespace headwise::text
+
+// ---- Definitions (detail/compiled.hpp: header-only, or src/text.cpp) ----
+#if HEADWISE_TEXT_DEFINITIONS
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace headwise::text {
+namespace detail {
+
+HEADWISE_TEXT_INLINE std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TokenizerError("headwise: tokenizer: cannot open " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace detail
+
+HEADWISE_TEXT_INLINE void Tokenizer::fail(const std::string& what) const { throw TokenizerError("headwise: tokenizer: " + name_ + ": " + what); }
+
+HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) { return from_tokenizer_json_text(detail::read_file(path), path); }
+
+HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json_text(const std::string& text, const std::string& name) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw TokenizerError("headwise: tokenizer: " + name + ": is not a JSON object");
+  static const std::set<std::string> known = {"version", "truncation", "padding", "added_tokens", "normalizer",
+                                              "pre_tokenizer", "post_processor", "decoder", "model"};
+  for (const auto& item : j.items())
+    if (!known.count(item.key())) throw TokenizerError("headwise: tokenizer: " + name + ": the key \"" + item.key() + "\" is not one headwise knows");
+  for (const char* key : {"truncation", "padding"})
+    if (j.contains(key) && !j.at(key).is_null())
+      throw TokenizerError("headwise: tokenizer: " + name + ": \"" + key + "\" is set; headwise encodes one text whole (only null)");
+  if (!j.contains("model")) throw TokenizerError("headwise: tokenizer: " + name + ": no \"model\" object");
+  Tokenizer t(name, BpeModel::from_json(j.at("model"), name));
+  const auto part = [&](const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
+  t.normalizer_ = Normalizer::from_json(part("normalizer"), name);
+  t.pre_tokenizer_ = PreTokenizer::from_json(part("pre_tokenizer"), name);
+  t.post_processor_ = PostProcessor::from_json(part("post_processor"), name);
+  t.decoder_ = Decoder::from_json(part("decoder"), name);
+  t.read_added_tokens(j.contains("added_tokens") ? j.at("added_tokens") : nlohmann::json::array());
+  return t;
+}
+
+HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt,
+                                                     const std::vector<std::string>& special_tokens) {
+  Tokenizer t(vocab_json, BpeModel::from_files(detail::read_file(vocab_json), detail::read_file(merges_txt), vocab_json));
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  t.pre_tokenizer_ = PreTokenizer::from_json(byte_level, vocab_json);
+  t.decoder_ = Decoder::from_json(byte_level, vocab_json);
+  nlohmann::json added = nlohmann::json::array();
+  for (const std::string& s : special_tokens) {
+    const Index i = t.model_.id(s);
+    if (i < 0) t.fail("the special token \"" + s + "\" is not in the vocabulary");
+    added.push_back({{"id", i}, {"content", s}, {"special", true}, {"normalized", false}});
+  }
+  t.read_added_tokens(added);
+  return t;
+}
+
+HEADWISE_TEXT_INLINE void Tokenizer::read_added_tokens(const nlohmann::json& added) {
+  if (!added.is_array()) fail("\"added_tokens\" is not a list");
+  static const std::set<std::string> known = {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"};
+  std::vector<std::pair<AddedToken, std::string>> tokens;
+  Index largest = model_.vocab_size() - 1;
+  const auto limit = std::uint64_t(model_.vocab_size()) + 4 * std::uint64_t(added.size()) + 4096;
+  for (const auto& a : added) {
+    if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a.at("content").is_string())
+      fail("added token " + a.dump().substr(0, 80) + " has no id and content");
+    for (const auto& item : a.items())
+      if (!known.count(item.key())) fail("added token " + a.at("content").dump() + " has the key \"" + item.key() + "\", which headwise does not know");
+    if (!a.at("id").is_number_unsigned() || a.at("id").get<std::uint64_t>() >= limit)
+      fail("added token " + a.at("content").dump() + " has the id " + a.at("id").dump() + ", not an integer below " + std::to_string(limit) +
+           " (the vocabulary's size + 4 x the added tokens + 4096)");
+    AddedToken token{a.at("content").get<std::string>(), static_cast<Index>(a.at("id").get<std::uint64_t>())};
+    const auto flag = [&](const char* key, bool fallback) {
+      if (!a.contains(key)) return fallback;
+      if (!a.at(key).is_boolean()) fail("added token " + a.at("content").dump() + ": \"" + key + "\" is not true or false");
+      return a.at(key).get<bool>();
+    };
+    token.special = flag("special", false), token.single_word = flag("single_word", false), token.lstrip = flag("lstrip", false);
+    token.rstrip = flag("rstrip", false), token.normalized = flag("normalized", !token.special);
+    if (first_invalid_utf8(token.content) != std::string::npos) fail("added token " + std::to_string(token.id) + " is not valid UTF-8");
+    const Index in_model = model_.id(token.content);
+    if (in_model >= 0 && in_model != token.id)
+      fail("added token " + a.at("content").dump() + " has the id " + std::to_string(token.id) + " but the vocabulary gives it " + std::to_string(in_model));
+    if (in_model < 0 && model_.has_id(token.id))
+      fail("added token " + a.at("content").dump() + " has the id " + std::to_string(token.id) + ", which the vocabulary gives \"" +
+           model_.token(token.id).substr(0, 40) + "\"");
+    largest = std::max(largest, token.id);
+    const std::string pattern = token.normalized ? normalizer_.apply(token.content) : token.content;
+    tokens.emplace_back(std::move(token), pattern);
+  }
+  added_ = AddedTokens(std::move(tokens), name_);
+  vocab_size_ = largest + 1;
+}
+
+HEADWISE_TEXT_INLINE const std::string& Tokenizer::token(Index id) const {
+  if (const AddedToken* a = added_.find(id)) return a->content;
+  if (!model_.has_id(id)) fail("id " + std::to_string(id) + " is not in the vocabulary (0 .. " + std::to_string(vocab_size_ - 1) + ")");
+  return model_.token(id);
+}
+
+HEADWISE_TEXT_INLINE Index Tokenizer::id(std::string_view token) const {
+  for (const AddedToken& a : added_.tokens())
+    if (a.content == token) return a.id;
+  return model_.id(token);
+}
+
+HEADWISE_TEXT_INLINE std::vector<Index> Tokenizer::encode(std::string_view text, EncodeOptions options) const {
+  if (text.size() >= (std::size_t(1) << 31)) fail("the text is " + std::to_string(text.size()) + " bytes long (at most 2^31 - 1)");
+  const std::size_t bad = first_invalid_utf8(text);
+  if (bad != std::string_view::npos) fail("the text is not valid UTF-8 (at byte " + std::to_string(bad) + ")");
+  std::vector<Index> out;
+  for (const TextCut& cut : added_.split(text, /*normalized=*/false)) {
+    if (cut.id >= 0) out.push_back(cut.id);
+    else if (cut.end > cut.begin) encode_piece(text.substr(cut.begin, cut.end - cut.begin), cut.begin == 0, out);
+  }
+  return options.add_special_tokens ? post_processor_.apply(out) : out;
+}
+
+HEADWISE_TEXT_INLINE void Tokenizer::encode_piece(std::string_view piece, bool at_start, std::vector<Index>& out) const {
+  const std::string normalized = normalizer_.empty() ? std::string(piece) : normalizer_.apply(piece);
+  for (const TextCut& cut : added_.split(normalized, /*normalized=*/true)) {
+    if (cut.id >= 0) {
+      out.push_back(cut.id);
+      continue;
+    }
+    if (cut.end == cut.begin) continue;
+    for (const Piece& word : pre_tokenizer_.apply({{normalized.substr(cut.begin, cut.end - cut.begin), at_start && cut.begin == 0}}))
+      model_.tokenize(word.text, out);
+  }
+}
+
+HEADWISE_TEXT_INLINE std::string Tokenizer::decode(const std::vector<Index>& ids) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (const Index i : ids) tokens.push_back(token(i));
+  return decoder_.apply(std::move(tokens));
+}
+
+}  // namespace headwise::text
+#endif  // HEADWISE_TEXT_DEFINITIONS

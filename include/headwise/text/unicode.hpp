@@ -1,0 +1,179 @@
+// What the tokenizer needs to know about Unicode text, defined the way Hugging Face's Rust library
+// defines it: UTF-8 code points (decoded, encoded, validated), white space (Rust's
+// char::is_whitespace, the Unicode White_Space property: U+180E is not white space), word
+// characters, the four normalization forms and lower case (from utf8proc, Debian's
+// libutf8proc-dev, a library made for it), and GPT-2's byte-to-character table.
+//
+//   std::string nfc = headwise::text::normalize("e\u0301", headwise::text::NormalForm::nfc);  // "é"
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headwise/detail/compiled.hpp"
+
+namespace headwise::text {
+
+/// A tokenizer file or text headwise cannot use: the message names the file and the problem.
+class TokenizerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class NormalForm { nfc, nfd, nfkc, nfkd };
+
+/// The code point starting at text[at] (valid UTF-8 assumed) and its length in bytes.
+struct CodePoint {
+  char32_t value;
+  std::size_t length;
+};
+inline CodePoint code_point_at(std::string_view text, std::size_t at) {
+  const auto b = static_cast<unsigned char>(text[at]);
+  const std::size_t n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+  char32_t c = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
+  for (std::size_t k = 1; k < n; ++k) c = (c << 6) | (static_cast<unsigned char>(text[at + k]) & 0x3F);
+  return {c, n};
+}
+/// The length in bytes of the UTF-8 character that starts with byte b.
+inline std::size_t utf8_length(unsigned char b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
+
+/// The UTF-8 encoding of code point c.
+std::string utf8(char32_t c);
+
+/// The offset of the first byte of text that does not start a valid UTF-8 character (overlong
+/// forms, surrogates and code points past U+10FFFF are invalid), or npos.
+std::size_t first_invalid_utf8(std::string_view text);
+
+/// Unicode White_Space (Rust's char::is_whitespace).
+inline bool is_white_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+/// A word character, as the regex crate's \w: letters, marks, decimal digits, connector punctuation.
+bool is_word_character(char32_t c);
+/// A numeric character, as Rust's char::is_numeric (categories Nd, Nl, No).
+bool is_numeric(char32_t c);
+
+/// text in normal form `form` (valid UTF-8 assumed; ASCII comes back as it is).
+std::string normalize(std::string_view text, NormalForm form);
+/// text in lower case, code point by code point, as Rust's char::to_lowercase.
+std::string lowercase(std::string_view text);
+
+/// GPT-2's bytes_to_unicode: bytes 33-126, 161-172 and 174-255 stand for themselves, the other 68
+/// in increasing order become U+0100, U+0101, ...; as UTF-8 strings, one per byte.
+const std::vector<std::string>& byte_characters();
+
+}  // namespace headwise::text
+
+// ---- Definitions (detail/compiled.hpp: header-only, or src/text.cpp) ----
+#if HEADWISE_TEXT_DEFINITIONS
+#include <cstdlib>
+#include <memory>
+
+#include <utf8proc.h>
+
+namespace headwise::text {
+
+HEADWISE_TEXT_INLINE std::string utf8(char32_t c) {
+  std::string s;
+  if (c < 0x80) {
+    s += char(c);
+  } else if (c < 0x800) {
+    s += char(0xC0 | (c >> 6)), s += char(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    s += char(0xE0 | (c >> 12)), s += char(0x80 | ((c >> 6) & 0x3F)), s += char(0x80 | (c & 0x3F));
+  } else {
+    s += char(0xF0 | (c >> 18)), s += char(0x80 | ((c >> 12) & 0x3F)), s += char(0x80 | ((c >> 6) & 0x3F));
+    s += char(0x80 | (c & 0x3F));
+  }
+  return s;
+}
+
+HEADWISE_TEXT_INLINE std::size_t first_invalid_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80) {
+      ++i;
+      continue;
+    }
+    const std::size_t n = (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > text.size()) return i;
+    char32_t c = n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto t = static_cast<unsigned char>(text[i + k]);
+      if ((t & 0xC0) != 0x80) return i;
+      c = (c << 6) | (t & 0x3F);
+    }
+    const char32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < least[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+HEADWISE_TEXT_INLINE bool is_word_character(char32_t c) {
+  if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  if (c == 0x200C || c == 0x200D) return true;  // (Join_Control)
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+      return true;
+    default:
+      return false;
+  }
+}
+
+HEADWISE_TEXT_INLINE bool is_numeric(char32_t c) {
+  if (c < 0x80) return c >= '0' && c <= '9';
+  const auto k = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+}
+
+HEADWISE_TEXT_INLINE std::string normalize(std::string_view text, NormalForm form) {
+  bool ascii = true;
+  for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) return std::string(text);
+  int options = UTF8PROC_STABLE;
+  options |= form == NormalForm::nfc || form == NormalForm::nfkc ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
+  if (form == NormalForm::nfkc || form == NormalForm::nfkd) options |= UTF8PROC_COMPAT;
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                                          &out, static_cast<utf8proc_option_t>(options));
+  const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
+  if (n < 0) throw TokenizerError(std::string("headwise: tokenizer: Unicode normalization failed: ") + utf8proc_errmsg(n));
+  return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
+}
+
+HEADWISE_TEXT_INLINE std::string lowercase(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const CodePoint c = code_point_at(text, i);
+    if (c.value < 0x80) out += char(c.value >= 'A' && c.value <= 'Z' ? c.value + 32 : c.value);
+    else if (c.value == 0x130) out += "i\xCC\x87";  // (the one unconditional lower case of two code points)
+    else out += utf8(static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c.value))));
+    i += c.length;
+  }
+  return out;
+}
+
+HEADWISE_TEXT_INLINE const std::vector<std::string>& byte_characters() {
+  static const std::vector<std::string> table = [] {
+    std::vector<std::string> t(256);
+    char32_t next = 0x100;
+    for (int b = 0; b < 256; ++b) {
+      const bool self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      t[static_cast<std::size_t>(b)] = utf8(self ? char32_t(b) : next++);
+    }
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace headwise::text
+#endif  // HEADWISE_TEXT_DEFINITIONS
