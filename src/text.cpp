@@ -3,3 +3,4 @@
 // See include/headwise/detail/compiled.hpp.
 #define HEADWISE_COMPILING_TEXT
 #include "headwise/text/byte_level_bpe.hpp"
+#include "headwise/text/tokenizer.hpp"

@@ -31,15 +31,10 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "headwise/detail/compiled.hpp"
+#include "headwise/text/unicode.hpp"  // (TokenizerError)
 #include "headwise/types.hpp"
 
 namespace headwise::text {
-
-/// A tokenizer file or text headwise cannot use: the message names the file and the problem.
-class TokenizerError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 namespace detail {
 

@@ -50,12 +50,12 @@ namespace headwise::text {
 namespace detail {
 
 /// A {"String": s} or {"Regex": r} pattern of a Replace or Split, as a Regex.
-HEADWISE_TEXT_INLINE Regex pattern_of(const nlohmann::json& step, const std::string& where) {
+HEADWISE_TEXT_INLINE text::Regex pattern_of(const nlohmann::json& step, const std::string& where) {
   const auto bad = [&] { return TokenizerError("headwise: tokenizer: " + where + ": " + step.dump().substr(0, 120) + " has no {\"String\"} or {\"Regex\"} pattern"); };
   if (!step.contains("pattern") || !step.at("pattern").is_object()) throw bad();
   const nlohmann::json& p = step.at("pattern");
-  if (p.contains("String") && p.at("String").is_string()) return Regex::literal(p.at("String").get<std::string>(), where);
-  if (p.contains("Regex") && p.at("Regex").is_string()) return Regex(p.at("Regex").get<std::string>(), where);
+  if (p.contains("String") && p.at("String").is_string()) return text::Regex::literal(p.at("String").get<std::string>(), where);
+  if (p.contains("Regex") && p.at("Regex").is_string()) return text::Regex(p.at("Regex").get<std::string>(), where);
   throw bad();
 }
 
@@ -67,7 +67,7 @@ HEADWISE_TEXT_INLINE std::string string_field(const nlohmann::json& step, const 
 }
 
 /// Replace every match of pattern in text with content.
-HEADWISE_TEXT_INLINE std::string replace_all(std::string_view text, const Regex& pattern, const std::string& content) {
+HEADWISE_TEXT_INLINE std::string replace_all(std::string_view text, const text::Regex& pattern, const std::string& content) {
   std::string out;
   for (const Match& m : pattern.find_matches(text)) {
     if (m.matched) out += content;

@@ -65,7 +65,7 @@ namespace headwise::text {
 namespace detail {
 
 /// GPT-2's pre-tokenizer regex (ByteLevel with use_regex true).
-inline constexpr const char* gpt2_pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+inline constexpr const char* gpt2_split_pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 /// The ranges a Split keeps, from the matches, as Hugging Face's NormalizedString::split.
 HEADWISE_TEXT_INLINE std::vector<Match> by_behavior(const std::vector<Match>& matches, SplitBehavior behavior) {
@@ -144,7 +144,7 @@ HEADWISE_TEXT_INLINE void PreTokenizer::add(const nlohmann::json& step, const st
     s.pattern.push_back(detail::pattern_of(step, where)), s.behavior = detail::behavior_of(step, where), s.invert = step.value("invert", false);
   } else if (type == "ByteLevel") {
     s.kind = Kind::byte_level, s.flag = step.value("add_prefix_space", true);
-    if (step.value("use_regex", true)) s.pattern.emplace_back(detail::gpt2_pattern, where);
+    if (step.value("use_regex", true)) s.pattern.emplace_back(detail::gpt2_split_pattern, where);
   } else if (type == "Metaspace") {
     s.kind = Kind::metaspace, s.replacement = detail::string_field(step, "replacement", where), s.flag = step.value("split", true);
     if (first_invalid_utf8(s.replacement) != std::string::npos || s.replacement.empty() || code_point_at(s.replacement, 0).length != s.replacement.size())

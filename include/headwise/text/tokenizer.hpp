@@ -89,7 +89,7 @@ class Tokenizer {
 namespace headwise::text {
 namespace detail {
 
-HEADWISE_TEXT_INLINE std::string read_file(const std::string& path) {
+HEADWISE_TEXT_INLINE std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TokenizerError("headwise: tokenizer: cannot open " + path);
   std::ostringstream s;
@@ -101,7 +101,7 @@ HEADWISE_TEXT_INLINE std::string read_file(const std::string& path) {
 
 HEADWISE_TEXT_INLINE void Tokenizer::fail(const std::string& what) const { throw TokenizerError("headwise: tokenizer: " + name_ + ": " + what); }
 
-HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) { return from_tokenizer_json_text(detail::read_file(path), path); }
+HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) { return from_tokenizer_json_text(detail::read_text_file(path), path); }
 
 HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json_text(const std::string& text, const std::string& name) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -126,7 +126,7 @@ HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json_text(const std::st
 
 HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt,
                                                      const std::vector<std::string>& special_tokens) {
-  Tokenizer t(vocab_json, BpeModel::from_files(detail::read_file(vocab_json), detail::read_file(merges_txt), vocab_json));
+  Tokenizer t(vocab_json, BpeModel::from_files(detail::read_text_file(vocab_json), detail::read_text_file(merges_txt), vocab_json));
   const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
   t.pre_tokenizer_ = PreTokenizer::from_json(byte_level, vocab_json);
   t.decoder_ = Decoder::from_json(byte_level, vocab_json);
@@ -134,7 +134,7 @@ HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_files(const std::string& vocab_js
   for (const std::string& s : special_tokens) {
     const Index i = t.model_.id(s);
     if (i < 0) t.fail("the special token \"" + s + "\" is not in the vocabulary");
-    added.push_back({{"id", i}, {"content", s}, {"special", true}, {"normalized", false}});
+    added.push_back({{"id", static_cast<std::uint64_t>(i)}, {"content", s}, {"special", true}, {"normalized", false}});
   }
   t.read_added_tokens(added);
   return t;
