@@ -62,8 +62,8 @@ namespace detail {
 /// Unicode White_Space as a PCRE2 class body.
 inline constexpr const char* white_space_class = R"(\t\n\x0B\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 
-/// pattern with \s and \S spelled as White_Space (inside a class, \s becomes its members; \S
-/// inside a class has no such spelling and is refused by name).
+// pattern with \s and \S spelled as White_Space (inside a class, \s becomes its members; \S
+// inside a class has no such spelling and is refused by name).
 HEADWISE_TEXT_INLINE std::string with_white_space(const std::string& pattern, const std::string& where) {
   std::string out;
   bool in_class = false;

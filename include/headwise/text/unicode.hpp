@@ -52,7 +52,7 @@ inline bool is_white_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
          c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
-/// A word character, as the regex crate's \w: letters, marks, decimal digits, connector punctuation.
+/// A word character, as the regex crate's `\\w`: letters, marks, decimal digits, connector punctuation.
 bool is_word_character(char32_t c);
 /// A numeric character, as Rust's char::is_numeric (categories Nd, Nl, No).
 bool is_numeric(char32_t c);
