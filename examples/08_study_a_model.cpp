@@ -7,29 +7,21 @@
 //   08_study_a_model [checkpoint folder] ["text"] [tokenizer folder] [page.html]
 //
 // The checkpoint folder holds config.json and model.safetensors (GPT-2, Llama, Qwen2/3,
-// Qwen3-MoE, Mistral, Ministral 3, SmolLM3, Phi-3, Gemma 2/3, OLMo 2); the tokenizer folder a
-// byte-level BPE tokenizer.json (GPT-2's, Llama 3's, gpt-oss's; text/byte_level_bpe.hpp says which
-// files are refused) or GPT-2's vocab.json and merges.txt, by default the checkpoint folder itself. Without arguments: the tests' tiny GPT-2
-// with GPT-2's real tokenizer, on "When Mary and John went to the store, John gave a drink to".
+// Qwen3-MoE, Mistral, Ministral 3, SmolLM3, Phi-3, Gemma 2/3, OLMo 2); the tokenizer folder its
+// tokenizer.json or GPT-2's vocab.json and merges.txt (io/tokenizer.hpp says how the folder is
+// read), by default the checkpoint folder itself. Without arguments: the tests' tiny GPT-2 with
+// GPT-2's real tokenizer, on "When Mary and John went to the store, John gave a drink to".
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include <headwise/interpret/model_head_scores.hpp>
 #include <headwise/io/decoder_model.hpp>
-#include <headwise/text/byte_level_bpe.hpp>
+#include <headwise/io/tokenizer.hpp>
 
 using headwise::Index;
-
-namespace {
-headwise::text::BpeTokenizer tokenizer_in(const std::string& folder) {
-  if (std::ifstream(folder + "/tokenizer.json").good()) return headwise::text::BpeTokenizer::from_tokenizer_json(folder + "/tokenizer.json");
-  return headwise::text::BpeTokenizer::from_files(folder + "/vocab.json", folder + "/merges.txt");
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   const std::string folder = argc > 1 ? argv[1] : HEADWISE_EXAMPLE_DATA_DIR "/gpt2-model-tiny";
@@ -37,9 +29,9 @@ int main(int argc, char** argv) {
   const std::string tokenizer_folder = argc > 3 ? argv[3] : argc > 1 ? folder : HEADWISE_EXAMPLE_DATA_DIR "/gpt2-tokenizer";
   const std::string page = argc > 4 ? argv[4] : "heads.html";
   try {
-    const auto bpe = tokenizer_in(tokenizer_folder);
+    const auto tokenizer = headwise::io::load_tokenizer(tokenizer_folder);
     const auto model = headwise::io::load_decoder_model<float>(folder);
-    const std::vector<Index> ids = bpe.encode(text);
+    const std::vector<Index> ids = tokenizer.encode(text);
     std::printf("%s: %ld layers, d_model %ld, vocabulary %ld; \"%s\" is %zu tokens\n", folder.c_str(), long(model.n_layers()),
                 long(model.d_model()), long(model.vocab_size()), text.c_str(), ids.size());
     if (ids.size() < 2) throw std::invalid_argument("the text must be at least 2 tokens");
@@ -49,7 +41,7 @@ int main(int argc, char** argv) {
     const auto last = logits.row(logits.rows() - 1);
     std::partial_sort(order.begin(), order.begin() + 5, order.end(), [&](Index a, Index b) { return last(a) > last(b); });
     std::printf("most likely next tokens:");
-    for (int i = 0; i < 5; ++i) std::printf(" \"%s\" (%.3f)", bpe.decode({order[static_cast<std::size_t>(i)]}).c_str(), double(last(order[static_cast<std::size_t>(i)])));
+    for (int i = 0; i < 5; ++i) std::printf(" \"%s\" (%.3f)", tokenizer.decode({order[static_cast<std::size_t>(i)]}).c_str(), double(last(order[static_cast<std::size_t>(i)])));
     std::printf("\n\n");
     namespace hi = headwise::interpret;
     const auto scores = hi::score_model_heads(model, ids, /*induction_length=*/20, /*seed=*/0);

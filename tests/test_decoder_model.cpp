@@ -13,7 +13,7 @@
 
 #include "headwise/interpret/model_head_scores.hpp"
 #include "headwise/io/decoder_model.hpp"
-#include "headwise/text/byte_level_bpe.hpp"
+#include "headwise/text/tokenizer.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 #include "support/layer_checks.hpp"
@@ -97,7 +97,7 @@ TEMPLATE_TEST_CASE("GPT-2 from text, and the reference interventions: a head abl
                    double) {
   const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("gpt2-model-tiny"));
   const io::SafetensorsFile ref = headwise_test::load_fixture("gpt2-model-tiny/model-reference.safetensors");
-  const auto bpe = text::BpeTokenizer::from_tokenizer_json(headwise_test::data_path("gpt2-tokenizer/tokenizer.json"));
+  const auto bpe = text::Tokenizer::from_tokenizer_json(headwise_test::data_path("gpt2-tokenizer/tokenizer.json"));
   const std::vector<Index> ids = bpe.encode("When Mary and John went to the store, John gave a drink to");
   CHECK(ids == ids_of(ref, "input_ids"));
   const auto tol = headwise_test::tolerance<TestType>();

@@ -1,20 +1,22 @@
-// Byte-level BPE against GPT-2's real vocabulary and merges (tests/data/gpt2-tokenizer): the ids of
+// text::Tokenizer on GPT-2's real vocabulary and merges (tests/data/gpt2-tokenizer): the ids of
 // 60 texts from three independent tokenizers (gpt-3-encoder, transformers.js, Hugging Face's Rust
 // library), from GPT-2's own files and from tokenizer.json, with GPT-2's and Llama 3's splitting,
-// decoded back; special tokens; invalid UTF-8, 1 MB texts, and the files headwise refuses.
-#include <chrono>
+// decoded back; special tokens; invalid UTF-8, 1 MB texts, and the files headwise refuses
+// (the six families' files: test_family_tokenizers.cpp); io::load_tokenizer on a model's folder.
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "headwise/text/byte_level_bpe.hpp"
+#include "headwise/io/tokenizer.hpp"
+#include "headwise/text/tokenizer.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 
 using headwise::Index;
-using headwise::text::BpeTokenizer;
+using headwise::text::Tokenizer;
 
 namespace {
 nlohmann::json reference(const std::string& relative) {
@@ -22,7 +24,7 @@ nlohmann::json reference(const std::string& relative) {
   REQUIRE(in.good());
   return nlohmann::json::parse(in);
 }
-void check_reference(const BpeTokenizer& bpe, const nlohmann::json& cases) {
+void check_reference(const Tokenizer& bpe, const nlohmann::json& cases) {
   REQUIRE(cases.size() == 60);
   for (const auto& c : cases) {
     const std::string text = c.at("text").get<std::string>();
@@ -32,8 +34,8 @@ void check_reference(const BpeTokenizer& bpe, const nlohmann::json& cases) {
     CHECK(bpe.decode(ids) == text);
   }
 }
-const BpeTokenizer& gpt2() {
-  static const BpeTokenizer t = BpeTokenizer::from_tokenizer_json(headwise_test::data_path("gpt2-tokenizer/tokenizer.json"));
+const Tokenizer& gpt2() {
+  static const Tokenizer t = Tokenizer::from_tokenizer_json(headwise_test::data_path("gpt2-tokenizer/tokenizer.json"));
   return t;
 }
 }  // namespace
@@ -42,8 +44,8 @@ TEST_CASE("GPT-2's tokenizer: the ids of three independent implementations, from
           "[tokenizer][fixture]") {
   const nlohmann::json cases = reference("gpt2-tokenizer/tokenization-reference.json");
   check_reference(gpt2(), cases);
-  const BpeTokenizer files = BpeTokenizer::from_files(headwise_test::data_path("gpt2-tokenizer/vocab.json"),
-                                                      headwise_test::data_path("gpt2-tokenizer/merges.txt"));
+  const Tokenizer files = Tokenizer::from_files(headwise_test::data_path("gpt2-tokenizer/vocab.json"),
+                                               headwise_test::data_path("gpt2-tokenizer/merges.txt"));
   check_reference(files, cases);
   CHECK(gpt2().vocab_size() == 50257);
   CHECK(gpt2().token(50256) == "<|endoftext|>");
@@ -52,7 +54,7 @@ TEST_CASE("GPT-2's tokenizer: the ids of three independent implementations, from
 }
 
 TEST_CASE("Llama 3's splitting (Split + ByteLevel, merges as pairs) over GPT-2's vocabulary", "[tokenizer][fixture]") {
-  const BpeTokenizer llama3 = BpeTokenizer::from_tokenizer_json(headwise_test::data_path("gpt2-tokenizer/llama3-split/tokenizer.json"));
+  const Tokenizer llama3 = Tokenizer::from_tokenizer_json(headwise_test::data_path("gpt2-tokenizer/llama3-split/tokenizer.json"));
   check_reference(llama3, reference("gpt2-tokenizer/llama3-split/tokenization-reference.json"));
   CHECK(llama3.decode(llama3.encode("1234567890")) == "1234567890");
   CHECK(llama3.encode("1234567890").size() == 4);  // 123 456 789 0
@@ -95,22 +97,95 @@ TEST_CASE("What headwise does not implement in a tokenizer.json is refused by na
       R"("decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},)"
       R"("model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,)"
       R"("fuse_unk":false,"byte_fallback":false,"ignore_merges":false,"vocab":{"Ġ":0,"t":1,"Ġt":2},"merges":["Ġ t"]}})";
-  CHECK(BpeTokenizer::from_tokenizer_json_text(json, "t.json").encode(" t") == std::vector<Index>{2});
+  CHECK(Tokenizer::from_tokenizer_json_text(json, "t.json").encode(" t") == std::vector<Index>{2});
   const auto with = [&](const std::string& from, const std::string& to) {
     std::string changed = json;
     const std::size_t at = changed.find(from);
     REQUIRE(at != std::string::npos);
-    return BpeTokenizer::from_tokenizer_json_text(changed.replace(at, from.size(), to), "t.json");
+    return Tokenizer::from_tokenizer_json_text(changed.replace(at, from.size(), to), "t.json");
   };
-  CHECK_THROWS_WITH(with(R"("type":"BPE")", R"("type":"Unigram")"), Catch::Contains("t.json: model type \"Unigram\" is not one headwise reads"));
-  CHECK_THROWS_WITH(with(R"("normalizer":null)", R"("normalizer":{"type":"NFC"})"), Catch::Contains("normalizer {\"type\":\"NFC\"} is not one headwise applies"));
-  CHECK_THROWS_WITH(with(R"("byte_fallback":false)", R"("byte_fallback":true)"), Catch::Contains("\"byte_fallback\" = true is not read"));
-  CHECK_THROWS_WITH(with(R"("dropout":null)", R"("dropout":0.1)"), Catch::Contains("\"dropout\" = 0.1 is not read"));
-  CHECK_THROWS_WITH(with(R"("pre_tokenizer":{"type":"ByteLevel")", R"("pre_tokenizer":{"type":"Whitespace")"),
-                    Catch::Contains("is not one headwise reads"));
-  CHECK_THROWS_WITH(with(R"("decoder":{"type":"ByteLevel")", R"("decoder":{"type":"WordPiece")"), Catch::Contains("\"type\":\"WordPiece\"") && Catch::Contains("is not one headwise applies (ByteLevel)"));
-  CHECK_THROWS_WITH(with(R"("lstrip":false)", R"("lstrip":true)"), Catch::Contains("sets \"lstrip\", which headwise does not apply"));
+  CHECK_THROWS_WITH(with(R"("type":"BPE")", R"("type":"Unigram")"), Catch::Contains("t.json: model") && Catch::Contains("is not one headwise reads (BPE;"));
+  CHECK_THROWS_WITH(with(R"("normalizer":null)", R"("normalizer":{"type":"BertNormalizer"})"),
+                    Catch::Contains("normalizer {\"type\":\"BertNormalizer\"}") && Catch::Contains("is not one headwise applies"));
+  CHECK_THROWS_WITH(with(R"("dropout":null)", R"("dropout":0.1)"), Catch::Contains("\"dropout\" = 0.1 (random merges) is not one headwise applies"));
+  CHECK_THROWS_WITH(with(R"("pre_tokenizer":{"type":"ByteLevel")", R"("pre_tokenizer":{"type":"BertPreTokenizer")"),
+                    Catch::Contains("pre-tokenizer {\"add_prefix_space\"") && Catch::Contains("is not one headwise applies"));
+  CHECK_THROWS_WITH(with(R"("decoder":{"type":"ByteLevel")", R"("decoder":{"type":"WordPiece")"),
+                    Catch::Contains("\"type\":\"WordPiece\"") && Catch::Contains("is not one headwise applies"));
+  CHECK_THROWS_WITH(with(R"("lstrip":false)", R"("lstrip":false,"colour":"red")"), Catch::Contains("has the key \"colour\", which headwise does not know"));
+  CHECK_THROWS_WITH(with(R"("added_tokens")", R"("truncation":{"max_length":8},"added_tokens")"), Catch::Contains("\"truncation\" is set"));
+  CHECK_THROWS_WITH(with(R"("added_tokens")", R"("sentencepiece":1,"added_tokens")"), Catch::Contains("the key \"sentencepiece\" is not one headwise knows"));
   CHECK_THROWS_WITH(with(R"("Ġ t")", R"("Ġ zzqq")"), Catch::Contains("merge 0 (\"Ġ zzqq\") joins tokens the vocabulary lacks"));
-  CHECK_THROWS_WITH(BpeTokenizer::from_tokenizer_json_text("[1, 2]", "t.json"), Catch::Contains("t.json: is not a JSON object"));
-  CHECK_THROWS_WITH(BpeTokenizer::from_tokenizer_json("/nonexistent/tokenizer.json"), Catch::Contains("cannot open /nonexistent/tokenizer.json"));
+  CHECK_THROWS_WITH(with(R"("id":3,)", R"("id":1,)"), Catch::Contains("has the id 1, which the vocabulary gives \"t\""));
+  CHECK_THROWS_WITH(Tokenizer::from_tokenizer_json_text("[1, 2]", "t.json"), Catch::Contains("t.json: is not a JSON object"));
+  CHECK_THROWS_WITH(Tokenizer::from_tokenizer_json("/nonexistent/tokenizer.json"), Catch::Contains("cannot open /nonexistent/tokenizer.json"));
+}
+
+namespace {
+/// A model folder with GPT-2's vocab.json and merges.txt and the given files beside them.
+std::string gpt2_folder(const std::string& name, const std::vector<std::pair<std::string, std::string>>& files) {
+  const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/tokenizer-" + name;
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder);
+  for (const char* f : {"vocab.json", "merges.txt"})
+    std::filesystem::copy_file(headwise_test::data_path(std::string("gpt2-tokenizer/") + f), folder + "/" + f);
+  for (const auto& [file, text] : files) std::ofstream(folder + "/" + file) << text;
+  return folder;
+}
+}  // namespace
+
+TEST_CASE("io::load_tokenizer: a folder's tokenizer.json, else vocab.json + merges.txt with the files beside them", "[tokenizer][fixture]") {
+  using headwise::io::load_tokenizer;
+  using headwise::text::EncodeOptions;
+  const nlohmann::json cases = reference("gpt2-tokenizer/tokenization-reference.json");
+  check_reference(load_tokenizer(headwise_test::data_path("gpt2-tokenizer")), cases);  // its tokenizer.json
+  const Tokenizer plain = load_tokenizer(gpt2_folder("plain", {}));  // GPT-2's classes' default: <|endoftext|> special
+  check_reference(plain, cases);
+  CHECK(plain.encode("hello<|endoftext|>") == std::vector<Index>{31373, 50256});
+  CHECK(plain.encode("hello", EncodeOptions{true}) == std::vector<Index>{31373});
+  // tokenizer_config.json: a BOS before each text, a space before it, as GPT2Tokenizer's options do.
+  const Tokenizer bos = load_tokenizer(gpt2_folder(
+      "bos", {{"tokenizer_config.json", R"({"tokenizer_class": "GPT2Tokenizer", "add_bos_token": true, "add_prefix_space": true,
+              "bos_token": {"content": "<|endoftext|>", "__type": "AddedToken"}, "model_max_length": 1024, "errors": "replace"})"}}));
+  CHECK(bos.encode("hello", EncodeOptions{true}) == std::vector<Index>{50256, 23748});
+  CHECK(bos.encode("hello") == std::vector<Index>{23748});
+  // added_tokens.json and special_tokens_map.json: a token past the vocabulary.
+  const Tokenizer added = load_tokenizer(gpt2_folder("added", {{"added_tokens.json", R"({"<|im_start|>": 50257})"},
+                                                               {"special_tokens_map.json", R"({"additional_special_tokens": ["<|im_start|>"]})"}}));
+  CHECK(added.encode("a<|im_start|>b<|endoftext|>") == std::vector<Index>{64, 50257, 65, 50256});
+  CHECK(added.vocab_size() == 50258);
+  CHECK(added.decode({50257, 64}) == "<|im_start|>a");
+  // added_tokens_decoder, as transformers writes it, with lstrip: the space before the token goes with it.
+  const Tokenizer decoder = load_tokenizer(gpt2_folder("decoder", {{"tokenizer_config.json", R"({"added_tokens_decoder": {
+      "50256": {"content": "<|endoftext|>", "lstrip": false, "normalized": true, "rstrip": false, "single_word": false, "special": true},
+      "50257": {"content": "<mask>", "lstrip": true, "normalized": false, "rstrip": false, "single_word": false, "special": true}},
+      "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"})"}}));
+  CHECK(decoder.encode("hello <mask>") == std::vector<Index>{31373, 50257});
+  CHECK(decoder.encode("hello<|endoftext|>") == std::vector<Index>{31373, 50256});
+}
+
+TEST_CASE("io::load_tokenizer refuses what it would read wrong, by name", "[tokenizer][errors]") {
+  using headwise::io::load_tokenizer;
+  const auto config = [](const std::string& name, const std::string& text) { return gpt2_folder(name, {{"tokenizer_config.json", text}}); };
+  CHECK_THROWS_WITH(load_tokenizer(config("qwen2", R"({"tokenizer_class": "Qwen2Tokenizer"})")),
+                    Catch::Contains("tokenizer_config.json: \"tokenizer_class\" is \"Qwen2Tokenizer\"") && Catch::Contains("GPT2Tokenizer"));
+  CHECK_THROWS_WITH(load_tokenizer(config("unknown", R"({"sentencepiece_model": "x"})")), Catch::Contains("the key \"sentencepiece_model\" is not one headwise knows"));
+  CHECK_THROWS_WITH(load_tokenizer(config("lower", R"({"do_lower_case": true})")), Catch::Contains("\"do_lower_case\" = true is not one headwise applies"));
+  CHECK_THROWS_WITH(load_tokenizer(config("split", R"({"split_special_tokens": true})")), Catch::Contains("\"split_special_tokens\" = true"));
+  CHECK_THROWS_WITH(load_tokenizer(config("errors", R"({"errors": "strict"})")), Catch::Contains("\"errors\" = \"strict\""));
+  CHECK_THROWS_WITH(load_tokenizer(config("no-bos", R"({"add_bos_token": true, "bos_token": null})")),
+                    Catch::Contains("\"add_bos_token\" is true but no bos_token is named"));
+  CHECK_THROWS_WITH(load_tokenizer(config("flag", R"({"add_bos_token": "yes"})")), Catch::Contains("\"add_bos_token\" is not true or false"));
+  CHECK_THROWS_WITH(load_tokenizer(config("missing", R"({"eos_token": "</s>"})")), Catch::Contains("the added token \"</s>\" has no id and is not in the vocabulary"));
+  CHECK_THROWS_WITH(load_tokenizer(config("bad-id", R"({"added_tokens_decoder": {"x1": {"content": "<a>"}}})")),
+                    Catch::Contains("added_tokens_decoder: the id \"x1\" is not an integer in [0, 2^31)"));
+  CHECK_THROWS_WITH(load_tokenizer(config("clash", R"({"added_tokens_decoder": {"31373": {"content": "<a>", "special": true}}})")),
+                    Catch::Contains("has the id 31373, which the vocabulary gives \"hello\""));
+  CHECK_THROWS_WITH(load_tokenizer(config("not-json", "{")), Catch::Contains("tokenizer_config.json: is not a JSON object"));
+  CHECK_THROWS_WITH(load_tokenizer(gpt2_folder("added-id", {{"added_tokens.json", R"({"<x>": -3})"}})), Catch::Contains("\"<x>\" has the id -3"));
+  const std::string sentencepiece = std::string(HEADWISE_TEST_TMP_DIR) + "/tokenizer-sentencepiece";
+  std::filesystem::create_directories(sentencepiece);
+  std::ofstream(sentencepiece + "/tokenizer.model") << "x";
+  CHECK_THROWS_WITH(load_tokenizer(sentencepiece), Catch::Contains("holds a SentencePiece tokenizer.model only"));
+  CHECK_THROWS_WITH(load_tokenizer("/nonexistent"), Catch::Contains("/nonexistent holds no tokenizer.json and no vocab.json + merges.txt"));
 }

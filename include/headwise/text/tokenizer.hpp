@@ -30,6 +30,18 @@
 
 namespace headwise::text {
 
+/// What GPT-2's own files (vocab.json + merges.txt) leave to the files beside them, which
+/// io::load_tokenizer reads from a model's folder (tokenizer_config.json, added_tokens.json).
+struct VocabMergesOptions {
+  /// Tokens cut out of the text before it is split; an id of -1 takes the vocabulary's id of the
+  /// content (refused if it has none). GPT-2's tokenizer classes make <|endoftext|> one.
+  std::vector<AddedToken> added_tokens = {{"<|endoftext|>", -1, /*special=*/true}};
+  /// A space put before the text, as GPT-2's tokenizer does with add_prefix_space.
+  bool add_prefix_space = false;
+  /// The tokens (contents) encode(text, {add_special_tokens=true}) puts before and after the text.
+  std::vector<std::string> tokens_before, tokens_after;
+};
+
 struct EncodeOptions {
   /// Add the special tokens the file's post-processor template puts around a text (BOS, ...).
   bool add_special_tokens = false;
@@ -41,10 +53,8 @@ class Tokenizer {
   static Tokenizer from_tokenizer_json(const std::string& path);
   static Tokenizer from_tokenizer_json_text(const std::string& text, const std::string& name);
   /// GPT-2's own files, vocab.json ({token: id}) and merges.txt, with GPT-2's ByteLevel splitting
-  /// and decoding; special_tokens: contents of the vocabulary matched as added tokens (GPT-2's
-  /// tokenizer classes make <|endoftext|> one).
-  static Tokenizer from_files(const std::string& vocab_json, const std::string& merges_txt,
-                              const std::vector<std::string>& special_tokens = {"<|endoftext|>"});
+  /// and decoding.
+  static Tokenizer from_files(const std::string& vocab_json, const std::string& merges_txt, const VocabMergesOptions& options = {});
 
   /// The ids of text (UTF-8). Throws on invalid UTF-8, naming the byte.
   std::vector<Index> encode(std::string_view text, EncodeOptions options = {}) const;
@@ -124,19 +134,32 @@ HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json_text(const std::st
   return t;
 }
 
-HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt,
-                                                     const std::vector<std::string>& special_tokens) {
+HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt, const VocabMergesOptions& options) {
   Tokenizer t(vocab_json, BpeModel::from_files(detail::read_text_file(vocab_json), detail::read_text_file(merges_txt), vocab_json));
-  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", options.add_prefix_space}, {"trim_offsets", true}, {"use_regex", true}};
   t.pre_tokenizer_ = PreTokenizer::from_json(byte_level, vocab_json);
   t.decoder_ = Decoder::from_json(byte_level, vocab_json);
   nlohmann::json added = nlohmann::json::array();
-  for (const std::string& s : special_tokens) {
-    const Index i = t.model_.id(s);
-    if (i < 0) t.fail("the special token \"" + s + "\" is not in the vocabulary");
-    added.push_back({{"id", static_cast<std::uint64_t>(i)}, {"content", s}, {"special", true}, {"normalized", false}});
+  for (const AddedToken& a : options.added_tokens) {
+    const Index i = a.id >= 0 ? a.id : t.model_.id(a.content);
+    if (i < 0) t.fail("the added token \"" + a.content + "\" has no id and is not in the vocabulary");
+    added.push_back({{"id", static_cast<std::uint64_t>(i)}, {"content", a.content}, {"special", a.special}, {"single_word", a.single_word},
+                     {"lstrip", a.lstrip}, {"rstrip", a.rstrip}, {"normalized", a.normalized}});
   }
   t.read_added_tokens(added);
+  // The tokens around a text, as a TemplateProcessing post-processor holds them.
+  nlohmann::json single = nlohmann::json::array(), specials = nlohmann::json::object();
+  const auto special = [&](const std::string& content) {
+    const Index i = t.id(content);
+    if (i < 0) t.fail("the token \"" + content + "\" to put around a text is neither an added token nor in the vocabulary");
+    specials[content] = {{"id", content}, {"ids", nlohmann::json::array({static_cast<std::uint64_t>(i)})}, {"tokens", nlohmann::json::array({content})}};
+    single.push_back({{"SpecialToken", {{"id", content}, {"type_id", 0}}}});
+  };
+  for (const std::string& s : options.tokens_before) special(s);
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  for (const std::string& s : options.tokens_after) special(s);
+  if (single.size() > 1)
+    t.post_processor_ = PostProcessor::from_json({{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}}, vocab_json);
   return t;
 }
 

@@ -8,13 +8,13 @@
 #include <headwise/io/safetensors.hpp>  // through headwise::io, which brings nlohmann_json
 #ifdef HEADWISE_CONSUMER_MODEL
 #include <headwise/io/decoder_model.hpp>
-#include <headwise/text/byte_level_bpe.hpp>  // through headwise::text, which brings PCRE2
+#include <headwise/text/tokenizer.hpp>  // through headwise::text, which brings PCRE2 and utf8proc
 
 /// Tokenizes a sentence with GPT-2's tokenizer and runs the tests' tiny GPT-2 on it: true if the
 /// ids are GPT-2's (tests/data/gpt2-tokenizer/tokenization-reference.json has them) and every
 /// logit is finite.
 bool whole_model_runs() {
-  const auto bpe = headwise::text::BpeTokenizer::from_tokenizer_json(HEADWISE_CONSUMER_MODEL "/gpt2-tokenizer/tokenizer.json");
+  const auto bpe = headwise::text::Tokenizer::from_tokenizer_json(HEADWISE_CONSUMER_MODEL "/gpt2-tokenizer/tokenizer.json");
   const auto model = headwise::io::load_decoder_model<float>(HEADWISE_CONSUMER_MODEL "/gpt2-model-tiny");
   const std::vector<headwise::Index> ids = bpe.encode("Hello, world!");
   const headwise::Matrix<float> logits = model.logits(ids);

@@ -11,7 +11,8 @@
 #include <headwise/io/decoder_model.hpp>
 #include <headwise/io/latent_attention.hpp>
 #include <headwise/io/llama.hpp>
-#include <headwise/text/byte_level_bpe.hpp>
+#include <headwise/io/tokenizer.hpp>
+#include <headwise/text/tokenizer.hpp>
 
 namespace {
 
@@ -84,8 +85,8 @@ int main(int argc, char** argv) {
     return static_cast<int>(llama.size() + gpt2.size() + latent.size() + next.size() + page.size() +
                             static_cast<std::size_t>(run.logits.rows()));
   }
-  // A three-token byte-level BPE: "ab" merges to one token and decodes back.
-  const auto bpe = headwise::text::BpeTokenizer::from_tokenizer_json_text(
+  // A three-token BPE: "ab" merges to one token and decodes back.
+  const auto bpe = headwise::text::Tokenizer::from_tokenizer_json_text(
       R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}})", "strict");
   if (bpe.encode("ab") != std::vector<headwise::Index>{2} || bpe.decode({2}) != "ab") return 1;
