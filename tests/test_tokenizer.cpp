@@ -115,6 +115,8 @@ TEST_CASE("What headwise does not implement in a tokenizer.json is refused by na
   CHECK_THROWS_WITH(with(R"("lstrip":false)", R"("lstrip":false,"colour":"red")"), Catch::Contains("has the key \"colour\", which headwise does not know"));
   CHECK_THROWS_WITH(with(R"("added_tokens")", R"("truncation":{"max_length":8},"added_tokens")"), Catch::Contains("\"truncation\" is set"));
   CHECK_THROWS_WITH(with(R"("added_tokens")", R"("sentencepiece":1,"added_tokens")"), Catch::Contains("the key \"sentencepiece\" is not one headwise knows"));
+  CHECK_THROWS_WITH(with(R"("type":"BPE")", R"("type":false)"), Catch::Contains("is not one headwise reads (BPE;"));  // (fuzz_tokenizer_json)
+  CHECK_THROWS_WITH(with(R"("use_regex":true},)", R"("use_regex":"yes"},)"), Catch::Contains("\"use_regex\" is not true or false"));
   CHECK_THROWS_WITH(with(R"("Ġ t")", R"("Ġ zzqq")"), Catch::Contains("merge 0 (\"Ġ zzqq\") joins tokens the vocabulary lacks"));
   CHECK_THROWS_WITH(with(R"("id":3,)", R"("id":1,)"), Catch::Contains("has the id 1, which the vocabulary gives \"t\""));
   CHECK_THROWS_WITH(Tokenizer::from_tokenizer_json_text("[1, 2]", "t.json"), Catch::Contains("t.json: is not a JSON object"));

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "headwise/text/json_fields.hpp"
 #include "headwise/text/unicode.hpp"
 #include "headwise/types.hpp"
 
@@ -127,7 +128,7 @@ HEADWISE_TEXT_INLINE Index BpeModel::id(std::string_view token) const {
 
 HEADWISE_TEXT_INLINE BpeModel BpeModel::from_json(const nlohmann::json& model, const std::string& where) {
   BpeModel m(where);
-  if (!model.is_object() || model.value("type", std::string("BPE")) != "BPE")
+  if (!model.is_object() || (model.contains("type") && detail::type_of(model) != "BPE"))
     m.fail("model " + model.dump().substr(0, 80) + " is not one headwise reads (BPE; Unigram, WordPiece and WordLevel are not)");
   const auto string_or_null = [&](const char* key) {
     if (!model.contains(key) || model.at(key).is_null()) return std::string();

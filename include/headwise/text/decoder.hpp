@@ -46,7 +46,7 @@ class Decoder {
 #if HEADWISE_TEXT_DEFINITIONS
 #include <nlohmann/json.hpp>
 
-#include "headwise/text/normalizer.hpp"  // (detail::replace_literal, detail::string_field)
+#include "headwise/text/normalizer.hpp"  // (detail::replace_literal)
 
 namespace headwise::text {
 namespace detail {
@@ -86,7 +86,7 @@ HEADWISE_TEXT_INLINE Decoder Decoder::from_json(const nlohmann::json& decoder, c
 }
 
 HEADWISE_TEXT_INLINE void Decoder::add(const nlohmann::json& step, const std::string& where) {
-  const std::string type = step.is_object() ? step.value("type", std::string()) : std::string();
+  const std::string type = detail::type_of(step);
   Step s;
   if (type == "Sequence") {
     if (!step.contains("decoders") || !step.at("decoders").is_array()) throw TokenizerError("headwise: tokenizer: " + where + ": a Sequence decoder without a \"decoders\" list");
@@ -113,7 +113,8 @@ HEADWISE_TEXT_INLINE void Decoder::add(const nlohmann::json& step, const std::st
     s.start = count("start"), s.stop = count("stop");
   } else if (type == "Metaspace") {
     s.kind = Kind::metaspace, s.content = detail::string_field(step, "replacement", where);
-    s.prepend = step.value("prepend_scheme", step.value("add_prefix_space", true) ? std::string("always") : std::string("never")) != "never";
+    const bool add_prefix_space = detail::flag_field(step, "add_prefix_space", true, where);
+    s.prepend = detail::string_field(step, "prepend_scheme", where, add_prefix_space ? "always" : "never") != "never";
   } else {
     throw TokenizerError("headwise: tokenizer: " + where + ": decoder " + step.dump().substr(0, 120) +
                          " is not one headwise applies (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence)");

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "headwise/text/json_fields.hpp"
 #include "headwise/text/regex.hpp"
 #include "headwise/text/unicode.hpp"
 
@@ -59,13 +60,6 @@ HEADWISE_TEXT_INLINE text::Regex pattern_of(const nlohmann::json& step, const st
   throw bad();
 }
 
-/// step[key] as a string, or a TokenizerError naming both.
-HEADWISE_TEXT_INLINE std::string string_field(const nlohmann::json& step, const char* key, const std::string& where) {
-  if (!step.contains(key) || !step.at(key).is_string())
-    throw TokenizerError("headwise: tokenizer: " + where + ": " + step.dump().substr(0, 120) + " has no string \"" + key + "\"");
-  return step.at(key).get<std::string>();
-}
-
 /// Replace every match of pattern in text with content.
 HEADWISE_TEXT_INLINE std::string replace_all(std::string_view text, const text::Regex& pattern, const std::string& content) {
   std::string out;
@@ -95,7 +89,7 @@ HEADWISE_TEXT_INLINE Normalizer Normalizer::from_json(const nlohmann::json& norm
 }
 
 HEADWISE_TEXT_INLINE void Normalizer::add(const nlohmann::json& step, const std::string& where) {
-  const std::string type = step.is_object() ? step.value("type", std::string()) : std::string();
+  const std::string type = detail::type_of(step);
   if (type == "Sequence") {
     if (!step.contains("normalizers") || !step.at("normalizers").is_array()) throw TokenizerError("headwise: tokenizer: " + where + ": a Sequence normalizer without a \"normalizers\" list");
     for (const auto& s : step.at("normalizers")) add(s, where);
@@ -112,7 +106,7 @@ HEADWISE_TEXT_INLINE void Normalizer::add(const nlohmann::json& step, const std:
   } else if (type == "Prepend") {
     s.kind = Kind::prepend, s.content = detail::string_field(step, "prepend", where);
   } else if (type == "Strip") {
-    s.kind = Kind::strip, s.left = step.value("strip_left", false), s.right = step.value("strip_right", false);
+    s.kind = Kind::strip, s.left = detail::flag_field(step, "strip_left", false, where), s.right = detail::flag_field(step, "strip_right", false, where);
   } else if (type == "Lowercase") {
     s.kind = Kind::lowercase;
   } else {

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "headwise/text/json_fields.hpp"
 #include "headwise/text/unicode.hpp"
 #include "headwise/types.hpp"
 
@@ -52,7 +53,7 @@ HEADWISE_TEXT_INLINE PostProcessor PostProcessor::from_json(const nlohmann::json
 
 HEADWISE_TEXT_INLINE void PostProcessor::add(const nlohmann::json& step, const std::string& where) {
   const auto fail = [&](const std::string& what) { return TokenizerError("headwise: tokenizer: " + where + ": post-processor " + what); };
-  const std::string type = step.is_object() ? step.value("type", std::string()) : std::string();
+  const std::string type = detail::type_of(step);
   if (type == "ByteLevel") return;
   if (type == "Sequence") {
     if (!step.contains("processors") || !step.at("processors").is_array()) throw fail("Sequence has no \"processors\" list");
@@ -67,7 +68,7 @@ HEADWISE_TEXT_INLINE void PostProcessor::add(const nlohmann::json& step, const s
   bool sequence = false;
   for (const auto& piece : step.at("single")) {
     if (piece.contains("Sequence")) {
-      if (sequence || piece.at("Sequence").value("id", std::string()) != "A") throw fail("TemplateProcessing's single template has a sequence other than one A");
+      if (sequence || detail::string_field(piece.at("Sequence"), "id", where, std::string()) != "A") throw fail("TemplateProcessing's single template has a sequence other than one A");
       sequence = true;
       continue;
     }

@@ -59,7 +59,7 @@ class PreTokenizer {
 #if HEADWISE_TEXT_DEFINITIONS
 #include <nlohmann/json.hpp>
 
-#include "headwise/text/normalizer.hpp"  // (detail::pattern_of, detail::string_field)
+#include "headwise/text/normalizer.hpp"  // (detail::pattern_of)
 
 namespace headwise::text {
 namespace detail {
@@ -115,7 +115,7 @@ std::vector<Match> character_matches(const std::string& text, IsMatch is_match) 
 }
 
 HEADWISE_TEXT_INLINE SplitBehavior behavior_of(const nlohmann::json& step, const std::string& where) {
-  const std::string b = step.value("behavior", std::string());
+  const std::string b = detail::string_field(step, "behavior", where, std::string());
   if (b == "Removed") return SplitBehavior::removed;
   if (b == "Isolated") return SplitBehavior::isolated;
   if (b == "MergedWithPrevious") return SplitBehavior::merged_with_previous;
@@ -134,27 +134,28 @@ HEADWISE_TEXT_INLINE PreTokenizer PreTokenizer::from_json(const nlohmann::json& 
 }
 
 HEADWISE_TEXT_INLINE void PreTokenizer::add(const nlohmann::json& step, const std::string& where) {
-  const std::string type = step.is_object() ? step.value("type", std::string()) : std::string();
+  const std::string type = detail::type_of(step);
   Step s;
   if (type == "Sequence") {
     if (!step.contains("pretokenizers") || !step.at("pretokenizers").is_array()) throw TokenizerError("headwise: tokenizer: " + where + ": a Sequence pre-tokenizer without a \"pretokenizers\" list");
     for (const auto& p : step.at("pretokenizers")) add(p, where);
     return;
   } else if (type == "Split") {
-    s.pattern.push_back(detail::pattern_of(step, where)), s.behavior = detail::behavior_of(step, where), s.invert = step.value("invert", false);
+    s.pattern.push_back(detail::pattern_of(step, where)), s.behavior = detail::behavior_of(step, where), s.invert = detail::flag_field(step, "invert", false, where);
   } else if (type == "ByteLevel") {
-    s.kind = Kind::byte_level, s.flag = step.value("add_prefix_space", true);
-    if (step.value("use_regex", true)) s.pattern.emplace_back(detail::gpt2_split_pattern, where);
+    s.kind = Kind::byte_level, s.flag = detail::flag_field(step, "add_prefix_space", true, where);
+    if (detail::flag_field(step, "use_regex", true, where)) s.pattern.emplace_back(detail::gpt2_split_pattern, where);
   } else if (type == "Metaspace") {
-    s.kind = Kind::metaspace, s.replacement = detail::string_field(step, "replacement", where), s.flag = step.value("split", true);
+    s.kind = Kind::metaspace, s.replacement = detail::string_field(step, "replacement", where), s.flag = detail::flag_field(step, "split", true, where);
     if (first_invalid_utf8(s.replacement) != std::string::npos || s.replacement.empty() || code_point_at(s.replacement, 0).length != s.replacement.size())
       throw TokenizerError("headwise: tokenizer: " + where + ": Metaspace's replacement is not one character");
-    const std::string scheme = step.value("prepend_scheme", step.value("add_prefix_space", true) ? std::string("always") : std::string("never"));
+    const bool add_prefix_space = detail::flag_field(step, "add_prefix_space", true, where);
+    const std::string scheme = detail::string_field(step, "prepend_scheme", where, add_prefix_space ? "always" : "never");
     if (scheme != "always" && scheme != "first" && scheme != "never") throw TokenizerError("headwise: tokenizer: " + where + ": Metaspace's prepend_scheme \"" + scheme + "\" is not always, first or never");
     s.prepend = scheme == "always" ? Step::Prepend::always : scheme == "first" ? Step::Prepend::first : Step::Prepend::never;
     s.pattern.push_back(Regex::literal(s.replacement, where));
   } else if (type == "Digits") {
-    s.kind = Kind::digits, s.flag = step.value("individual_digits", false);
+    s.kind = Kind::digits, s.flag = detail::flag_field(step, "individual_digits", false, where);
   } else if (type == "Whitespace") {  // \w+|[^\w\s]+, the rest removed
     s.pattern.emplace_back(R"(\w+|[^\w\s]+)", where), s.behavior = SplitBehavior::removed, s.invert = true;
   } else if (type == "WhitespaceSplit") {

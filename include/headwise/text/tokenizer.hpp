@@ -124,14 +124,18 @@ HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json_text(const std::st
     if (j.contains(key) && !j.at(key).is_null())
       throw TokenizerError("headwise: tokenizer: " + name + ": \"" + key + "\" is set; headwise encodes one text whole (only null)");
   if (!j.contains("model")) throw TokenizerError("headwise: tokenizer: " + name + ": no \"model\" object");
-  Tokenizer t(name, BpeModel::from_json(j.at("model"), name));
-  const auto part = [&](const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
-  t.normalizer_ = Normalizer::from_json(part("normalizer"), name);
-  t.pre_tokenizer_ = PreTokenizer::from_json(part("pre_tokenizer"), name);
-  t.post_processor_ = PostProcessor::from_json(part("post_processor"), name);
-  t.decoder_ = Decoder::from_json(part("decoder"), name);
-  t.read_added_tokens(j.contains("added_tokens") ? j.at("added_tokens") : nlohmann::json::array());
-  return t;
+  try {  // (each part checks the types of the fields it reads; this names any it missed)
+    Tokenizer t(name, BpeModel::from_json(j.at("model"), name));
+    const auto part = [&](const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
+    t.normalizer_ = Normalizer::from_json(part("normalizer"), name);
+    t.pre_tokenizer_ = PreTokenizer::from_json(part("pre_tokenizer"), name);
+    t.post_processor_ = PostProcessor::from_json(part("post_processor"), name);
+    t.decoder_ = Decoder::from_json(part("decoder"), name);
+    t.read_added_tokens(j.contains("added_tokens") ? j.at("added_tokens") : nlohmann::json::array());
+    return t;
+  } catch (const nlohmann::json::exception& e) {
+    throw TokenizerError("headwise: tokenizer: " + name + ": a field has the wrong type (" + e.what() + ")");
+  }
 }
 
 HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt, const VocabMergesOptions& options) {
