@@ -81,3 +81,27 @@ TEST_CASE("Tokenizer stress findings: hostile ids, empty matches at the end, U+1
   CHECK(files.encode("<|endoftext|>") == std::vector<Index>{50256});
   CHECK_THROWS_WITH(t.encode("<|endoftext|>\xFF"), Catch::Contains("at byte 13"));
 }
+
+TEST_CASE("Tokenizer stress finding 5: 256 added tokens and 280 KB with thousands of them, cut in one pass", "[tokenizer]") {
+  // The text: GPT-2's 60 reference texts in turn, each followed by one of 256 added tokens; the
+  // ids: each text's reference ids, then the token's (added tokens cut the text into pieces that
+  // are encoded on their own). Searching the rest of the text again for every token after each cut
+  // took 12.7 s for 65 tokens in 70 KB.
+  std::ifstream in(headwise_test::data_path("gpt2-tokenizer/tokenizer.json"));
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (int k = 0; k < 256; ++k)
+    j["added_tokens"].push_back({{"id", 50257 + k}, {"content", "<|reserved_" + std::to_string(k) + "|>"}, {"special", true}, {"normalized", false}});
+  const Tokenizer t = Tokenizer::from_tokenizer_json_text(j.dump(), "gpt2-256-added.json");
+  std::ifstream ref_in(headwise_test::data_path("gpt2-tokenizer/tokenization-reference.json"));
+  const nlohmann::json cases = nlohmann::json::parse(ref_in);
+  REQUIRE(cases.size() == 60);
+  std::string text;
+  std::vector<Index> expected;
+  for (std::size_t i = 0; text.size() < 280 * 1024; ++i) {
+    const nlohmann::json& c = cases.at(i % cases.size());
+    text += c.at("text").get<std::string>() + "<|reserved_" + std::to_string(i % 256) + "|>";
+    for (const Index id : c.at("ids").get<std::vector<Index>>()) expected.push_back(id);
+    expected.push_back(50257 + static_cast<Index>(i % 256));
+  }
+  CHECK(t.encode(text) == expected);
+}
