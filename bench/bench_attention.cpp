@@ -14,6 +14,7 @@
 
 #include "headwise/headwise.hpp"
 #include "headwise/interpret.hpp"
+#include "headwise/stored_matrix.hpp"
 
 namespace {
 
@@ -72,6 +73,49 @@ void BM_GemmCeiling(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * 2048 * 768 * 2304 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_GemmCeiling)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+
+// A prefill's weight product at Llama-3.2-1B's MLP: 512 tokens through gate / up (8192 x 2048),
+// y = x Wᵀ with W kept as stored (type 0: F32, 1: BF16; stored_matrix.hpp), against Eigen's GEMM on
+// the same shapes (the ceiling) and the deterministic tile product on [in, out] float weights (the
+// path before). GFLOPs: 2 n in out.
+constexpr Index prefill_n = 512, weight_in = 2048, weight_out = 8192;
+constexpr double weight_flops = 2.0 * prefill_n * weight_in * weight_out;
+
+void BM_WeightPrefill(benchmark::State& state) {
+  const auto type = state.range(0) == 0 ? headwise::WeightType::f32 : headwise::WeightType::bf16;
+  const int threads = use_threads(state, 1);
+  const headwise::StoredMatrix w = headwise::StoredMatrix::from(random_matrix(weight_out, weight_in, 8), type);
+  const Mat x = random_matrix(prefill_n, weight_in, 9);
+  for (auto _ : state) benchmark::DoNotOptimize(headwise::times_transposed<float>(x, w, threads).data());
+  state.counters["GFLOPs"] = benchmark::Counter(weight_flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(headwise::weight_type_name(type));
+}
+BENCHMARK(BM_WeightPrefill)->ArgNames({"type", "threads"})->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_WeightPrefillGemmCeiling(benchmark::State& state) {
+  use_threads(state, 0);
+  const Mat x = random_matrix(prefill_n, weight_in, 9), w = random_matrix(weight_in, weight_out, 8);
+  Mat y(prefill_n, weight_out);
+  for (auto _ : state) {
+    y.noalias() = x * w;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(weight_flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_WeightPrefillGemmCeiling)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_WeightPrefillInOutFloat(benchmark::State& state) {
+  const int threads = use_threads(state, 0);
+  const Mat x = random_matrix(prefill_n, weight_in, 9), w = random_matrix(weight_in, weight_out, 8);
+  Mat y;
+  for (auto _ : state) {
+    headwise::detail::product<float>(x, w, y, threads);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(weight_flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_WeightPrefillInOutFloat)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The step-by-step core: every head's full (n, n) pattern, then A V.
 void BM_CoreNaive(benchmark::State& state) {

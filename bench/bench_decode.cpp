@@ -9,14 +9,19 @@
 // the DRAM triad is then a conservative floor. And DeepSeek-V3's multi-head latent attention: the
 // absorbed step over the latent cache against the expanded step over per-head keys and values. And
 // serving: a batch of sequences of mixed lengths in a paged cache, in one call against one call
-// each, and a shared prompt attended once against by every sequence.
+// each, and a shared prompt attended once against by every sequence. And a decoding step's weight
+// products: one token through a matrix of Llama-3.2-1B's MLP kept as stored (F32, BF16, F16:
+// stored_matrix.hpp), its bytes per second against the triad, beside the float [in, out] product
+// the model used before.
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
 #include "headwise/headwise.hpp"
+#include "headwise/stored_matrix.hpp"
 
 namespace {
 
@@ -327,5 +332,52 @@ BENCHMARK(BM_DecodeSharedPrefix)
     ->UseRealTime();
 
 }  // namespace
+
+// One token through a weight matrix of Llama-3.2-1B's MLP (gate / up: 8192 x 2048), as a decoding
+// step multiplies by it: y = x Wᵀ with W kept as stored (type 0: F32, 1: BF16, 2: F16). A step
+// must read every weight byte once; Weight_GBps is that over the step's time, for BM_StreamTriad
+// beside it. Each iteration takes the next of copies of the matrix filling 1.5 GB, as a model's
+// decoding step moves from matrix to matrix: past the caches (this Xeon's L3 is 480 MiB).
+constexpr double weights_bytes = 1.5e9;
+
+void BM_WeightStep(benchmark::State& state) {
+  const auto type = std::vector<headwise::WeightType>{headwise::WeightType::f32, headwise::WeightType::bf16,
+                                                      headwise::WeightType::f16}[static_cast<std::size_t>(state.range(0))];
+  const int threads = static_cast<int>(state.range(1));
+  const headwise::StoredMatrix first = headwise::StoredMatrix::from(random_matrix(8192, 2048, 3), type);
+  std::vector<headwise::StoredMatrix> copies;
+  for (double bytes = 0; bytes < weights_bytes; bytes += double(first.bytes())) {
+    const auto* begin = static_cast<const unsigned char*>(first.data());
+    auto owned = std::make_shared<std::vector<unsigned char>>(begin, begin + first.bytes());
+    copies.push_back(headwise::StoredMatrix::view(owned, owned->data(), type, {first.rows(), first.cols()}));
+  }
+  const Mat x = random_matrix(1, 2048, 4);
+  std::size_t next = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(headwise::times_transposed<float>(x, copies[next], threads).data());
+    next = (next + 1) % copies.size();
+  }
+  state.counters["Weight_GBps"] = benchmark::Counter(double(first.bytes()) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(headwise::weight_type_name(type));
+}
+BENCHMARK(BM_WeightStep)->ArgNames({"type", "threads"})->ArgsProduct({{0, 1, 2}, {1, 2}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The baseline: the same step as DecoderModel computed it before weights were kept as stored, the
+// float weights widened at load and transposed to [in, out], through the deterministic tile product.
+void BM_WeightStepInOutFloat(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const Mat w = random_matrix(2048, 8192, 3);
+  std::vector<Mat> copies(static_cast<std::size_t>(weights_bytes / (double(w.size()) * 4)) + 1, w);
+  const Mat x = random_matrix(1, 2048, 4);
+  Mat y;
+  std::size_t next = 0;
+  for (auto _ : state) {
+    headwise::detail::product<float>(x, copies[next], y, threads);
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % copies.size();
+  }
+  state.counters["Weight_GBps"] = benchmark::Counter(double(w.size()) * 4e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_WeightStepInOutFloat)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK_MAIN();

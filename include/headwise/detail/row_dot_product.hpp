@@ -1,0 +1,214 @@
+// Internal: C = A Bᵀ with B a weight matrix as a checkpoint stores it, [out, in] row-major, in its
+// stored type (float, BF16, F16: widened to float in registers, detail/stored_numbers.hpp), read
+// in place: nothing is packed or copied, so a decoding step streams each weight byte once.
+//
+// Every element C(i, j) is the dot product of row i of A and row j of B computed one way: P
+// partial sums (one per SIMD lane, lane l summing k ≡ l mod P in ascending k, the last packet of
+// a row zero-padded), added up at the end in one fixed order (Eigen's predux). The same
+// instructions whatever the shapes, the micro-tile or the thread count, so a row of C never
+// depends on the other rows: decoding token by token gives the bits of the forward over the
+// whole prompt. (This is not the order of detail/tile_product.hpp's chains: a product reads its
+// weights one way or the other, always the same one.)
+//
+// Micro-tile: Ra rows of A by Rb rows of B in Ra Rb accumulators (4 x 6 with 32 vector
+// registers, 2 x 6 with 16), each A packet used Rb times and each B packet Ra times. A is taken in
+// blocks of 128 rows, the depth in ranges of 512: a range of a tile of Rb rows of B stays in L1
+// while the block's rows of A go by from L2, the tiles' partial sums waiting between ranges (which
+// changes no bit). The threads split B's rows, each streaming its own share.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "headwise/detail/parallel.hpp"
+#include "headwise/detail/stored_numbers.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise::detail {
+
+/// A row-major matrix in memory: rows x cols entries of T, row r at data + r stride.
+template <class T>
+struct RowMajorView {
+  T* data;
+  Index rows, cols, stride;
+};
+
+template <class Scalar>
+struct RowDotShape {
+  using Packet = typename Eigen::internal::packet_traits<Scalar>::type;
+  static constexpr Index packet = Eigen::internal::unpacket_traits<Packet>::size;
+  static constexpr int registers = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
+  static constexpr Index a_rows = registers >= 32 ? 4 : 2;  // Ra
+  static constexpr Index b_rows = 6;                        // Rb: Ra Rb accumulators + Ra + 1 registers
+  static constexpr Index depth_block = 512;                 // k per range: a range of Rb rows of B stays in L1 (a multiple of P)
+  static constexpr Index row_block = 128;                   // rows of A per pass over B: 256 KiB of a float range in L2
+};
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"  // SIMD types as template arguments, as Eigen does
+#endif
+
+/// One step of k for the tile: acc[r Rb + w] += a_r(k .. k + P) b_w(k .. k + P), the rows of A
+/// at a + r lda, those of B at b + w ldb. Spelled out by packs so that every accumulator keeps a
+/// constant index and its register.
+template <class Scalar, class BStored, Index Rb, class Packet, Index... r, Index... w>
+EIGEN_ALWAYS_INLINE void dot_step(std::integer_sequence<Index, r...>, std::integer_sequence<Index, w...>, Packet* acc,
+                                  const Scalar* a, Index lda, const BStored* b, Index ldb) {
+  using namespace Eigen::internal;
+  const Packet ap[sizeof...(r)] = {ploadu<Packet>(a + r * lda)...};
+  const auto column = [&](auto wc) {
+    constexpr Index j = decltype(wc)::value;
+    const Packet bw = load_widened<Packet>(b + j * ldb);
+    ((acc[r * Rb + j] = pmadd(ap[r], bw, acc[r * Rb + j])), ...);
+  };
+  (column(std::integral_constant<Index, w>{}), ...);
+}
+
+/// A range [begin, end) of the depth k, of depth in all: a tile's chains start at 0 and end in
+/// C, and between two ranges their P partial sums wait in `partial` (the same multiply-adds in the
+/// same order as in one pass: the blocking changes no bit).
+struct DepthRange {
+  Index begin, end, depth;
+};
+
+/// Row r of A (a + r lda) . row w of B (b + w ldb) over `range` for Ra rows of A and Rb rows of B
+/// (the compiled tile heights), continuing the partial sums in partial[r Rb + w]; at the end of
+/// the depth, the last partial packet (zero-padded) and the sums into c[r ldc + w].
+template <class Scalar, class BStored, Index Ra, Index Rb, class Packet>
+void dot_tile(DepthRange range, const Scalar* a, Index lda, const BStored* b, Index ldb, Packet* partial, Scalar* c, Index ldc) {
+  using namespace Eigen::internal;
+  constexpr Index P = RowDotShape<Scalar>::packet;
+  const auto rows_a = std::make_integer_sequence<Index, Ra>{};
+  const auto rows_b = std::make_integer_sequence<Index, Rb>{};
+  Packet acc[Ra * Rb];
+  for (Index i = 0; i < Ra * Rb; ++i) acc[i] = range.begin == 0 ? pset1<Packet>(Scalar(0)) : partial[i];
+  const Index whole = range.depth / P * P, stop = std::min(range.end, whole);
+  constexpr Index ahead = 512 / sizeof(BStored);  // entries of each row of B asked for early (a decoding step streams B)
+  for (Index k = range.begin; k < stop; k += P) {
+    if constexpr (Ra <= 2)
+      for (Index w = 0; w < Rb; ++w) prefetch(reinterpret_cast<const char*>(b + w * ldb + k + ahead));
+    dot_step<Scalar, BStored, Rb>(rows_a, rows_b, acc, a + k, lda, b + k, ldb);
+  }
+  if (range.end < range.depth) {
+    for (Index i = 0; i < Ra * Rb; ++i) partial[i] = acc[i];
+    return;
+  }
+  if (whole < range.depth) {  // the last partial packet of each row, zero-padded (B widened entry by entry)
+    alignas(64) Scalar ta[Ra * P] = {}, tb[Rb * P] = {};
+    for (Index r = 0; r < Ra; ++r) std::copy(a + r * lda + whole, a + r * lda + range.depth, ta + r * P);
+    for (Index w = 0; w < Rb; ++w)
+      for (Index k = whole; k < range.depth; ++k) {
+        BStored x;
+        std::memcpy(&x, b + w * ldb + k, sizeof x);  // (in place in a mapped file: no alignment assumed)
+        tb[w * P + k - whole] = from_stored<Scalar>(x);
+      }
+    dot_step<Scalar, Scalar, Rb>(rows_a, rows_b, acc, ta, P, tb, P);
+  }
+  for (Index r = 0; r < Ra; ++r)
+    for (Index w = 0; w < Rb; ++w) c[r * ldc + w] = predux(acc[r * Rb + w]);
+}
+
+/// Rows [0, rows) of B (b + w ldb) over `range`, widened to Scalar into out + w range.depth (the
+/// same columns): exact, so a product over them gives the bits of one that widens in registers.
+template <class Scalar, class BStored>
+void widen_rows(const BStored* b, Index ldb, Index rows, DepthRange range, Scalar* out) {
+  using Packet = typename RowDotShape<Scalar>::Packet;
+  constexpr Index P = RowDotShape<Scalar>::packet;
+  for (Index w = 0; w < rows; ++w) {
+    const BStored* row = b + w * ldb;
+    Scalar* to = out + w * range.depth;
+    Index k = range.begin;
+    for (; k + P <= range.end; k += P) Eigen::internal::pstoreu(to + k, load_widened<Packet>(row + k));
+    for (; k < range.end; ++k) {
+      BStored x;
+      std::memcpy(&x, row + k, sizeof x);
+      to[k] = from_stored<Scalar>(x);
+    }
+  }
+}
+
+/// Which part of C a call of dot_block computes: rows [row, row + rows) of A, rows [column,
+/// column_end) of B.
+struct DotBlock {
+  Index row, rows, column, column_end;
+};
+
+/// C's block = A Bᵀ there: for each tile of Rb rows of B (then one by one at the end), the depth
+/// in ranges of `depth_block`, each over all of the block's rows of A in slivers of the compiled
+/// heights (Ra and the powers of two below it): a range of the B tile stays in L1 and the block's
+/// rows of A in L2. A narrower B is widened in registers for a few rows of A (a decoding step),
+/// and range by range into a float copy in L1 for more (a prefill: once for all the rows, instead
+/// of once per sliver on the multiply-add's ports).
+template <class Scalar, class BStored>
+void dot_block(RowMajorView<const Scalar> a, RowMajorView<const BStored> b, RowMajorView<Scalar> c, DotBlock block) {
+  using Shape = RowDotShape<Scalar>;
+  using Packet = typename Shape::Packet;
+  constexpr Index Rb = Shape::b_rows;
+  constexpr bool narrow = !std::is_same_v<Scalar, BStored>;
+  thread_local std::vector<Packet> partial;  // (no allocation per decoding step)
+  thread_local std::vector<Scalar> widened;
+  partial.resize(static_cast<std::size_t>(block.rows * Rb));
+  const bool widen_first = narrow && block.rows > Shape::a_rows;
+  if (widen_first) widened.resize(static_cast<std::size_t>(Rb * a.cols));
+  const auto slivers = [&](auto tile, auto stored, DepthRange range, Index j, const auto* bj, Index ldb) {
+    constexpr Index nb = decltype(tile)::value;
+    using B = std::remove_const_t<std::remove_pointer_t<decltype(stored)>>;
+    for (Index i = block.row; i < block.row + block.rows;) {
+      const Index left = block.row + block.rows - i;
+      const Scalar* ai = a.data + i * a.stride;
+      Scalar* cij = c.data + i * c.stride + j;
+      Packet* p = partial.data() + (i - block.row) * Rb;
+      if (left >= Shape::a_rows) dot_tile<Scalar, B, Shape::a_rows, nb>(range, ai, a.stride, bj, ldb, p, cij, c.stride), i += Shape::a_rows;
+      else if (Shape::a_rows > 2 && left >= 2) dot_tile<Scalar, B, 2, nb>(range, ai, a.stride, bj, ldb, p, cij, c.stride), i += 2;
+      else dot_tile<Scalar, B, 1, nb>(range, ai, a.stride, bj, ldb, p, cij, c.stride), i += 1;
+    }
+  };
+  const auto rows_of_b = [&](auto tile, Index j) {
+    constexpr Index nb = decltype(tile)::value;
+    for (Index k0 = 0; k0 < a.cols; k0 += Shape::depth_block) {
+      const DepthRange range{k0, std::min(a.cols, k0 + Shape::depth_block), a.cols};
+      const BStored* bj = b.data + j * b.stride;
+      if constexpr (narrow) {
+        if (widen_first) {
+          widen_rows<Scalar, BStored>(bj, b.stride, nb, range, widened.data());
+          slivers(tile, static_cast<const Scalar*>(nullptr), range, j, static_cast<const Scalar*>(widened.data()), a.cols);
+          continue;
+        }
+      }
+      slivers(tile, static_cast<const BStored*>(nullptr), range, j, bj, b.stride);
+    }
+  };
+  Index j = block.column;
+  for (; j + Rb <= block.column_end; j += Rb) rows_of_b(std::integral_constant<Index, Rb>{}, j);
+  for (; j < block.column_end; ++j) rows_of_b(std::integral_constant<Index, 1>{}, j);
+}
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+/// C (a.rows x b.rows) = A Bᵀ (A: n x k, B: m x k, both row-major), on up to `threads` threads, each
+/// taking a contiguous share of B's rows (C's columns). Deterministic: see the top of this file.
+template <class Scalar, class BStored>
+void row_dot_product(RowMajorView<const Scalar> a, RowMajorView<const BStored> b, RowMajorView<Scalar> c, int threads) {
+  using Shape = RowDotShape<Scalar>;
+  constexpr Index Rb = Shape::b_rows;
+  if (a.rows == 0 || b.rows == 0) return;
+  if (a.cols == 0) {
+    for (Index i = 0; i < a.rows; ++i) std::fill(c.data + i * c.stride, c.data + i * c.stride + b.rows, Scalar(0));
+    return;
+  }
+  const Index tiles = (b.rows + Rb - 1) / Rb;
+  const double flops = 2.0 * double(a.rows) * double(b.rows) * double(a.cols);
+  const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads_for(flops, threads), tiles)));
+  parallel_region(parts, [&](int part) {
+    const Index j0 = tiles * part / parts * Rb, j1 = std::min(b.rows, tiles * (part + 1) / parts * Rb);
+    for (Index i0 = 0; i0 < a.rows; i0 += Shape::row_block) dot_block<Scalar, BStored>(a, b, c, {i0, std::min(Shape::row_block, a.rows - i0), j0, j1});
+  });
+}
+
+}  // namespace headwise::detail

@@ -1,0 +1,96 @@
+// Weights kept as stored (stored_matrix.hpp): x Wᵀ with W in F32, BF16, F16 (float) or F64
+// (double) against Eigen's float64 product of the same stored values; a row of the result the
+// same bits alone, among any other rows and on any thread count (decoding = the forward); the
+// conversions' rounding; and what is refused.
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "headwise/stored_matrix.hpp"
+#include "support/catch.hpp"
+#include "support/matchers.hpp"
+#include "support/random.hpp"
+
+using headwise::Index;
+using headwise::Matrix;
+using headwise::StoredMatrix;
+using headwise::WeightType;
+using headwise_test::as_double;
+using headwise_test::IsExactly;
+using headwise_test::IsNear;
+
+namespace {
+// Shapes through every tile height (rows of x: 1..9 against 4 x 6 or 2 x 6 tiles), B's row tail
+// (out not a multiple of 6) and the depth's partial last packet (in not a multiple of 8 or 16).
+struct Shape {
+  Index n, in, out;
+};
+const std::vector<Shape> shapes = {{1, 64, 48}, {1, 37, 13}, {3, 100, 7}, {5, 16, 1}, {9, 129, 31}, {12, 7, 25}, {2, 1, 6}};
+
+template <class Scalar>
+void check_types(const std::vector<WeightType>& types) {
+  std::mt19937 rng(7);
+  for (const Shape s : shapes)
+    for (const WeightType type : types) {
+      CAPTURE(s.n, s.in, s.out, headwise::weight_type_name(type));
+      const Matrix<Scalar> x = headwise_test::random_matrix<Scalar>(s.n, s.in, rng);
+      const StoredMatrix w = StoredMatrix::from(headwise_test::random_matrix<double>(s.out, s.in, rng), type);
+      CHECK(w.bytes() == std::size_t(s.out * s.in) * headwise::weight_type_size(type));
+      // The reference: Eigen's float64 product of the same stored values.
+      const Eigen::MatrixXd expected = x.template cast<double>() * w.to_matrix<double>().transpose();
+      const Matrix<Scalar> y = headwise::times_transposed<Scalar>(x, w, 1);
+      CHECK_THAT(as_double(y), IsNear(expected, headwise_test::tolerance<Scalar>()));
+      // Each row alone, and the whole on 2 and 3 threads: the same bits.
+      for (Index i = 0; i < s.n; ++i) CHECK_THAT(as_double(headwise::times_transposed<Scalar>(x.row(i), w, 1)), IsExactly(y.row(i)));
+      for (const int threads : {2, 3}) CHECK_THAT(as_double(headwise::times_transposed<Scalar>(x, w, threads)), IsExactly(y));
+    }
+}
+}  // namespace
+
+TEST_CASE("x W^T with W as stored: float with F32, BF16 and F16 weights, double with F64", "[stored_matrix]") {
+  check_types<float>({WeightType::f32, WeightType::bf16, WeightType::f16});
+  check_types<double>({WeightType::f64});
+}
+
+TEST_CASE("A large product on two threads: the columns split between them, the bits of one", "[stored_matrix]") {
+  std::mt19937 rng(11);
+  const Matrix<float> x = headwise_test::random_matrix<float>(70, 300, rng);
+  const StoredMatrix w = StoredMatrix::from(headwise_test::random_matrix<double>(1000, 300, rng), WeightType::bf16);
+  const Matrix<float> y = headwise::times_transposed<float>(x, w, 2);
+  CHECK_THAT(as_double(y), IsNear(Eigen::MatrixXd(x.cast<double>() * w.to_matrix<double>().transpose()), 1e-5));
+  CHECK_THAT(as_double(headwise::times_transposed<float>(x.middleRows(33, 1), w, 1)), IsExactly(y.middleRows(33, 1)));
+}
+
+TEST_CASE("Conversion to BF16 and F16 rounds to nearest, ties to even", "[stored_matrix]") {
+  // BF16 keeps 8 significant bits: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 (ties to 1, the even
+  // one); 1 + 3 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6 (ties to 1 + 2^-6). F16 keeps 11: 1 + 2^-11 ties to 1.
+  Eigen::MatrixXd m(1, 4);
+  m << 1 + std::ldexp(1.0, -8), 1 + 3 * std::ldexp(1.0, -8), 1 + 1.5 * std::ldexp(1.0, -8), -2.5;
+  CHECK_THAT(as_double(StoredMatrix::from(m, WeightType::bf16).to_matrix<double>()),
+             IsExactly(Eigen::RowVector4d(1.0, 1 + std::ldexp(1.0, -6), 1 + std::ldexp(1.0, -7), -2.5)));
+  Eigen::MatrixXd h(1, 2);
+  h << 1 + std::ldexp(1.0, -11), 65504.0;
+  CHECK_THAT(as_double(StoredMatrix::from(h, WeightType::f16).to_matrix<double>()), IsExactly(Eigen::RowVector2d(1.0, 65504.0)));
+}
+
+TEST_CASE("Stored weights in place: a view of memory someone else keeps alive", "[stored_matrix]") {
+  auto buffer = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6});
+  const StoredMatrix w = StoredMatrix::view(buffer, buffer->data(), WeightType::f32, {2, 3});
+  Matrix<float> x(1, 3);
+  x << 1, 0, -1;
+  CHECK_THAT(as_double(headwise::times_transposed<float>(x, w)), IsExactly(Eigen::RowVector2d(-2, -2)));
+  CHECK(w.data() == buffer->data());  // read where it is, not copied
+}
+
+TEST_CASE("Stored weights: wrong shapes, types and alignments are refused by name", "[stored_matrix][errors]") {
+  const StoredMatrix w = StoredMatrix::from(Eigen::MatrixXd::Ones(4, 3), WeightType::bf16);
+  CHECK_THROWS_WITH(headwise::times_transposed<float>(Matrix<float>::Ones(2, 4), w),
+                    Catch::Contains("x has 4 columns but the weight matrix has 3 (its in dimension)"));
+  CHECK_THROWS_WITH(headwise::times_transposed<double>(Matrix<double>::Ones(2, 3), w), Catch::Contains("a float64 product reads F64 weights, not BF16"));
+  CHECK_THROWS_WITH(headwise::times_transposed<float>(Matrix<float>::Ones(2, 3), StoredMatrix::from(Eigen::MatrixXd::Ones(4, 3), WeightType::f64)),
+                    Catch::Contains("a float32 product reads F32, BF16 or F16 weights, not F64"));
+  auto bytes = std::make_shared<std::vector<unsigned char>>(64);
+  CHECK_THROWS_WITH(StoredMatrix::view(bytes, bytes->data() + 1, WeightType::f32, {2, 2}), Catch::Contains("F32 entries are not aligned to their size"));
+  CHECK_THROWS_WITH(headwise::times_transposed<float>(Matrix<float>::Ones(1, 3), w, -1), Catch::Contains("times_transposed"));
+}
