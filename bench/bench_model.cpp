@@ -31,7 +31,8 @@ const headwise::model::DecoderModel<float>& gpt2_small_shaped() {
   static const headwise::model::DecoderModel<float> model = [] {
     std::mt19937 rng(1);
     headwise::model::DecoderModel<float> m;
-    m.embedding = random_matrix(vocab, d, rng, 0.02f), m.positions = random_matrix(1024, d, rng, 0.01f);
+    m.embedding = headwise::StoredMatrix::from(random_matrix(vocab, d, rng, 0.02f), headwise::WeightType::f32);
+    m.positions = random_matrix(1024, d, rng, 0.01f);
     using Norm = headwise::model::Norm<float>;
     Norm ln;
     ln.kind = Norm::Kind::layer_norm, ln.eps = 1e-5, ln.weight = Row::Ones(d), ln.bias = Row::Zero(d);
@@ -41,12 +42,13 @@ const headwise::model::DecoderModel<float>& gpt2_small_shaped() {
       w.w_o = random_matrix(d, d, rng, 0.02f);
       headwise::model::FeedForward<float> mlp;
       mlp.activation = headwise::model::Activation::gelu_tanh;
-      mlp.w_up = random_matrix(d, inner, rng, 0.02f), mlp.w_down = random_matrix(inner, d, rng, 0.02f);
+      mlp.w_up = headwise::StoredMatrix::from(random_matrix(inner, d, rng, 0.02f), headwise::WeightType::f32);  // [out, in]
+      mlp.w_down = headwise::StoredMatrix::from(random_matrix(d, inner, rng, 0.02f), headwise::WeightType::f32);
       m.blocks.push_back({ln, headwise::MultiHeadAttention<float>(heads, std::move(w)), std::nullopt, ln, std::move(mlp), std::nullopt,
                           std::nullopt});
     }
     m.final_norm = ln;
-    m.unembedding = m.embedding.transpose();  // tied, as GPT-2's
+    m.unembedding = m.embedding;  // tied, as GPT-2's
     return m;
   }();
   return model;

@@ -93,6 +93,27 @@ TEMPLATE_TEST_CASE("Whole models: GPT-2, Llama, Qwen3, Qwen3-MoE and Gemma 3, lo
     check_model<TestType>(folder);
 }
 
+TEMPLATE_TEST_CASE("Whole models stored in BF16: weights kept in BF16 (float32 runs), every hook against float64 on those values",
+                   "[model][fixture][stored_matrix]", float, double) {
+  for (const char* folder : {"gpt2-model-tiny-bf16", "llama-model-tiny-bf16", "qwen3-model-tiny-bf16"}) check_model<TestType>(folder);
+  // A float32 model reads the MLPs, the embedding and the LM head as stored (in place in the mapped
+  // file, the tied head the embedding's own bytes); a float64 one converts them once to F64.
+  const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("llama-model-tiny-bf16"));
+  const WeightType expected = std::is_same_v<TestType, float> ? WeightType::bf16 : WeightType::f64;
+  for (const auto& b : model.blocks)
+    for (const StoredMatrix* w : {&b.mlp.w_gate, &b.mlp.w_up, &b.mlp.w_down}) CHECK(w->type() == expected);
+  CHECK(model.embedding.type() == expected);
+  CHECK(model.unembedding.type() == expected);
+  // Decoding token by token: the bits of the forward over the whole text.
+  const io::SafetensorsFile ref = headwise_test::load_fixture("llama-model-tiny-bf16/model-reference.safetensors");
+  const std::vector<Index> ids = ids_of(ref, "input_ids");
+  const Matrix<TestType> forward = model.logits(ids);
+  auto caches = model.make_caches(Index(ids.size()));
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    CHECK_THAT(Matrix<double>(model.decode({ids[t]}, caches).template cast<double>()),
+               headwise_test::IsExactly(Matrix<double>(forward.row(Index(t)).template cast<double>())));
+}
+
 TEMPLATE_TEST_CASE("GPT-2 from text, and the reference interventions: a head ablated, a head's Z patched", "[model][fixture]", float,
                    double) {
   const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("gpt2-model-tiny"));
@@ -124,7 +145,7 @@ TEMPLATE_TEST_CASE("GPT-2 from text, and the reference interventions: a head abl
   later.first_position = 3, later.threads = 1, later.hooks = {"blocks.0.hook_resid_pre"};
   const auto from_3 = model.run({ids[5]}, later);
   CHECK_THAT(headwise_test::as_double(from_3.hooks.at("blocks.0.hook_resid_pre")),
-             IsNear(Matrix<double>(model.embedding.row(ids[5]).template cast<double>() + model.positions.row(3).template cast<double>()), tol));
+             IsNear(Matrix<double>(model.embedding.template row<double>(ids[5]) + model.positions.row(3).template cast<double>()), tol));
   // The loss of next tokens, from PyTorch's logits (log-softmax here in the test) and from the model's.
   const Matrix<double> reference = ref.matrix<double>("logits.f64");
   double expected_loss = 0;

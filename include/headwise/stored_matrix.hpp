@@ -85,21 +85,30 @@ class StoredMatrix {
   /// The bytes a product reads.
   std::size_t bytes() const { return std::size_t(shape_.rows) * std::size_t(shape_.cols) * weight_type_size(type_); }
 
+  /// Rows [first, first + count), sharing these bytes (Phi-3's fused gate_up_proj: its halves).
+  StoredMatrix middle_rows(Index first, Index count) const {
+    if (first < 0 || count < 0 || first + count > shape_.rows)
+      detail::invalid("StoredMatrix::middle_rows", "rows ", first, " .. ", first + count, " of a matrix of ", shape_.rows, " rows");
+    StoredMatrix s = *this;
+    s.data_ = static_cast<const unsigned char*>(data_) + std::size_t(first) * std::size_t(shape_.cols) * weight_type_size(type_);
+    s.shape_.rows = count;
+    return s;
+  }
+
   /// The entries widened to Scalar, in a new matrix (for inspection and the reference paths).
   template <class Scalar>
   Matrix<Scalar> to_matrix() const {
     Matrix<Scalar> m(shape_.rows, shape_.cols);
-    const auto get = [&](auto tag) {
-      using T = decltype(tag);
-      const unsigned char* in = static_cast<const unsigned char*>(data_);
-      for (Index i = 0; i < m.size(); ++i) {
-        T x;
-        std::memcpy(&x, in + std::size_t(i) * sizeof(T), sizeof(T));
-        m.data()[i] = detail::from_stored<Scalar>(x);
-      }
-    };
-    with_entry_type(type_, get);
+    widen(0, m.size(), m.data());
     return m;
+  }
+  /// Row i widened to Scalar (an embedding's row, an unembedding's column of W_U).
+  template <class Scalar>
+  RowVector<Scalar> row(Index i) const {
+    if (i < 0 || i >= shape_.rows) detail::invalid("StoredMatrix::row", "row ", i, " of a matrix of ", shape_.rows, " rows");
+    RowVector<Scalar> r(shape_.cols);
+    widen(i * shape_.cols, shape_.cols, r.data());
+    return r;
   }
 
   /// Calls f(T{}) with T the C++ type of `type`'s entries.
@@ -114,6 +123,20 @@ class StoredMatrix {
   }
 
  private:
+  /// Entries [first, first + count) widened into out.
+  template <class Scalar>
+  void widen(Index first, Index count, Scalar* out) const {
+    with_entry_type(type_, [&](auto tag) {
+      using T = decltype(tag);
+      const unsigned char* in = static_cast<const unsigned char*>(data_) + std::size_t(first) * sizeof(T);
+      for (Index i = 0; i < count; ++i) {
+        T x;
+        std::memcpy(&x, in + std::size_t(i) * sizeof(T), sizeof(T));
+        out[i] = detail::from_stored<Scalar>(x);
+      }
+    });
+  }
+
   std::shared_ptr<const void> owner_;
   const void* data_ = nullptr;
   WeightType type_ = WeightType::f32;

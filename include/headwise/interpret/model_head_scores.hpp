@@ -161,8 +161,8 @@ Matrix<double> direct_logit_attribution(const model::DecoderModel<Scalar>& m, co
   const double sigma = std::sqrt((x.array() - mean).square().mean() + f.eps);
   Eigen::RowVectorXd w = f.weight.template cast<double>();
   if (f.kind == model::Norm<Scalar>::Kind::rms_offset) w.array() += 1.0;
-  Eigen::VectorXd u = m.unembedding.col(d.token).template cast<double>();
-  if (d.baseline >= 0) u -= m.unembedding.col(d.baseline).template cast<double>();
+  Eigen::VectorXd u = m.unembedding.template row<double>(d.token).transpose();  // (W_U's column: the LM head's row)
+  if (d.baseline >= 0) u -= m.unembedding.template row<double>(d.baseline).transpose();
   const Eigen::VectorXd direction = (w.transpose().array() * u.array()).matrix() / sigma;  // the logit of c: (c - mean(c)) · direction
   const Index H = m.blocks.front().attention.n_heads();
   Matrix<double> out(L, H);

@@ -52,20 +52,21 @@ model::DecoderModel<Scalar> load_gpt2_model(const std::string& folder, const Con
   const auto d = static_cast<std::uint64_t>(c.n_embd), inner = static_cast<std::uint64_t>(r.integer("n_inner", 4 * c.n_embd));
   const double eps = r.number(r.json(), "layer_norm_epsilon", 1e-5);
   model::DecoderModel<Scalar> m;
-  m.embedding = t.matrix<Scalar>(p + "wte.weight", static_cast<std::uint64_t>(r.integer("vocab_size", 50257)), d);
+  m.embedding = t.stored<Scalar>(p + "wte.weight", static_cast<std::uint64_t>(r.integer("vocab_size", 50257)), d);
   m.positions = t.matrix<Scalar>(p + "wpe.weight", static_cast<std::uint64_t>(r.integer("n_positions", 1024)), d);
   using Kind = typename model::Norm<Scalar>::Kind;
   for (Index l = 0; l < c.n_layer; ++l) {
     const std::string h = p + "h." + std::to_string(l) + ".";
     model::FeedForward<Scalar> mlp;
     mlp.activation = model::Activation::gelu_tanh;
-    mlp.w_up = t.matrix<Scalar>(h + "mlp.c_fc.weight", d, inner), mlp.b_up = t.vector<Scalar>(h + "mlp.c_fc.bias", inner);
-    mlp.w_down = t.matrix<Scalar>(h + "mlp.c_proj.weight", inner, d), mlp.b_down = t.vector<Scalar>(h + "mlp.c_proj.bias", d);
+    // (GPT-2's Conv1D weights are stored [in, out]: transposed once, in their stored type)
+    mlp.w_up = t.stored_transposed<Scalar>(h + "mlp.c_fc.weight", d, inner), mlp.b_up = t.vector<Scalar>(h + "mlp.c_fc.bias", inner);
+    mlp.w_down = t.stored_transposed<Scalar>(h + "mlp.c_proj.weight", inner, d), mlp.b_down = t.vector<Scalar>(h + "mlp.c_proj.bias", d);
     m.blocks.push_back({norm_of<Scalar>(t, h + "ln_1", d, Kind::layer_norm, eps), load_gpt2_attention<Scalar>(file, c, l), std::nullopt,
                         norm_of<Scalar>(t, h + "ln_2", d, Kind::layer_norm, eps), std::move(mlp), std::nullopt, std::nullopt});
   }
   m.final_norm = norm_of<Scalar>(t, p + "ln_f", d, Kind::layer_norm, eps);
-  m.unembedding = m.embedding.transpose();  // tied
+  m.unembedding = m.embedding;  // tied: the same bytes
   return m;
 }
 
@@ -77,14 +78,14 @@ model::FeedForward<Scalar> gated_mlp(const TensorReader& t, const std::string& p
   model::FeedForward<Scalar> f;
   f.activation = a;
   if (fused_gate_up) {
-    const Matrix<Scalar> gate_up = t.linear<Scalar>(prefix + "gate_up_proj.weight", 2 * inner, d);
-    f.w_gate = gate_up.leftCols(static_cast<Index>(inner));
-    f.w_up = gate_up.rightCols(static_cast<Index>(inner));
+    const StoredMatrix gate_up = t.stored<Scalar>(prefix + "gate_up_proj.weight", 2 * inner, d);
+    f.w_gate = gate_up.middle_rows(0, static_cast<Index>(inner));
+    f.w_up = gate_up.middle_rows(static_cast<Index>(inner), static_cast<Index>(inner));
   } else {
-    f.w_gate = t.linear<Scalar>(prefix + "gate_proj.weight", inner, d);
-    f.w_up = t.linear<Scalar>(prefix + "up_proj.weight", inner, d);
+    f.w_gate = t.stored<Scalar>(prefix + "gate_proj.weight", inner, d);
+    f.w_up = t.stored<Scalar>(prefix + "up_proj.weight", inner, d);
   }
-  f.w_down = t.linear<Scalar>(prefix + "down_proj.weight", d, inner);
+  f.w_down = t.stored<Scalar>(prefix + "down_proj.weight", d, inner);
   return f;
 }
 
@@ -101,7 +102,7 @@ void read_mlp(const ConfigReader& r, const TensorReader& t, const WholeModel& sh
     return;
   }
   model::MixtureOfExperts<Scalar> moe;
-  moe.router = t.linear<Scalar>(p + "gate.weight", static_cast<std::uint64_t>(experts), d);
+  moe.router = t.stored<Scalar>(p + "gate.weight", static_cast<std::uint64_t>(experts), d);
   moe.top_k = r.integer("num_experts_per_tok");
   if (moe.top_k > experts) r.fail("num_experts_per_tok exceeds num_experts");
   moe.normalise_top_k = r.boolean("norm_topk_prob", false);
@@ -146,7 +147,7 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   const model::Activation a = shape.gemma ? model::Activation::gelu_tanh : model::Activation::silu;
   const auto norm = [&](const std::string& name) { return norm_of<Scalar>(t, name, d, kind, eps); };
   model::DecoderModel<Scalar> m;
-  m.embedding = t.matrix<Scalar>("model.embed_tokens.weight", vocab, d);
+  m.embedding = t.stored<Scalar>("model.embed_tokens.weight", vocab, d);
   if (shape.gemma) m.embedding_scale = static_cast<double>(static_cast<Scalar>(std::sqrt(double(config.hidden_size))));
   if (shape.gemma && r.has("final_logit_softcapping")) m.logit_softcap = r.number(r.json(), "final_logit_softcapping", 0.0);
   for (Index l = 0; l < config.n_layers; ++l) {
@@ -165,7 +166,7 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   }
   m.final_norm = norm("model.norm");
   const bool tied = r.boolean("tie_word_embeddings", shape.tied);
-  m.unembedding = tied ? Matrix<Scalar>(m.embedding.transpose()) : Matrix<Scalar>(t.matrix<Scalar>("lm_head.weight", vocab, d).transpose());
+  m.unembedding = tied ? m.embedding : t.stored<Scalar>("lm_head.weight", vocab, d);  // (tied: the same bytes)
   return m;
 }
 

@@ -31,6 +31,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,7 @@
 #endif
 
 #include "headwise/detail/compiled.hpp"
+#include "headwise/stored_matrix.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::io {
@@ -347,6 +349,35 @@ class SafetensorsFile {
     Matrix<Scalar> m(rows, cols);
     convert(t, m.data(), 0, std::numeric_limits<std::uint64_t>::max(), fp8);
     return m;
+  }
+
+  /// A 2-D `tensor` as a product in Scalar reads weights (stored_matrix.hpp): in place, sharing
+  /// the file's bytes (its mapping), where it is stored as such a product reads it (F32, BF16,
+  /// F16 for float; F64 for double) and aligned to its entry size; else converted once (to F32, or
+  /// F64). FP8 is refused here (its block scales: detail::TensorReader).
+  template <class Scalar>
+  StoredMatrix stored_matrix(const std::string& tensor) const {
+    const TensorInfo& t = info(tensor);
+    if (t.shape.size() != 2)
+      fail("tensor \"" + tensor + "\" has shape " + detail::shape_string(t.shape) + ", expected a weight matrix [out, in]");
+    const StoredShape shape{dimension(t, 0), dimension(t, 1)};
+    const std::optional<WeightType> readable = read_in_place<Scalar>(t.dtype);
+    const unsigned char* p = bytes_.data + data_begin_ + t.begin;
+    if (readable && reinterpret_cast<std::uintptr_t>(p) % weight_type_size(*readable) == 0)
+      return StoredMatrix::view(bytes_.owner, p, *readable, shape);
+    return StoredMatrix::from(matrix<Scalar>(tensor), std::is_same_v<Scalar, float> ? WeightType::f32 : WeightType::f64);
+  }
+  /// The weight type a product in Scalar reads `dtype` as, in place; none: it must be converted.
+  template <class Scalar>
+  static std::optional<WeightType> read_in_place(Dtype dtype) {
+    if constexpr (std::is_same_v<Scalar, float>) {
+      if (dtype == Dtype::F32) return WeightType::f32;
+      if (dtype == Dtype::BF16) return WeightType::bf16;
+      if (dtype == Dtype::F16) return WeightType::f16;
+    } else if (dtype == Dtype::F64) {
+      return WeightType::f64;
+    }
+    return std::nullopt;
   }
 
   /// A 1-D tensor [c] as a row vector (1, c).

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,26 @@ class TensorReader {
   Matrix<Scalar> linear(const std::string& name, std::uint64_t out, std::uint64_t in) const {
     return matrix<Scalar>(name, out, in).transpose();
   }
+  /// An nn.Linear weight [out, in] (an embedding [vocab, d]) kept as stored, in place where it can be
+  /// (SafetensorsFile::stored_matrix); an FP8 one times its block scales, converted once.
+  template <class Scalar>
+  StoredMatrix stored(const std::string& name, std::uint64_t out, std::uint64_t in) const {
+    const std::string key = options_.prefix + name;
+    check(key, {out, in}, options_.shape_hint);
+    const Dtype dtype = model_.file_of(key).info(key).dtype;
+    if (dtype == Dtype::F8_E4M3 || dtype == Dtype::F8_E5M2 || model_.contains(key + "_scale_inv"))
+      return StoredMatrix::from(matrix<Scalar>(name, out, in), computing_type<Scalar>());
+    return model_.file_of(key).stored_matrix<Scalar>(key);
+  }
+  /// A weight stored [in, out] (GPT-2's Conv1D) as the [out, in] a product reads: transposed
+  /// once, in its stored type where a product in Scalar reads that.
+  template <class Scalar>
+  StoredMatrix stored_transposed(const std::string& name, std::uint64_t in, std::uint64_t out) const {
+    const std::string key = options_.prefix + name;
+    const Matrix<Scalar> m = matrix<Scalar>(name, in, out);
+    const auto readable = SafetensorsFile::read_in_place<Scalar>(model_.file_of(key).info(key).dtype);
+    return StoredMatrix::from(m.transpose(), readable ? *readable : computing_type<Scalar>());
+  }
   /// A 1-D tensor `name` [size] (a norm's weight, a bias, the sinks), required.
   template <class Scalar>
   RowVector<Scalar> vector(const std::string& name, std::uint64_t size) const {
@@ -66,6 +87,10 @@ class TensorReader {
   }
 
  private:
+  template <class Scalar>
+  static WeightType computing_type() {
+    return std::is_same_v<Scalar, float> ? WeightType::f32 : WeightType::f64;
+  }
   void check(const std::string& key, const std::vector<std::uint64_t>& shape, const char* hint) const {
     if (!model_.contains(key)) fail("missing tensor \"" + key + "\"");
     const auto& stored = model_.file_of(key).info(key).shape;

@@ -33,6 +33,7 @@
 #include "headwise/head_interventions.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/norms.hpp"
+#include "headwise/stored_matrix.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::model {
@@ -64,13 +65,11 @@ struct Norm {
 /// The MLP's activation: gelu_new / gelu_pytorch_tanh (the tanh approximation), or SiLU.
 enum class Activation { gelu_tanh, silu };
 
-/// A B by the deterministic product (a row of the result never depends on the other rows: what
-/// decoding token by token needs to equal the forward bit for bit).
+/// x Wᵀ with W kept as stored (stored_matrix.hpp: a row of the result never depends on the other
+/// rows, nor on the thread count: what decoding token by token needs to equal the forward bit for bit).
 template <class Scalar>
-Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b, int threads = 0) {
-  Matrix<Scalar> c;
-  headwise::detail::product<Scalar>(a, b, c, headwise::detail::thread_count(threads, "DecoderModel"));  // (any count: the same bits)
-  return c;
+Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& x, const StoredMatrix& w, int threads = 0) {
+  return times_transposed<Scalar>(x, w, threads);
 }
 
 template <class Scalar>
@@ -80,19 +79,19 @@ Scalar activate(Activation a, Scalar u) {
   return Scalar(0.5) * u * (Scalar(1) + std::tanh(c * (u + Scalar(0.044715) * u * u * u)));
 }
 
-/// A dense MLP: gated (SwiGLU, GeGLU: act(m W_gate) ∘ (m W_up) W_down) when w_gate is set, else
-/// GPT-2's act(m W_up + b_up) W_down + b_down. Weights [in, out].
+/// A dense MLP: gated (SwiGLU, GeGLU: act(m W_gateᵀ) ∘ (m W_upᵀ) W_downᵀ) when w_gate is set, else
+/// GPT-2's act(m W_upᵀ + b_up) W_downᵀ + b_down. Weights [out, in], as a checkpoint stores them.
 template <class Scalar>
 struct FeedForward {
   Activation activation = Activation::silu;
-  Matrix<Scalar> w_gate, w_up, w_down;
+  StoredMatrix w_gate, w_up, w_down;
   RowVector<Scalar> b_up, b_down;
 
   Matrix<Scalar> forward(const Matrix<Scalar>& m, int threads = 0) const {
     Matrix<Scalar> h = times<Scalar>(m, w_up, threads);
     if (b_up.size()) h.rowwise() += b_up;
     const Activation a = activation;
-    if (w_gate.size()) {
+    if (w_gate.rows()) {
       const Matrix<Scalar> g = times<Scalar>(m, w_gate, threads);
       h.array() *= g.unaryExpr([a](Scalar u) { return activate(a, u); }).array();
     } else {
@@ -118,7 +117,7 @@ struct Routing {
 /// output Σ_j w_j expert_j(m).
 template <class Scalar>
 struct MixtureOfExperts {
-  Matrix<Scalar> router;  ///< (d_model, experts)
+  StoredMatrix router;  ///< [experts, d_model]
   std::vector<FeedForward<Scalar>> experts;
   Index top_k = 1;
   bool normalise_top_k = true;
@@ -259,15 +258,15 @@ double next_token_loss(const Matrix<Scalar>& logits, const std::vector<Index>& i
 template <class Scalar>
 class HEADWISE_ISA_TAG DecoderModel {
  public:
-  Matrix<Scalar> embedding;        ///< (vocab, d_model)
+  StoredMatrix embedding;          ///< [vocab, d_model], as stored
   Matrix<Scalar> positions;        ///< (n_positions, d_model): GPT-2's learned positions; empty: none
   double embedding_scale = 1.0;    ///< Gemma: sqrt(d_model), rounded to Scalar
   double logit_softcap = 0.0;      ///< Gemma 2: logits = cap tanh(logits / cap); 0: none
   std::vector<Block<Scalar>> blocks;
   Norm<Scalar> final_norm;
-  /// W_U, (d_model, vocab): logits = x W_U. The LM head transposed, or the embedding's transpose
-  /// where they are tied (a second copy, kept so that a decoding step reads W_U row by row).
-  Matrix<Scalar> unembedding;
+  /// The LM head [vocab, d_model] as stored: logits = x W_Uᵀ; where they are tied, the embedding
+  /// itself (the same bytes, not a copy).
+  StoredMatrix unembedding;
 
   Index vocab_size() const { return embedding.rows(); }
   Index d_model() const { return embedding.cols(); }
@@ -316,9 +315,9 @@ class HEADWISE_ISA_TAG DecoderModel {
   }
   /// The LM head: x W_U, soft-capped where the model says so.
   Matrix<Scalar> head_of(const Matrix<Scalar>& x, int threads) const {
-    if (unembedding.rows() != d_model() || unembedding.cols() != vocab_size())
-      detail::invalid("DecoderModel::run", "unembedding is ", unembedding.rows(), "x", unembedding.cols(), ", expected ", d_model(), "x",
-                      vocab_size(), " (d_model, vocab)");
+    if (unembedding.rows() != vocab_size() || unembedding.cols() != d_model())
+      detail::invalid("DecoderModel::run", "unembedding is ", unembedding.rows(), "x", unembedding.cols(), ", expected ", vocab_size(), "x",
+                      d_model(), " (vocab, d_model)");
     if (!(logit_softcap >= 0.0 && std::isfinite(logit_softcap)))
       detail::invalid("DecoderModel::run", "logit_softcap is ", logit_softcap, " (0: none, or a positive cap)");
     Matrix<Scalar> logits = times<Scalar>(x, unembedding, threads);
@@ -512,7 +511,7 @@ Matrix<Scalar> DecoderModel<Scalar>::embed(const std::vector<Index>& ids, Index 
   for (Index t = 0; t < n; ++t) {
     const Index id = ids[static_cast<std::size_t>(t)];
     if (id < 0 || id >= vocab_size()) detail::invalid(where, "token ", t, " has id ", id, ", not in [0, ", vocab_size(), ")");
-    x.row(t) = embedding.row(id) * static_cast<Scalar>(embedding_scale);
+    x.row(t) = embedding.row<Scalar>(id) * static_cast<Scalar>(embedding_scale);
     if (positions.size()) x.row(t) += positions.row(first + t);
   }
   return x;
