@@ -84,7 +84,7 @@ void dot_tile(DepthRange range, const Scalar* a, Index lda, const BStored* b, In
   constexpr Index P = RowDotShape<Scalar>::packet;
   const auto rows_a = std::make_integer_sequence<Index, Ra>{};
   const auto rows_b = std::make_integer_sequence<Index, Rb>{};
-  Packet acc[Ra * Rb];
+  Packet acc[std::size_t(Ra * Rb)];
   for (Index i = 0; i < Ra * Rb; ++i) acc[i] = range.begin == 0 ? pset1<Packet>(Scalar(0)) : partial[i];
   const Index whole = range.depth / P * P, stop = std::min(range.end, whole);
   constexpr Index ahead = 512 / sizeof(BStored);  // entries of each row of B asked for early (a decoding step streams B)
@@ -98,7 +98,7 @@ void dot_tile(DepthRange range, const Scalar* a, Index lda, const BStored* b, In
     return;
   }
   if (whole < range.depth) {  // the last partial packet of each row, zero-padded (B widened entry by entry)
-    alignas(64) Scalar ta[Ra * P] = {}, tb[Rb * P] = {};
+    alignas(64) Scalar ta[std::size_t(Ra * P)] = {}, tb[std::size_t(Rb * P)] = {};
     for (Index r = 0; r < Ra; ++r) std::copy(a + r * lda + whole, a + r * lda + range.depth, ta + r * P);
     for (Index w = 0; w < Rb; ++w)
       for (Index k = whole; k < range.depth; ++k) {
