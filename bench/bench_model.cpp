@@ -1,7 +1,8 @@
 // A whole decoder model at GPT-2 small's shapes (d_model 768, 12 heads of 64, 12 layers, MLP 3072,
 // vocabulary 50257), float32, random weights built here (no checkpoint): the prefill of n tokens,
 // a decoding step after a context of n, and the 12 attention layers alone on the same input, in one
-// binary, so that the share spent in attention is a ratio of two figures taken side by side.
+// binary, so that the share spent in attention is a ratio of two figures taken side by side. The
+// decoding step also with the MLPs, embedding and LM head stored in BF16 (stored_matrix.hpp).
 //
 // GFLOPs counted as the useful work: per token 2 x (the layer's weights: 4 d² attention
 // projections + 2 d 4d MLP) x layers + 2 d vocab for the LM head, plus the causal attention
@@ -27,11 +28,13 @@ Mat random_matrix(Index rows, Index cols, std::mt19937& rng, float scale) {
   return m;
 }
 
-const headwise::model::DecoderModel<float>& gpt2_small_shaped() {
-  static const headwise::model::DecoderModel<float> model = [] {
+/// The model, its MLPs, embedding and LM head stored as `type` (F32 or BF16: stored_matrix.hpp;
+/// the attention layers' projections are float32 in both).
+headwise::model::DecoderModel<float> make_gpt2_small_shaped(headwise::WeightType type) {
+  {
     std::mt19937 rng(1);
     headwise::model::DecoderModel<float> m;
-    m.embedding = headwise::StoredMatrix::from(random_matrix(vocab, d, rng, 0.02f), headwise::WeightType::f32);
+    m.embedding = headwise::StoredMatrix::from(random_matrix(vocab, d, rng, 0.02f), type);
     m.positions = random_matrix(1024, d, rng, 0.01f);
     using Norm = headwise::model::Norm<float>;
     Norm ln;
@@ -42,16 +45,21 @@ const headwise::model::DecoderModel<float>& gpt2_small_shaped() {
       w.w_o = random_matrix(d, d, rng, 0.02f);
       headwise::model::FeedForward<float> mlp;
       mlp.activation = headwise::model::Activation::gelu_tanh;
-      mlp.w_up = headwise::StoredMatrix::from(random_matrix(inner, d, rng, 0.02f), headwise::WeightType::f32);  // [out, in]
-      mlp.w_down = headwise::StoredMatrix::from(random_matrix(d, inner, rng, 0.02f), headwise::WeightType::f32);
+      mlp.w_up = headwise::StoredMatrix::from(random_matrix(inner, d, rng, 0.02f), type);  // [out, in]
+      mlp.w_down = headwise::StoredMatrix::from(random_matrix(d, inner, rng, 0.02f), type);
       m.blocks.push_back({ln, headwise::MultiHeadAttention<float>(heads, std::move(w)), std::nullopt, ln, std::move(mlp), std::nullopt,
                           std::nullopt});
     }
     m.final_norm = ln;
     m.unembedding = m.embedding;  // tied, as GPT-2's
     return m;
-  }();
-  return model;
+  }
+}
+
+const headwise::model::DecoderModel<float>& gpt2_small_shaped(Index weights = 0) {
+  static const headwise::model::DecoderModel<float> f32 = make_gpt2_small_shaped(headwise::WeightType::f32);
+  static const headwise::model::DecoderModel<float> bf16 = make_gpt2_small_shaped(headwise::WeightType::bf16);
+  return weights == 0 ? f32 : bf16;
 }
 
 std::vector<Index> tokens(Index n) {
@@ -84,9 +92,10 @@ void BM_ModelAttentionOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_ModelAttentionOnly)->ArgName("n")->Arg(128)->Arg(1024)->Unit(benchmark::kMillisecond);
 
-// One decoding step after a prompt of n tokens (the caches refilled outside the timing).
+// One decoding step after a prompt of n tokens (the caches refilled outside the timing); weights
+// 0: F32, 1: BF16 (the MLPs, embedding and LM head).
 void BM_ModelDecodeStep(benchmark::State& state) {
-  const auto& model = gpt2_small_shaped();
+  const auto& model = gpt2_small_shaped(state.range(1));
   const Index n = state.range(0);
   const std::vector<Index> prompt = tokens(n);
   for (auto _ : state) {
@@ -99,7 +108,7 @@ void BM_ModelDecodeStep(benchmark::State& state) {
   state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOPs"] = benchmark::Counter((model_flops(n + 1) - model_flops(n)) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_ModelDecodeStep)->ArgName("context")->Arg(1023)->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_ModelDecodeStep)->ArgNames({"context", "weights"})->Args({1023, 0})->Args({1023, 1})->Unit(benchmark::kMillisecond)->Iterations(5);
 
 }  // namespace
 
