@@ -22,6 +22,7 @@
 
 #include "headwise/headwise.hpp"
 #include "headwise/stored_matrix.hpp"
+#include "stream_triad.hpp"
 
 namespace {
 
@@ -37,23 +38,6 @@ Mat random_matrix(Index rows, Index cols, unsigned seed) {
   return m;
 }
 
-// a = b + s c over three arrays of 64 Mi floats each (768 MiB in all, far past the caches).
-void BM_StreamTriad(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(0));
-  const std::size_t n = std::size_t(1) << 26;
-  std::vector<float> a(n, 0.0f), b(n, 1.0f), c(n, 2.0f);
-  const float s = 3.0f;
-  for (auto _ : state) {
-    headwise::detail::parallel_region(threads, [&](int t) {  // headwise's threads, as the kernel's
-      const auto part = static_cast<std::size_t>(t), parts = static_cast<std::size_t>(threads);
-      for (std::size_t i = n * part / parts; i < n * (part + 1) / parts; ++i) a[i] = b[i] + s * c[i];
-    });
-    benchmark::DoNotOptimize(a.data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["GBps"] = benchmark::Counter(3.0 * n * sizeof(float) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["threads"] = threads;
-}
 BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // One decoding step of the fused core: 1 query of n_heads heads against `context` cached tokens of

@@ -2,17 +2,22 @@
 // vocabulary 50257), float32, random weights built here (no checkpoint): the prefill of n tokens,
 // a decoding step after a context of n, and the 12 attention layers alone on the same input, in one
 // binary, so that the share spent in attention is a ratio of two figures taken side by side. The
-// decoding step also with the MLPs, embedding and LM head stored in BF16 (stored_matrix.hpp).
+// decoding step also with the MLPs, embedding and LM head stored in BF16 (stored_matrix.hpp). And
+// a model of Llama-3.2-1B's shape (d 2048, 16 layers, 32 heads and 8 key/value heads of 64, MLP
+// 8192, vocabulary 128256, tied), F32 and BF16, a decoding step at context 512 on 1 and 2 threads,
+// its weight bytes per second beside the triad (stream_triad.hpp) in the same run.
 //
 // GFLOPs counted as the useful work: per token 2 x (the layer's weights: 4 d² attention
 // projections + 2 d 4d MLP) x layers + 2 d vocab for the LM head, plus the causal attention
 // 2 x 2 x (n (n + 1) / 2) x d per layer; a decoding step at context n: its one token's share.
+#include <map>
 #include <random>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
 #include "headwise/model/decoder_model.hpp"
+#include "stream_triad.hpp"
 
 namespace {
 
@@ -109,6 +114,69 @@ void BM_ModelDecodeStep(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter((model_flops(n + 1) - model_flops(n)) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_ModelDecodeStep)->ArgNames({"context", "weights"})->Args({1023, 0})->Args({1023, 1})->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// ---- Llama-3.2-1B's shape ----
+constexpr Index l_d = 2048, l_heads = 32, l_kv = 8, l_head_dim = 64, l_layers = 16, l_inner = 8192, l_vocab = 128256, l_context = 512;
+
+/// The model with random weights, its MLPs, embedding and LM head stored as `type` (the attention
+/// projections float32), RoPE as Llama's (theta 500000).
+headwise::model::DecoderModel<float> make_llama_1b_shaped(headwise::WeightType type) {
+  std::mt19937 rng(3);
+  const auto stored = [&](Index rows, Index cols) { return headwise::StoredMatrix::from(random_matrix(rows, cols, rng, 0.02f), type); };
+  headwise::model::DecoderModel<float> m;
+  m.embedding = stored(l_vocab, l_d);
+  using Norm = headwise::model::Norm<float>;
+  Norm rms;
+  rms.kind = Norm::Kind::rms, rms.eps = 1e-5, rms.weight = Row::Ones(l_d);
+  headwise::LayerConfig config;
+  headwise::RopeConfig rope;
+  rope.theta = 500000.0;
+  config.rope = rope;
+  for (Index l = 0; l < l_layers; ++l) {
+    headwise::MultiHeadWeights<float> w;
+    w.w_q = random_matrix(l_d, l_heads * l_head_dim, rng, 0.02f), w.w_k = random_matrix(l_d, l_kv * l_head_dim, rng, 0.02f);
+    w.w_v = random_matrix(l_d, l_kv * l_head_dim, rng, 0.02f), w.w_o = random_matrix(l_heads * l_head_dim, l_d, rng, 0.02f);
+    headwise::model::FeedForward<float> mlp;
+    mlp.w_gate = stored(l_inner, l_d), mlp.w_up = stored(l_inner, l_d), mlp.w_down = stored(l_d, l_inner);
+    m.blocks.push_back({rms, headwise::MultiHeadAttention<float>(l_heads, std::move(w), config), std::nullopt, rms, std::move(mlp),
+                        std::nullopt, std::nullopt});
+  }
+  m.final_norm = rms;
+  m.unembedding = m.embedding;
+  return m;
+}
+
+/// The bytes of weights a decoding step reads: every block's projections (float32) and MLP, and the LM
+/// head (the embedding's one row is not counted).
+double llama_step_weight_bytes(const headwise::model::DecoderModel<float>& m) {
+  double bytes = double(m.unembedding.bytes());
+  for (const auto& b : m.blocks)
+    bytes += double(b.mlp.w_gate.bytes() + b.mlp.w_up.bytes() + b.mlp.w_down.bytes()) +
+             4.0 * double(l_d) * double(2 * l_heads * l_head_dim + 2 * l_kv * l_head_dim);
+  return bytes;
+}
+
+/// weights 0: F32, 1: BF16; threads. The prompt (512 tokens) is decoded once before the timing;
+/// each iteration adds one token (contexts 512 .. 512 + iterations).
+void BM_LlamaDecodeStep(benchmark::State& state) {
+  static std::map<Index, headwise::model::DecoderModel<float>> models;
+  const Index weights = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  if (!models.count(weights)) models.emplace(weights, make_llama_1b_shaped(weights == 0 ? headwise::WeightType::f32 : headwise::WeightType::bf16));
+  const auto& model = models.at(weights);
+  auto caches = model.make_caches(l_context + 64);
+  model.decode(tokens(l_context), caches, threads);
+  Index next = 7;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(model.decode({next}, caches, threads).data());
+    next = (next * 31 + 11) % l_vocab;
+  }
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["Weight_GBps"] = benchmark::Counter(llama_step_weight_bytes(model) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(weights == 0 ? "F32" : "BF16");
+}
+BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LlamaDecodeStep)->ArgNames({"weights", "threads"})->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
 
 }  // namespace
 
