@@ -93,4 +93,10 @@ TEST_CASE("Stored weights: wrong shapes, types and alignments are refused by nam
   auto bytes = std::make_shared<std::vector<unsigned char>>(64);
   CHECK_THROWS_WITH(StoredMatrix::view(bytes, bytes->data() + 1, WeightType::f32, {2, 2}), Catch::Contains("F32 entries are not aligned to their size"));
   CHECK_THROWS_WITH(headwise::times_transposed<float>(Matrix<float>::Ones(1, 3), w, -1), Catch::Contains("times_transposed"));
+  CHECK_THROWS_WITH(StoredMatrix::view(bytes, bytes->data(), WeightType::f32, {-1, 2}), Catch::Contains("a negative shape (-1 x 2)"));
+  CHECK_THROWS_WITH(StoredMatrix::view(bytes, bytes->data(), WeightType::bf16, {Index(1) << 62, Index(1) << 62}),
+                    Catch::Contains("entries of BF16 overflow a size"));
+  CHECK_THROWS_WITH(StoredMatrix::view(nullptr, nullptr, WeightType::f32, {2, 2}), Catch::Contains("no data for 2 x 2 entries"));
+  CHECK_THROWS_WITH(w.row<float>(4), Catch::Contains("row 4 of a matrix of 4 rows"));
+  CHECK_THROWS_WITH(w.middle_rows(3, 2), Catch::Contains("rows 3 .. 5 of a matrix of 4 rows"));
 }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -70,7 +71,10 @@ class StoredMatrix {
   /// shape.rows x shape.cols entries of `type`, row-major at data, read in place for as long as
   /// owner lives. data must be aligned to the entry's size (the caller copies otherwise).
   static StoredMatrix view(std::shared_ptr<const void> owner, const void* data, WeightType type, StoredShape shape) {
-    if (shape.rows < 0 || shape.cols < 0) detail::invalid("StoredMatrix::view", "a negative shape");
+    if (shape.rows < 0 || shape.cols < 0) detail::invalid("StoredMatrix::view", "a negative shape (", shape.rows, " x ", shape.cols, ")");
+    if (shape.cols > 0 && std::size_t(shape.rows) > std::numeric_limits<std::size_t>::max() / weight_type_size(type) / std::size_t(shape.cols))
+      detail::invalid("StoredMatrix::view", shape.rows, " x ", shape.cols, " entries of ", weight_type_name(type), " overflow a size");
+    if (data == nullptr && shape.rows * shape.cols > 0) detail::invalid("StoredMatrix::view", "no data for ", shape.rows, " x ", shape.cols, " entries");
     if (reinterpret_cast<std::uintptr_t>(data) % weight_type_size(type) != 0)
       detail::invalid("StoredMatrix::view", "the ", weight_type_name(type), " entries are not aligned to their size");
     StoredMatrix s;
