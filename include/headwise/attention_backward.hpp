@@ -198,9 +198,8 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   Matrix<Scalar>* dw[3] = {&grads.dw_q, &grads.dw_k, &grads.dw_v};
   RowVector<Scalar>* db[3] = {&grads.db_q, &grads.db_k, &grads.db_v};
   Matrix<Scalar> term;
-  const Matrix<Scalar> w_qkv = layer.w_qkv();
   for (int p = 0; p < 3; ++p) {
-    detail::product<Scalar>(*part[p], Matrix<Scalar>(l.part(w_qkv, parts[p]).transpose()), term, threads);
+    detail::product<Scalar>(*part[p], Matrix<Scalar>(l.part(layer.w_qkv(), parts[p]).transpose()), term, threads);
     if (p == 0) grads.dx = std::move(term);
     else grads.dx += term;
     detail::product<Scalar>(xt, *part[p], *dw[p], threads);

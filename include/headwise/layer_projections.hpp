@@ -1,6 +1,6 @@
 // A layer's projections: from X to the queries, keys and values its scores read. X [W_Q | W_K | W_V]
-// + b in one product (stored_matrix.hpp's, over W_QKV kept [out, in]: a token's row never depends
-// on the other tokens computed with it, what incremental decoding needs), every entry
+// + b in one product (the deterministic product of detail/tile_product.hpp: a token's row never
+// depends on the other tokens computed with it, what incremental decoding needs), every entry
 // checked finite; then what comes between the projection and the scores (layer_config.hpp): the
 // QK-norm before or after RoPE, RoPE, the value norm, the query scale. And the output gate
 // σ(X W_G + b_G) of a gated layer. MultiHeadAttention holds one.
@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <optional>
-#include <type_traits>
 #include <utility>
 
 #include "headwise/detail/errors.hpp"
@@ -19,7 +18,6 @@
 #include "headwise/norms.hpp"
 #include "headwise/qkv_layout.hpp"
 #include "headwise/rotary_embedding.hpp"
-#include "headwise/stored_matrix.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -40,9 +38,8 @@ class LayerProjections {
   LayerProjections(MultiHeadWeights<Scalar>& w, const QkvLayout& layout, const LayerConfig& config, const char* where)
       : layout_(layout), qk_norm_(config.qk_norm), value_norm_(config.value_norm), query_scale_(config.query_scale) {
     const QkvLayout& l = layout_;
-    Matrix<Scalar> w_qkv(w.w_q.rows(), l.width());  // one pass over X instead of three
-    w_qkv << w.w_q, w.w_k, w.w_v;
-    w_qkv_ = StoredMatrix::from(w_qkv.transpose(), std::is_same_v<Scalar, float> ? WeightType::f32 : WeightType::f64);
+    w_qkv_.resize(w.w_q.rows(), l.width());  // one pass over X instead of three
+    w_qkv_ << w.w_q, w.w_k, w.w_v;
     b_qkv_ = RowVector<Scalar>::Zero(l.width());
     if (w.b_q.size()) b_qkv_.segment(l.first_column(QkvPart::query), l.query_width()) = w.b_q;
     if (w.b_k.size()) b_qkv_.segment(l.first_column(QkvPart::key), l.key_value_width()) = w.b_k;
@@ -70,15 +67,9 @@ class LayerProjections {
   }
 
   const QkvLayout& layout() const { return layout_; }
-  Index d_model() const { return w_qkv_.cols(); }
-  /// W_Q | W_K | W_V side by side: (d_model, layout().width()), a copy of what the product reads
-  /// (kept [out, in]); columns [first, first + count) alone; and its bias.
-  Matrix<Scalar> w_qkv() const { return w_qkv_.to_matrix<Scalar>().transpose(); }
-  Matrix<Scalar> w_qkv_columns(Index first, Index count) const { return w_qkv_.middle_rows(first, count).to_matrix<Scalar>().transpose(); }
-  /// X W_QKV, no bias: the deterministic product.
-  Matrix<Scalar> times_w_qkv(const Eigen::Ref<const Matrix<Scalar>>& x, int threads) const {
-    return times_transposed<Scalar>(x, w_qkv_, threads);
-  }
+  Index d_model() const { return w_qkv_.rows(); }
+  /// W_Q | W_K | W_V side by side: (d_model, layout().width()); and its bias.
+  const Matrix<Scalar>& w_qkv() const { return w_qkv_; }
   const RowVector<Scalar>& b_qkv() const { return b_qkv_; }
   /// The output gate's W_G (d_model, n_heads d_head) and b_G; empty without a gate.
   bool gated() const { return w_gate_.size() != 0; }
@@ -88,7 +79,8 @@ class LayerProjections {
 
   /// X W_QKV + b_QKV, rows at positions first ..; throws naming the first entry that is not finite.
   Matrix<Scalar> project(const Eigen::Ref<const Matrix<Scalar>>& x, int threads, Index first, const char* where) const {
-    Matrix<Scalar> qkv = times_w_qkv(x, threads);
+    Matrix<Scalar> qkv;
+    detail::product<Scalar>(x, w_qkv_, qkv, threads);
     qkv.rowwise() += b_qkv_;
     check_finite(qkv, first, where, threads);
     return qkv;
@@ -96,7 +88,8 @@ class LayerProjections {
   /// Rows [Q | 0 | 0]: the queries X W_Q + b_Q alone (K and V left zero: a KV-sharing layer's).
   Matrix<Scalar> project_queries(const Eigen::Ref<const Matrix<Scalar>>& x, int threads, Index first, const char* where) const {
     const Index width = layout_.query_width();
-    const Matrix<Scalar> queries = times_transposed<Scalar>(x, w_qkv_.middle_rows(0, width), threads);
+    Matrix<Scalar> queries;
+    detail::product<Scalar>(x, w_qkv_.leftCols(width), queries, threads);
     Matrix<Scalar> qkv = Matrix<Scalar>::Zero(x.rows(), layout_.width());
     layout_.part(qkv, QkvPart::query) = queries.rowwise() + b_qkv_.head(width);
     check_finite(qkv, first, where, threads);
@@ -152,8 +145,7 @@ class LayerProjections {
   }
 
   QkvLayout layout_;
-  StoredMatrix w_qkv_;  ///< [width, d_model]: W_QKV's columns as rows
-  Matrix<Scalar> w_gate_;
+  Matrix<Scalar> w_qkv_, w_gate_;
   RowVector<Scalar> b_qkv_, b_gate_;
   std::optional<RotaryEmbedding> rope_;
   std::optional<QkNorm> qk_norm_;

@@ -64,9 +64,8 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// Where each head of Q, K and V lies in the columns of w_qkv(), of project_qkv() and of their
   /// gradients.
   QkvLayout layout() const { return {n_heads_, n_kv_heads_, d_head_}; }
-  /// W_Q | W_K | W_V side by side: (d_model, (n_heads + 2 n_kv_heads) d_head), a copy of what the
-  /// projection reads (kept [out, in]: layer_projections.hpp); and its bias.
-  Matrix<Scalar> w_qkv() const { return proj_.w_qkv(); }
+  /// W_Q | W_K | W_V side by side: (d_model, (n_heads + 2 n_kv_heads) d_head); and its bias.
+  const Matrix<Scalar>& w_qkv() const { return proj_.w_qkv(); }
   const RowVector<Scalar>& b_qkv() const { return proj_.b_qkv(); }
   /// W_O: (n_heads d_head, d_model), and b_O: (1, d_model).
   const Matrix<Scalar>& w_o() const { return w_o_; }
@@ -331,7 +330,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
       constexpr Index chunk = 256;  // rows per product: a (256, 3 d_model) buffer, not (n, 3 d_model)
       for (Index i0 = 0; i0 < x.rows(); i0 += chunk) {
         const Index rows = std::min(chunk, x.rows() - i0);
-        part = proj_.times_w_qkv(x.middleRows(i0, rows), threads);
+        detail::product<Scalar>(x.middleRows(i0, rows), proj_.w_qkv(), part, threads);
         part.rowwise() += proj_.b_qkv();
         proj_.check_finite(part, at.first + i0, where, threads);
         proj_.transform(part, RowPositions{at.first + i0, at.end}, threads);  // norms, RoPE (Q and K in one pass), scale
@@ -386,7 +385,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// Head h's projection of part p, its columns of W_QKV and b_QKV.
   Linear<Scalar> slice(QkvPart part, Index h) const {
     const Index first = layout().first_column(part, h);
-    return Linear<Scalar>(proj_.w_qkv_columns(first, d_head_), proj_.b_qkv().segment(first, d_head_));
+    return Linear<Scalar>(proj_.w_qkv().middleCols(first, d_head_), proj_.b_qkv().segment(first, d_head_));
   }
 
   Index n_heads_ = 0, n_kv_heads_ = 0, d_head_ = 0;

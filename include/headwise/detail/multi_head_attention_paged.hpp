@@ -79,7 +79,8 @@ template <class Scalar>
 Matrix<Scalar> MultiHeadAttention<Scalar>::attend_batch_rows(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, const PagedBatch& batch,
     const AttentionOptions& options, int threads, const char* where) const {
   const QkvLayout l = layout();
-  Matrix<Scalar> qkv = proj_.times_w_qkv(x, threads);
+  Matrix<Scalar> qkv;
+  detail::product<Scalar>(x, proj_.w_qkv(), qkv, threads);
   qkv.rowwise() += proj_.b_qkv();
   AttentionBatch<Scalar> attention;
   attention.shared_prefix = batch.shared_prefix;
