@@ -2,6 +2,8 @@
 // (double) against Eigen's float64 product of the same stored values; a row of the result the
 // same bits alone, among any other rows and on any thread count (decoding = the forward); the
 // conversions' rounding; and what is refused.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -60,6 +62,36 @@ TEST_CASE("A large product on two threads: the columns split between them, the b
   const Matrix<float> y = headwise::times_transposed<float>(x, w, 2);
   CHECK_THAT(as_double(y), IsNear(Eigen::MatrixXd(x.cast<double>() * w.to_matrix<double>().transpose()), 1e-5));
   CHECK_THAT(as_double(headwise::times_transposed<float>(x.middleRows(33, 1), w, 1)), IsExactly(y.middleRows(33, 1)));
+}
+
+TEST_CASE("A dot product's lanes are added in the one documented order, four sums at a time", "[stored_matrix]") {
+  // row_dot_product.hpp: the halves of the packet added until 4 lanes remain, then (x0 + x2) +
+  // (x1 + x3). Lanes of very different sizes make every other order give other bits.
+  using Packet = headwise::detail::RowDotShape<float>::Packet;
+  constexpr Index P = headwise::detail::RowDotShape<float>::packet;
+  if constexpr (P == 8 || P == 16) {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+    std::uniform_int_distribution<int> exponent(-30, 30);
+    for (Index count = 1; count <= 24; ++count) {
+      std::vector<float> lanes(static_cast<std::size_t>(count * P));
+      for (float& v : lanes) v = std::ldexp(mantissa(rng), exponent(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+      Packet packets[24];
+      for (Index i = 0; i < count; ++i) packets[i] = Eigen::internal::ploadu<Packet>(lanes.data() + i * P);
+      float sums[24];
+      headwise::detail::sum_packets(packets, count, sums);
+      for (Index i = 0; i < count; ++i) {
+        float x[P];
+        std::copy(lanes.begin() + i * P, lanes.begin() + (i + 1) * P, x);
+        for (Index half = P / 2; half >= 4; half /= 2)
+          for (Index l = 0; l < half; ++l) x[l] += x[l + half];
+        CAPTURE(count, i);
+        CHECK(sums[i] == (x[0] + x[2]) + (x[1] + x[3]));
+      }
+    }
+  } else {
+    SUCCEED("no 8- or 16-lane float packets in this build");
+  }
 }
 
 TEST_CASE("Conversion to BF16 and F16 rounds to nearest, ties to even", "[stored_matrix]") {
