@@ -118,8 +118,8 @@ BENCHMARK(BM_ModelDecodeStep)->ArgNames({"context", "weights"})->Args({1023, 0})
 // ---- Llama-3.2-1B's shape ----
 constexpr Index l_d = 2048, l_heads = 32, l_kv = 8, l_head_dim = 64, l_layers = 16, l_inner = 8192, l_vocab = 128256, l_context = 512;
 
-/// The model with random weights, its MLPs, embedding and LM head stored as `type` (the attention
-/// projections float32), RoPE as Llama's (theta 500000).
+/// The model with random weights, every matrix (the attention's projections, the MLPs, the
+/// embedding and LM head) stored as `type`, RoPE as Llama's (theta 500000).
 headwise::model::DecoderModel<float> make_llama_1b_shaped(headwise::WeightType type) {
   std::mt19937 rng(3);
   const auto stored = [&](Index rows, Index cols) { return headwise::StoredMatrix::from(random_matrix(rows, cols, rng, 0.02f), type); };
@@ -136,6 +136,7 @@ headwise::model::DecoderModel<float> make_llama_1b_shaped(headwise::WeightType t
     headwise::MultiHeadWeights<float> w;
     w.w_q = random_matrix(l_d, l_heads * l_head_dim, rng, 0.02f), w.w_k = random_matrix(l_d, l_kv * l_head_dim, rng, 0.02f);
     w.w_v = random_matrix(l_d, l_kv * l_head_dim, rng, 0.02f), w.w_o = random_matrix(l_heads * l_head_dim, l_d, rng, 0.02f);
+    w.kept_as = type;
     headwise::model::FeedForward<float> mlp;
     mlp.w_gate = stored(l_inner, l_d), mlp.w_up = stored(l_inner, l_d), mlp.w_down = stored(l_d, l_inner);
     m.blocks.push_back({rms, headwise::MultiHeadAttention<float>(l_heads, std::move(w), config), std::nullopt, rms, std::move(mlp),
@@ -146,13 +147,13 @@ headwise::model::DecoderModel<float> make_llama_1b_shaped(headwise::WeightType t
   return m;
 }
 
-/// The bytes of weights a decoding step reads: every block's projections (float32) and MLP, and the LM
-/// head (the embedding's one row is not counted).
+/// The bytes of weights a decoding step reads: every block's projections and MLP, and the LM head
+/// (the embedding's one row is not counted).
 double llama_step_weight_bytes(const headwise::model::DecoderModel<float>& m) {
   double bytes = double(m.unembedding.bytes());
   for (const auto& b : m.blocks)
-    bytes += double(b.mlp.w_gate.bytes() + b.mlp.w_up.bytes() + b.mlp.w_down.bytes()) +
-             4.0 * double(l_d) * double(2 * l_heads * l_head_dim + 2 * l_kv * l_head_dim);
+    bytes += double(b.mlp.w_gate.bytes() + b.mlp.w_up.bytes() + b.mlp.w_down.bytes() + b.attention.stored_w_qkv().bytes() +
+                    b.attention.stored_w_o().bytes());
   return bytes;
 }
 

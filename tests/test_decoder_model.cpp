@@ -96,12 +96,14 @@ TEMPLATE_TEST_CASE("Whole models: GPT-2, Llama, Qwen3, Qwen3-MoE and Gemma 3, lo
 TEMPLATE_TEST_CASE("Whole models stored in BF16: weights kept in BF16 (float32 runs), every hook against float64 on those values",
                    "[model][fixture][stored_matrix]", float, double) {
   for (const char* folder : {"gpt2-model-tiny-bf16", "llama-model-tiny-bf16", "qwen3-model-tiny-bf16"}) check_model<TestType>(folder);
-  // A float32 model reads the MLPs, the embedding and the LM head as stored (in place in the mapped
-  // file, the tied head the embedding's own bytes); a float64 one converts them once to F64.
+  // A float32 model reads the attention's projections, the MLPs, the embedding and the LM head as
+  // stored (the MLPs in place in the mapped file, the tied head the embedding's own bytes); a
+  // float64 one converts them once to F64.
   const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("llama-model-tiny-bf16"));
   const WeightType expected = std::is_same_v<TestType, float> ? WeightType::bf16 : WeightType::f64;
   for (const auto& b : model.blocks)
-    for (const StoredMatrix* w : {&b.mlp.w_gate, &b.mlp.w_up, &b.mlp.w_down}) CHECK(w->type() == expected);
+    for (const StoredMatrix* w : {&b.mlp.w_gate, &b.mlp.w_up, &b.mlp.w_down, &b.attention.stored_w_qkv(), &b.attention.stored_w_o()})
+      CHECK(w->type() == expected);
   CHECK(model.embedding.type() == expected);
   CHECK(model.unembedding.type() == expected);
   // Decoding token by token: the bits of the forward over the whole text.

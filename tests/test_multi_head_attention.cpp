@@ -109,3 +109,44 @@ TEMPLATE_TEST_CASE("multi-head attention refuses bad configurations and inputs",
   REQUIRE_THROWS_WITH(mha.head_contribution(Matrix<TestType>::Zero(4, 4), 0),
                       "headwise: head_contribution: z_h has 4 columns, expected d_head = 5");
 }
+
+TEST_CASE("A layer keeping its weights in BF16 or F16 computes with them rounded once; decoding gives the forward's bits",
+          "[mha][stored_matrix]") {
+  std::mt19937 rng(41);
+  const Index d_model = 48, n_heads = 4, n_kv_heads = 2, n = 23;
+  const auto float_layer = headwise_test::random_layer<float>(d_model, n_heads, n_kv_heads, rng);
+  const Matrix<float> x = headwise_test::random_matrix<float>(n, d_model, rng);
+  for (const WeightType type : {WeightType::bf16, WeightType::f16}) {
+    CAPTURE(weight_type_name(type));
+    const auto rounded = [&](const Matrix<float>& w) { return StoredMatrix::from(w.transpose(), type).to_matrix<float>().transpose().eval(); };
+    const auto part = [&](QkvPart p) { return Matrix<float>(float_layer.layout().part(float_layer.w_qkv(), p)); };
+    MultiHeadWeights<float> w;
+    w.w_q = part(QkvPart::query), w.w_k = part(QkvPart::key), w.w_v = part(QkvPart::value), w.w_o = float_layer.w_o();
+    w.b_q = float_layer.layout().part(float_layer.b_qkv(), QkvPart::query), w.b_k = float_layer.layout().part(float_layer.b_qkv(), QkvPart::key);
+    w.b_v = float_layer.layout().part(float_layer.b_qkv(), QkvPart::value), w.b_o = float_layer.b_o();
+    MultiHeadWeights<double> reference;  // float64 on the rounded values
+    reference.w_q = rounded(w.w_q).cast<double>(), reference.w_k = rounded(w.w_k).cast<double>();
+    reference.w_v = rounded(w.w_v).cast<double>(), reference.w_o = rounded(w.w_o).cast<double>();
+    reference.b_q = w.b_q.cast<double>(), reference.b_k = w.b_k.cast<double>(), reference.b_v = w.b_v.cast<double>(), reference.b_o = w.b_o.cast<double>();
+    w.kept_as = type;
+    const MultiHeadAttention<float> kept(n_heads, w);
+    CHECK(kept.stored_w_qkv().type() == type);
+    CHECK(kept.stored_w_o().type() == type);
+    CHECK(kept.stored_w_qkv().bytes() == std::size_t(d_model * (d_model + 2 * d_model / 2)) * 2);
+    CHECK_THAT(headwise_test::as_double(kept.w_o()), IsExactly(reference.w_o));
+    const Matrix<double> expected = MultiHeadAttention<double>(n_heads, reference).forward(x.cast<double>());
+    const Matrix<float> forward = kept.forward(x);
+    CHECK_THAT(headwise_test::as_double(forward), IsNear(expected, tolerance<float>()));
+    auto cache = kept.make_cache(n);
+    for (Index t = 0; t < n; ++t) CHECK_THAT(headwise_test::as_double(kept.forward_incremental(x.row(t), cache)), IsExactly(forward.row(t)));
+  }
+  // The type must be one the layer's products read.
+  MultiHeadWeights<double> w;
+  w.w_q = w.w_k = w.w_v = w.w_o = Matrix<double>::Identity(8, 8);
+  w.kept_as = WeightType::bf16;
+  CHECK_THROWS_WITH(MultiHeadAttention<double>(2, w), Catch::Contains("kept_as is BF16: a float64 layer keeps F64 weights"));
+  MultiHeadWeights<float> f;
+  f.w_q = f.w_k = f.w_v = f.w_o = Matrix<float>::Identity(8, 8);
+  f.kept_as = WeightType::f64;
+  CHECK_THROWS_WITH(MultiHeadAttention<float>(2, f), Catch::Contains("kept_as is F64: a float layer keeps F32, BF16 or F16 weights"));
+}

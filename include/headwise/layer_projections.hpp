@@ -1,6 +1,6 @@
 // A layer's projections: from X to the queries, keys and values its scores read. X [W_Q | W_K | W_V]
-// + b in one product (the deterministic product of detail/tile_product.hpp: a token's row never
-// depends on the other tokens computed with it, what incremental decoding needs), every entry
+// + b in one product (stored_matrix.hpp's, over W_QKV kept [out, in] in its stored type: a token's
+// row never depends on the other tokens computed with it, what incremental decoding needs), every entry
 // checked finite; then what comes between the projection and the scores (layer_config.hpp): the
 // QK-norm before or after RoPE, RoPE, the value norm, the query scale. And the output gate
 // σ(X W_G + b_G) of a gated layer. MultiHeadAttention holds one.
@@ -12,12 +12,12 @@
 
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
-#include "headwise/detail/tile_product.hpp"
 #include "headwise/layer_config.hpp"
 #include "headwise/multi_head_weights.hpp"
 #include "headwise/norms.hpp"
 #include "headwise/qkv_layout.hpp"
 #include "headwise/rotary_embedding.hpp"
+#include "headwise/stored_matrix.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -32,20 +32,21 @@ template <class Scalar>
 class LayerProjections {
  public:
   LayerProjections() = default;
-  /// From weights detail::check_weights accepted (with `layout`; W_Q, W_K, W_V, the biases and the
-  /// gate are moved out of w) and the layer's config: its rotary embedding made here (the
+  /// From weights detail::check_weights accepted (with `layout`; W_Q, W_K, W_V and the gate kept
+  /// as w.kept_as, the biases moved out of w) and the layer's config: its rotary embedding made here (the
   /// frequencies computed once), its norms and query scale checked against the heads.
   LayerProjections(MultiHeadWeights<Scalar>& w, const QkvLayout& layout, const LayerConfig& config, const char* where)
       : layout_(layout), qk_norm_(config.qk_norm), value_norm_(config.value_norm), query_scale_(config.query_scale) {
     const QkvLayout& l = layout_;
-    w_qkv_.resize(w.w_q.rows(), l.width());  // one pass over X instead of three
-    w_qkv_ << w.w_q, w.w_k, w.w_v;
+    Matrix<Scalar> rows(l.width(), w.w_q.rows());  // one pass over X instead of three
+    rows << w.w_q.transpose(), w.w_k.transpose(), w.w_v.transpose();
+    w_qkv_ = StoredMatrix::from(rows, w.kept_as);
     b_qkv_ = RowVector<Scalar>::Zero(l.width());
     if (w.b_q.size()) b_qkv_.segment(l.first_column(QkvPart::query), l.query_width()) = w.b_q;
     if (w.b_k.size()) b_qkv_.segment(l.first_column(QkvPart::key), l.key_value_width()) = w.b_k;
     if (w.b_v.size()) b_qkv_.segment(l.first_column(QkvPart::value), l.key_value_width()) = w.b_v;
     if (w.w_gate.size() || w.b_gate.size()) {
-      w_gate_ = std::move(w.w_gate);
+      w_gate_ = StoredMatrix::from(w.w_gate.transpose(), w.kept_as);
       b_gate_ = w.b_gate.size() ? std::move(w.b_gate) : RowVector<Scalar>::Zero(l.query_width());
     }
     if (config.rope) {
@@ -67,20 +68,20 @@ class LayerProjections {
   }
 
   const QkvLayout& layout() const { return layout_; }
-  Index d_model() const { return w_qkv_.rows(); }
-  /// W_Q | W_K | W_V side by side: (d_model, layout().width()); and its bias.
-  const Matrix<Scalar>& w_qkv() const { return w_qkv_; }
+  Index d_model() const { return w_qkv_.cols(); }
+  /// W_Q | W_K | W_V side by side as kept: [layout().width(), d_model], a row per column of X W;
+  /// and its bias.
+  const StoredMatrix& stored_w_qkv() const { return w_qkv_; }
   const RowVector<Scalar>& b_qkv() const { return b_qkv_; }
-  /// The output gate's W_G (d_model, n_heads d_head) and b_G; empty without a gate.
-  bool gated() const { return w_gate_.size() != 0; }
-  const Matrix<Scalar>& w_gate() const { return w_gate_; }
+  /// The output gate's W_G as kept, [n_heads d_head, d_model], and b_G; empty without a gate.
+  bool gated() const { return w_gate_.rows() != 0; }
+  const StoredMatrix& stored_w_gate() const { return w_gate_; }
   const RowVector<Scalar>& b_gate() const { return b_gate_; }
   const std::optional<RotaryEmbedding>& rope() const { return rope_; }
 
   /// X W_QKV + b_QKV, rows at positions first ..; throws naming the first entry that is not finite.
   Matrix<Scalar> project(const Eigen::Ref<const Matrix<Scalar>>& x, int threads, Index first, const char* where) const {
-    Matrix<Scalar> qkv;
-    detail::product<Scalar>(x, w_qkv_, qkv, threads);
+    Matrix<Scalar> qkv = times_transposed<Scalar>(x, w_qkv_, threads);
     qkv.rowwise() += b_qkv_;
     check_finite(qkv, first, where, threads);
     return qkv;
@@ -88,8 +89,7 @@ class LayerProjections {
   /// Rows [Q | 0 | 0]: the queries X W_Q + b_Q alone (K and V left zero: a KV-sharing layer's).
   Matrix<Scalar> project_queries(const Eigen::Ref<const Matrix<Scalar>>& x, int threads, Index first, const char* where) const {
     const Index width = layout_.query_width();
-    Matrix<Scalar> queries;
-    detail::product<Scalar>(x, w_qkv_.leftCols(width), queries, threads);
+    const Matrix<Scalar> queries = times_transposed<Scalar>(x, w_qkv_.middle_rows(0, width), threads);
     Matrix<Scalar> qkv = Matrix<Scalar>::Zero(x.rows(), layout_.width());
     layout_.part(qkv, QkvPart::query) = queries.rowwise() + b_qkv_.head(width);
     check_finite(qkv, first, where, threads);
@@ -128,8 +128,7 @@ class LayerProjections {
 
   /// σ(X W_G + b_G): (m, n_heads d_head), by the deterministic product.
   Matrix<Scalar> gate_of(const Eigen::Ref<const Matrix<Scalar>>& x, int threads) const {
-    Matrix<Scalar> g;
-    detail::product<Scalar>(x, w_gate_, g, threads);
+    Matrix<Scalar> g = times_transposed<Scalar>(x, w_gate_, threads);
     g.rowwise() += b_gate_;
     return g.unaryExpr([](Scalar v) { return Scalar(1) / (Scalar(1) + std::exp(-v)); });
   }
@@ -145,7 +144,7 @@ class LayerProjections {
   }
 
   QkvLayout layout_;
-  Matrix<Scalar> w_qkv_, w_gate_;
+  StoredMatrix w_qkv_, w_gate_;  ///< [out, in]: a row per column of X W
   RowVector<Scalar> b_qkv_, b_gate_;
   std::optional<RotaryEmbedding> rope_;
   std::optional<QkNorm> qk_norm_;

@@ -64,18 +64,25 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// Where each head of Q, K and V lies in the columns of w_qkv(), of project_qkv() and of their
   /// gradients.
   QkvLayout layout() const { return {n_heads_, n_kv_heads_, d_head_}; }
-  /// W_Q | W_K | W_V side by side: (d_model, (n_heads + 2 n_kv_heads) d_head); and its bias.
-  const Matrix<Scalar>& w_qkv() const { return proj_.w_qkv(); }
+  /// The weights as the layer keeps them (MultiHeadWeights::kept_as), [out, in]: W_Q | W_K | W_V
+  /// as [(n_heads + 2 n_kv_heads) d_head, d_model], W_O as [d_model, n_heads d_head].
+  const StoredMatrix& stored_w_qkv() const { return proj_.stored_w_qkv(); }
+  const StoredMatrix& stored_w_o() const { return w_o_; }
+  /// W_Q | W_K | W_V side by side: (d_model, (n_heads + 2 n_kv_heads) d_head), widened from what
+  /// the layer keeps (a copy: for study and gradients); and its bias.
+  Matrix<Scalar> w_qkv() const { return stored_w_qkv().template to_matrix<Scalar>().transpose(); }
   const RowVector<Scalar>& b_qkv() const { return proj_.b_qkv(); }
-  /// W_O: (n_heads d_head, d_model), and b_O: (1, d_model).
-  const Matrix<Scalar>& w_o() const { return w_o_; }
+  /// W_O: (n_heads d_head, d_model), a widened copy; and b_O: (1, d_model).
+  Matrix<Scalar> w_o() const { return w_o_.to_matrix<Scalar>().transpose(); }
   const RowVector<Scalar>& b_o() const { return b_o_; }
-  /// The output gate's W_G (d_model, n_heads d_head) and b_G; empty without a gate.
+  /// The output gate's W_G (d_model, n_heads d_head), a widened copy, and b_G; empty without a gate.
   bool gated() const { return proj_.gated(); }
-  const Matrix<Scalar>& w_gate() const { return proj_.w_gate(); }
+  Matrix<Scalar> w_gate() const { return proj_.stored_w_gate().template to_matrix<Scalar>().transpose(); }
   const RowVector<Scalar>& b_gate() const { return proj_.b_gate(); }
-  /// Head h's rows of W_O: (d_head, d_model).
-  auto w_o_block(Index h) const { return w_o_.middleRows(checked_head(h, "w_o_block") * d_head_, d_head_); }
+  /// Head h's rows of W_O: (d_head, d_model), a widened copy.
+  Matrix<Scalar> w_o_block(Index h) const {
+    return w_o_.columns<Scalar>(checked_head(h, "w_o_block") * d_head_, d_head_).transpose();
+  }
 
   /// Head h on its own, with its slices of W_Q, W_K, W_V and their biases (for trace()).
   AttentionHead<Scalar> head(Index h) const;
@@ -330,7 +337,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
       constexpr Index chunk = 256;  // rows per product: a (256, 3 d_model) buffer, not (n, 3 d_model)
       for (Index i0 = 0; i0 < x.rows(); i0 += chunk) {
         const Index rows = std::min(chunk, x.rows() - i0);
-        detail::product<Scalar>(x.middleRows(i0, rows), proj_.w_qkv(), part, threads);
+        part = times_transposed<Scalar>(x.middleRows(i0, rows), stored_w_qkv(), threads);
         part.rowwise() += proj_.b_qkv();
         proj_.check_finite(part, at.first + i0, where, threads);
         proj_.transform(part, RowPositions{at.first + i0, at.end}, threads);  // norms, RoPE (Q and K in one pass), scale
@@ -353,8 +360,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// output is not finite: its own scores overflowed (its Z is NaN), or the projection did.
   Matrix<Scalar> output_of(const Eigen::Ref<const Matrix<Scalar>>& z, int threads, Index first_position,
                            const char* where) const {
-    Matrix<Scalar> out;
-    detail::product<Scalar>(z, w_o_, out, threads);
+    Matrix<Scalar> out = times_transposed<Scalar>(z, w_o_, threads);
     out.rowwise() += b_o_;
     if (detail::all_finite(out, threads)) return out;
     for (Index t = 0; t < out.rows(); ++t) {
@@ -385,13 +391,13 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// Head h's projection of part p, its columns of W_QKV and b_QKV.
   Linear<Scalar> slice(QkvPart part, Index h) const {
     const Index first = layout().first_column(part, h);
-    return Linear<Scalar>(proj_.w_qkv().middleCols(first, d_head_), proj_.b_qkv().segment(first, d_head_));
+    return Linear<Scalar>(stored_w_qkv().middle_rows(first, d_head_).template to_matrix<Scalar>().transpose(), proj_.b_qkv().segment(first, d_head_));
   }
 
   Index n_heads_ = 0, n_kv_heads_ = 0, d_head_ = 0;
   LayerConfig config_;
   LayerProjections<Scalar> proj_;  // X to Q, K, V (and the gate)
-  Matrix<Scalar> w_o_;
+  StoredMatrix w_o_;  ///< [d_model, n_heads d_head]
   RowVector<Scalar> b_o_;
 };
 
@@ -403,7 +409,7 @@ MultiHeadAttention<Scalar>::MultiHeadAttention(Index n_heads, MultiHeadWeights<S
   n_kv_heads_ = l.n_kv_heads, d_head_ = l.d_head;
   const Index d_model = w.w_q.rows();
   proj_ = LayerProjections<Scalar>(w, l, config_, where);
-  w_o_ = std::move(w.w_o);
+  w_o_ = StoredMatrix::from(w.w_o.transpose(), w.kept_as);
   b_o_ = w.b_o.size() ? std::move(w.b_o) : RowVector<Scalar>::Zero(d_model);
   check_config(where);
 }

@@ -3,8 +3,11 @@
 // numbers. MultiHeadAttention (multi_head_attention.hpp) is made from them.
 #pragma once
 
+#include <type_traits>
+
 #include "headwise/detail/errors.hpp"
 #include "headwise/qkv_layout.hpp"
+#include "headwise/stored_matrix.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -25,6 +28,11 @@ struct MultiHeadWeights {
   /// n_heads d_head), or empty for none; and its bias, or empty.
   Matrix<Scalar> w_gate;
   RowVector<Scalar> b_gate;
+  /// The type the layer keeps W_Q | W_K | W_V, W_O and W_G in (stored_matrix.hpp), [out, in], and
+  /// multiplies by widened in registers: F32 for float and F64 for double by default. BF16 or F16
+  /// (a float layer) rounds them once, to nearest even: exact for weights a checkpoint stores so,
+  /// half the bytes a decoding step streams.
+  WeightType kept_as = std::is_same_v<Scalar, double> ? WeightType::f64 : WeightType::f32;
 };
 
 namespace detail {
@@ -78,6 +86,9 @@ QkvLayout check_weights(const MultiHeadWeights<Scalar>& w, Index n_heads, const 
   require_finite(where, "b_o", w.b_o);
   require_finite(where, "w_gate", w.w_gate);
   require_finite(where, "b_gate", w.b_gate);
+  if (std::is_same_v<Scalar, double> != (w.kept_as == WeightType::f64))
+    invalid(where, "kept_as is ", weight_type_name(w.kept_as), ": a ", std::is_same_v<Scalar, double> ? "float64 layer keeps F64" : "float layer keeps F32, BF16 or F16",
+            " weights");
   return {n_heads, n_kv_heads, d_head};
 }
 

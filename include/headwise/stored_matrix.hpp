@@ -106,6 +106,15 @@ class StoredMatrix {
     widen(0, m.size(), m.data());
     return m;
   }
+  /// Columns [first, first + count) of every row widened to Scalar (head h's block of W_O).
+  template <class Scalar>
+  Matrix<Scalar> columns(Index first, Index count) const {
+    if (first < 0 || count < 0 || first + count > shape_.cols)
+      detail::invalid("StoredMatrix::columns", "columns ", first, " .. ", first + count, " of a matrix of ", shape_.cols, " columns");
+    Matrix<Scalar> m(shape_.rows, count);
+    for (Index i = 0; i < shape_.rows; ++i) widen(i * shape_.cols + first, count, m.row(i).data());
+    return m;
+  }
   /// Row i widened to Scalar (an embedding's row, an unembedding's column of W_U).
   template <class Scalar>
   RowVector<Scalar> row(Index i) const {

@@ -79,8 +79,7 @@ template <class Scalar>
 Matrix<Scalar> MultiHeadAttention<Scalar>::attend_batch_rows(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, const PagedBatch& batch,
     const AttentionOptions& options, int threads, const char* where) const {
   const QkvLayout l = layout();
-  Matrix<Scalar> qkv;
-  detail::product<Scalar>(x, proj_.w_qkv(), qkv, threads);
+  Matrix<Scalar> qkv = times_transposed<Scalar>(x, stored_w_qkv(), threads);
   qkv.rowwise() += proj_.b_qkv();
   AttentionBatch<Scalar> attention;
   attention.shared_prefix = batch.shared_prefix;

@@ -12,7 +12,7 @@
 //
 // Micro-tile: Ra rows of A by Rb rows of B in Ra Rb accumulators (4 x 6 with 32 vector
 // registers, 2 x 6 with 16), each A packet used Rb times and each B packet Ra times. A is taken in
-// blocks of 128 rows, the depth in ranges of 512: a range of a tile of Rb rows of B stays in L1
+// blocks of 128 rows, the depth in ranges of 1024 (512 with 16 registers): a range of a tile of Rb rows of B stays in L1
 // while the block's rows of A go by from L2, the tiles' partial sums waiting between ranges (which
 // changes no bit). The threads split A's rows in a prefill, B's in a decoding step.
 #pragma once
@@ -43,9 +43,12 @@ struct RowDotShape {
   static constexpr int registers = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
   static constexpr Index a_rows = registers >= 32 ? 4 : 2;  // Ra
   static constexpr Index b_rows = 6;                        // Rb: Ra Rb accumulators + Ra + 1 registers
-  static constexpr Index depth_block = 512;                 // k per range: a range of Rb rows of B stays in L1 (a multiple of P)
+  // k per range (a multiple of P): a range of Rb rows of B stays in L1, 24 KiB of floats with
+  // AVX-512 (48 KiB L1s; 1.16x the speed of 512 at d_model 768 on the Xeon), 12 KiB otherwise
+  // (AVX2 parts with 32 KiB)
+  static constexpr Index depth_block = registers >= 32 ? 1024 : 512;
   static constexpr Index rows_per_thread = 32;              // rows of A a thread needs before the threads split A, not B
-  static constexpr Index row_block = 128;                   // rows of A per pass over B: 256 KiB of a float range in L2
+  static constexpr Index row_block = 128;                   // rows of A per pass over B: a float range of them in L2
 };
 
 #if defined(__GNUC__)

@@ -170,7 +170,7 @@ Matrix<double> direct_logit_attribution(const model::DecoderModel<Scalar>& m, co
     const MultiHeadAttention<Scalar>& a = m.blocks[static_cast<std::size_t>(l)].attention;
     const Eigen::RowVectorXd z = run.hooks.at("blocks." + std::to_string(l) + ".attn.hook_z").row(position).template cast<double>();
     for (Index h = 0; h < H; ++h) {
-      const Eigen::RowVectorXd c = z.segment(h * a.d_head(), a.d_head()) * a.w_o().middleRows(h * a.d_head(), a.d_head()).template cast<double>();
+      const Eigen::RowVectorXd c = z.segment(h * a.d_head(), a.d_head()) * a.w_o_block(h).template cast<double>();
       out(l, h) = (c.array() - (centred ? c.mean() : 0.0)).matrix().dot(direction.transpose());
     }
   }

@@ -89,6 +89,7 @@ MultiHeadAttention<Scalar> load_gpt2_attention(const SafetensorsFile& model, con
   w.b_v = c_attn_b.tail(n);
   w.w_o = t.matrix<Scalar>("c_proj.weight", d, d);
   w.b_o = t.vector<Scalar>("c_proj.bias", d);
+  w.kept_as = t.kept_type<Scalar>({"c_attn.weight", "c_proj.weight"});
   try {
     return MultiHeadAttention<Scalar>(config.n_head, std::move(w));
   } catch (const std::invalid_argument& e) {  // non-finite weights, a head count that does not fit

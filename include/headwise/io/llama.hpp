@@ -109,6 +109,7 @@ MultiHeadAttention<Scalar> load_llama_attention(const Checkpoint& model, const L
   const auto hidden = static_cast<std::uint64_t>(config.hidden_size);
   const std::uint64_t q_width = std::uint64_t(config.n_heads) * static_cast<std::uint64_t>(config.head_dim_of(layer));
   w.w_o = t.linear<Scalar>("o_proj.weight", hidden, q_width), w.b_o = t.optional_vector<Scalar>("o_proj.bias", hidden);
+  w.kept_as = t.kept_type<Scalar>({"qkv_proj.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"});
   detail::read_layer_tensors(t, config, layer, c);
   try {
     return MultiHeadAttention<Scalar>(config.n_heads, std::move(w), std::move(c));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -72,6 +73,23 @@ class TensorReader {
     const Matrix<Scalar> m = matrix<Scalar>(name, in, out);
     const auto readable = SafetensorsFile::read_in_place<Scalar>(model_.file_of(key).info(key).dtype);
     return StoredMatrix::from(m.transpose(), readable ? *readable : computing_type<Scalar>());
+  }
+  /// The type a layer in Scalar keeps the named tensors in (MultiHeadWeights::kept_as): their
+  /// stored type where they share one that a product in Scalar reads (F32, BF16, F16 for float;
+  /// F64 for double), else Scalar's own (FP8 with its scales, mixed types, F64 for float).
+  /// Names the checkpoint lacks are skipped.
+  template <class Scalar>
+  WeightType kept_type(std::initializer_list<const char*> names) const {
+    std::optional<WeightType> kept;
+    for (const char* name : names) {
+      const std::string key = options_.prefix + name;
+      if (!model_.contains(key)) continue;
+      const std::optional<WeightType> readable =
+          model_.contains(key + "_scale_inv") ? std::nullopt : SafetensorsFile::read_in_place<Scalar>(model_.file_of(key).info(key).dtype);
+      if (!readable || (kept && *kept != *readable)) return computing_type<Scalar>();
+      kept = readable;
+    }
+    return kept ? *kept : computing_type<Scalar>();
   }
   /// A 1-D tensor `name` [size] (a norm's weight, a bias, the sinks), required.
   template <class Scalar>
