@@ -2,10 +2,11 @@
 // vocabulary 50257), float32, random weights built here (no checkpoint): the prefill of n tokens,
 // a decoding step after a context of n, and the 12 attention layers alone on the same input, in one
 // binary, so that the share spent in attention is a ratio of two figures taken side by side. The
-// decoding step also with the MLPs, embedding and LM head stored in BF16 (stored_matrix.hpp). And
-// a model of Llama-3.2-1B's shape (d 2048, 16 layers, 32 heads and 8 key/value heads of 64, MLP
-// 8192, vocabulary 128256, tied), F32 and BF16, a decoding step at context 512 on 1 and 2 threads,
-// its weight bytes per second beside the triad (stream_triad.hpp) in the same run.
+// decoding step also with every weight matrix stored in BF16 (stored_matrix.hpp). And a model of
+// Llama-3.2-1B's shape (d 2048, 16 layers, 32 heads and 8 key/value heads of 64, MLP 8192,
+// vocabulary 128256, tied), F32 and BF16, on 1 and 2 threads: the prefill of 512 tokens beside
+// Eigen's GEMM at the MLP's shape, and a decoding step at contexts 512 and 4096, its weight bytes
+// per second beside the triad (stream_triad.hpp), in the same run.
 //
 // GFLOPs counted as the useful work: per token 2 x (the layer's weights: 4 d² attention
 // projections + 2 d 4d MLP) x layers + 2 d vocab for the LM head, plus the causal attention
@@ -33,8 +34,7 @@ Mat random_matrix(Index rows, Index cols, std::mt19937& rng, float scale) {
   return m;
 }
 
-/// The model, its MLPs, embedding and LM head stored as `type` (F32 or BF16: stored_matrix.hpp;
-/// the attention layers' projections are float32 in both).
+/// The model, every weight matrix stored as `type` (F32 or BF16: stored_matrix.hpp).
 headwise::model::DecoderModel<float> make_gpt2_small_shaped(headwise::WeightType type) {
   {
     std::mt19937 rng(1);
@@ -48,6 +48,7 @@ headwise::model::DecoderModel<float> make_gpt2_small_shaped(headwise::WeightType
       headwise::MultiHeadWeights<float> w;
       w.w_q = random_matrix(d, d, rng, 0.02f), w.w_k = random_matrix(d, d, rng, 0.02f), w.w_v = random_matrix(d, d, rng, 0.02f);
       w.w_o = random_matrix(d, d, rng, 0.02f);
+      w.kept_as = type;
       headwise::model::FeedForward<float> mlp;
       mlp.activation = headwise::model::Activation::gelu_tanh;
       mlp.w_up = headwise::StoredMatrix::from(random_matrix(inner, d, rng, 0.02f), type);  // [out, in]
@@ -98,7 +99,7 @@ void BM_ModelAttentionOnly(benchmark::State& state) {
 BENCHMARK(BM_ModelAttentionOnly)->ArgName("n")->Arg(128)->Arg(1024)->Unit(benchmark::kMillisecond);
 
 // One decoding step after a prompt of n tokens (the caches refilled outside the timing); weights
-// 0: F32, 1: BF16 (the MLPs, embedding and LM head).
+// 0: F32, 1: BF16.
 void BM_ModelDecodeStep(benchmark::State& state) {
   const auto& model = gpt2_small_shaped(state.range(1));
   const Index n = state.range(0);
@@ -157,16 +158,55 @@ double llama_step_weight_bytes(const headwise::model::DecoderModel<float>& m) {
   return bytes;
 }
 
-/// weights 0: F32, 1: BF16; threads. The prompt (512 tokens) is decoded once before the timing;
-/// each iteration adds one token (contexts 512 .. 512 + iterations).
-void BM_LlamaDecodeStep(benchmark::State& state) {
+const headwise::model::DecoderModel<float>& llama_1b_shaped(Index weights) {
   static std::map<Index, headwise::model::DecoderModel<float>> models;
-  const Index weights = state.range(0);
-  const int threads = static_cast<int>(state.range(1));
   if (!models.count(weights)) models.emplace(weights, make_llama_1b_shaped(weights == 0 ? headwise::WeightType::f32 : headwise::WeightType::bf16));
-  const auto& model = models.at(weights);
-  auto caches = model.make_caches(l_context + 64);
-  model.decode(tokens(l_context), caches, threads);
+  return models.at(weights);
+}
+
+/// The useful FLOPs of tokens at positions [first, first + n): per token 2 x the weights it is
+/// multiplied by (the projections, the MLP, the LM head), and per layer 2 x 2 x (its keys) x
+/// heads x head_dim for Q Kᵀ and A V.
+double llama_flops(Index first, Index n) {
+  const double q = double(l_heads * l_head_dim), kv = double(l_kv * l_head_dim);
+  const double weights = double(l_layers) * (double(l_d) * (2.0 * q + 2.0 * kv) + 3.0 * double(l_d) * double(l_inner)) + double(l_d) * double(l_vocab);
+  const double keys = double(n) * double(first) + double(n) * double(n + 1) / 2.0;
+  return 2.0 * weights * double(n) + 4.0 * double(l_layers) * q * keys;
+}
+
+/// weights 0: F32, 1: BF16; threads. The prefill of 512 tokens, logits for each.
+void BM_LlamaPrefill(benchmark::State& state) {
+  const auto& model = llama_1b_shaped(state.range(0));
+  headwise::model::RunOptions<float> options;
+  options.threads = static_cast<int>(state.range(1));
+  const std::vector<Index> ids = tokens(l_context);
+  for (auto _ : state) benchmark::DoNotOptimize(model.run(ids, options).logits.data());
+  state.counters["tokens/s"] = benchmark::Counter(double(l_context), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPs"] = benchmark::Counter(llama_flops(0, l_context) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(state.range(0) == 0 ? "F32" : "BF16");
+}
+
+/// Eigen's float GEMM at the prefill's MLP product (512 x 2048 by 2048 x 8192): the ceiling.
+void BM_LlamaGemmCeiling(benchmark::State& state) {
+  Eigen::setNbThreads(static_cast<int>(state.range(0)));
+  std::mt19937 rng(4);
+  const Mat x = random_matrix(l_context, l_d, rng, 1.0f), w = random_matrix(l_d, l_inner, rng, 0.02f);
+  Mat y(l_context, l_inner);
+  for (auto _ : state) {
+    y.noalias() = x * w;
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * l_context * l_d * l_inner * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// weights 0: F32, 1: BF16; the context (the prompt decoded once before the timing; each
+/// iteration adds one token); threads.
+void BM_LlamaDecodeStep(benchmark::State& state) {
+  const Index weights = state.range(0), context = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  const auto& model = llama_1b_shaped(weights);
+  auto caches = model.make_caches(context + 64);
+  model.decode(tokens(context), caches, 2);  // (the prompt on both cores: the same bits as on one)
   Index next = 7;
   for (auto _ : state) {
     benchmark::DoNotOptimize(model.decode({next}, caches, threads).data());
@@ -177,7 +217,9 @@ void BM_LlamaDecodeStep(benchmark::State& state) {
   state.SetLabel(weights == 0 ? "F32" : "BF16");
 }
 BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_LlamaDecodeStep)->ArgNames({"weights", "threads"})->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
+BENCHMARK(BM_LlamaGemmCeiling)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LlamaPrefill)->ArgNames({"weights", "threads"})->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
+BENCHMARK(BM_LlamaDecodeStep)->ArgNames({"weights", "context", "threads"})->ArgsProduct({{0, 1}, {512, 4096}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
 
 }  // namespace
 

@@ -486,3 +486,102 @@ TEST_CASE("Signed head effects over a whole model: ablation effects from PyTorch
   patched.hook_functions["blocks.1.attn.hook_z"] = [&](Matrix<double>& at_z, const model::HookPoint& at) { at.head(at_z, 2) = mean_z; };
   CHECK(mean_effects(1, 2) == Approx(last_logit(llama.run(text, patched).logits) - last_logit(clean.logits)).epsilon(1e-10));
 }
+
+namespace {
+/// e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinities, 0x7f NaN): the value
+/// of a code, and the code nearest |x| (ties to the even code), written here from the format's
+/// definition rather than taken from the reader.
+double e4m3_value(unsigned code) {
+  const unsigned e = (code >> 3) & 15, m = code & 7;
+  const double v = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, int(e) - 7);
+  return code & 0x80 ? -v : v;
+}
+unsigned char e4m3_code(double x) {
+  static const std::vector<double> values = [] {
+    std::vector<double> v;
+    for (unsigned c = 0; c < 0x7f; ++c) v.push_back(e4m3_value(c));
+    return v;
+  }();
+  unsigned best = 0;
+  for (unsigned c = 1; c < 0x7f; ++c) {
+    const double d = std::abs(values[c] - std::abs(x)), b = std::abs(values[best] - std::abs(x));
+    if (d < b || (d == b && c % 2 == 0)) best = c;
+  }
+  return static_cast<unsigned char>(best | (x < 0 ? 0x80 : 0));
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("A Llama model stored in FP8 with block scales: every projection and MLP weight scaled once, as its float64 "
+                   "dequantized weights compute",
+                   "[model][fp8]", float, double) {
+  // llama-model-tiny's 2-D layer weights quantized as DeepSeek-V3's checkpoints are (16 x 32 blocks
+  // here, so that a matrix has several, edge blocks partial: 128 x 128 in the real files), written
+  // beside the same model with the dequantized values in F64; the rest as it is (F32).
+  const io::SafetensorsFile source = headwise_test::load_fixture("llama-model-tiny/model.safetensors");
+  const Index block_rows = 16, block_cols = 32;
+  std::map<std::string, headwise_test::TensorBytes> fp8, dequantized;
+  const auto bytes_of = [](const auto* p, std::size_t n) {
+    const auto* b = reinterpret_cast<const unsigned char*>(p);
+    return std::vector<unsigned char>(b, b + n * sizeof(*p));
+  };
+  for (const std::string& name : source.names()) {
+    const std::vector<std::uint64_t> shape = source.info(name).shape;
+    const Matrix<double> w = shape.size() == 2 ? source.matrix<double>(name) : Matrix<double>(source.row_vector<double>(name));
+    const bool quantized = shape.size() == 2 && name.rfind("model.layers.", 0) == 0;
+    Matrix<double> value = w;
+    if (quantized) {
+      const Index br = (w.rows() + block_rows - 1) / block_rows, bc = (w.cols() + block_cols - 1) / block_cols;
+      std::vector<float> scales(std::size_t(br * bc));
+      std::vector<unsigned char> codes(std::size_t(w.size()));
+      for (Index i = 0; i < br; ++i)
+        for (Index j = 0; j < bc; ++j) {
+          const Index r0 = i * block_rows, c0 = j * block_cols;
+          const auto block = w.block(r0, c0, std::min(block_rows, w.rows() - r0), std::min(block_cols, w.cols() - c0));
+          const float scale = static_cast<float>(block.cwiseAbs().maxCoeff() / 448.0);
+          scales[std::size_t(i * bc + j)] = scale;
+          for (Index r = 0; r < block.rows(); ++r)
+            for (Index c = 0; c < block.cols(); ++c) {
+              const unsigned char code = e4m3_code(block(r, c) / double(scale));
+              codes[std::size_t((r0 + r) * w.cols() + c0 + c)] = code;
+              value(r0 + r, c0 + c) = e4m3_value(code) * double(scale);
+            }
+        }
+      fp8[name] = {"F8_E4M3", shape, codes};
+      fp8[name + "_scale_inv"] = {"F32", {std::uint64_t(br), std::uint64_t(bc)}, bytes_of(scales.data(), scales.size())};
+    } else {
+      const Matrix<float> f = w.cast<float>();
+      fp8[name] = {"F32", shape, bytes_of(f.data(), std::size_t(f.size()))};
+    }
+    dequantized[name] = {"F64", shape, bytes_of(value.data(), std::size_t(value.size()))};
+  }
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(headwise_test::data_path("llama-model-tiny/config.json")));
+  const auto write = [&](const std::string& folder, const nlohmann::json& c, const std::map<std::string, headwise_test::TensorBytes>& t) {
+    std::filesystem::create_directories(folder);
+    std::ofstream(folder + "/config.json") << c.dump();
+    const std::vector<unsigned char> bytes = headwise_test::write_safetensors_bytes(t);
+    std::ofstream(folder + "/model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  };
+  const std::string tmp = std::string(HEADWISE_TEST_TMP_DIR) + "/llama-model-tiny-fp8-" + (std::is_same_v<TestType, float> ? "f" : "d");
+  write(tmp + "-dequantized", config, dequantized);
+  nlohmann::json quantized_config = config;
+  quantized_config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+                                             {"weight_block_size", {block_rows, block_cols}}};
+  write(tmp, quantized_config, fp8);
+
+  const auto model = io::load_decoder_model<TestType>(tmp);
+  const auto reference = io::load_decoder_model<double>(tmp + "-dequantized");
+  const WeightType computing = std::is_same_v<TestType, float> ? WeightType::f32 : WeightType::f64;
+  for (const auto& b : model.blocks)
+    for (const StoredMatrix* w : {&b.mlp.w_gate, &b.mlp.w_up, &b.mlp.w_down, &b.attention.stored_w_qkv(), &b.attention.stored_w_o()})
+      CHECK(w->type() == computing);
+  const std::vector<Index> ids = {1, 17, 42, 299, 5, 0, 123, 77, 8, 250};
+  const Matrix<TestType> logits = model.logits(ids);
+  CHECK_THAT(headwise_test::as_double(logits), IsNear(reference.logits(ids), headwise_test::tolerance<TestType>()));
+  auto caches = model.make_caches(Index(ids.size()));
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    CHECK_THAT(headwise_test::as_double(model.decode({ids[t]}, caches)), headwise_test::IsExactly(logits.row(Index(t))));
+  // FP8 tensors with no quantization_config saying how they are scaled: refused, naming one.
+  write(tmp + "-no-config", config, fp8);
+  CHECK_THROWS_WITH(io::load_decoder_model<TestType>(tmp + "-no-config"),
+                    Catch::Contains("is F8_E4M3, but the config has no quantization_config (fp8, weight_block_size)"));
+}

@@ -1,4 +1,5 @@
-// Writes small safetensors files in memory (F32, or any header as text), to test the readers' error paths.
+// Writes small safetensors files in memory (F32, raw bytes of any dtype, or any header as text), to
+// test the readers and their error paths.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,24 @@ inline std::vector<unsigned char> write_safetensors_values(const std::map<std::s
     data.resize(data.size() + count * 4);
     for (std::uint64_t i = 0; i < count; ++i) std::memcpy(data.data() + begin + i * 4, &t.values.at(i), 4);
     header[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  return file_with_header(header.dump(), data);
+}
+
+/// A tensor of any dtype: its shape and its bytes (little-endian, row-major).
+struct TensorBytes {
+  std::string dtype;
+  std::vector<std::uint64_t> shape;
+  std::vector<unsigned char> bytes;
+};
+
+inline std::vector<unsigned char> write_safetensors_bytes(const std::map<std::string, TensorBytes>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<unsigned char> data;
+  for (const auto& [name, t] : tensors) {
+    const std::uint64_t begin = data.size();
+    data.insert(data.end(), t.bytes.begin(), t.bytes.end());
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
   }
   return file_with_header(header.dump(), data);
 }

@@ -134,9 +134,8 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   const LlamaConfig config = llama_config_of(r);
   const WholeModel& shape = family_of(config.model_type)->model;
   check_model_config(r, config.model_type, shape);
-  if (config.fp8) r.fail("quantization_config: FP8 weights are read by the attention loaders, not yet by the model code (MLPs, embeddings)");
   const Checkpoint checkpoint = Checkpoint::open(folder);
-  const TensorReader t(checkpoint, "headwise: model: " + folder + ": ");
+  const TensorReader t(checkpoint, "headwise: model: " + folder + ": ", {"", config.fp8, ""});  // (FP8 MLPs scaled by their blocks)
   const auto d = static_cast<std::uint64_t>(config.hidden_size), vocab = static_cast<std::uint64_t>(r.integer("vocab_size"));
   if (!r.has("rms_norm_eps")) r.fail("no \"rms_norm_eps\": the config classes' defaults differ (1e-6, 1e-5), and the model code takes none");
   const double eps = r.number(r.json(), "rms_norm_eps", 0.0);
