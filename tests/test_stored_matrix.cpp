@@ -25,11 +25,12 @@ using headwise_test::IsNear;
 namespace {
 // Shapes through every tile height (rows of x: 1..9 against 4 x 6 or 2 x 6 tiles), B's row tail
 // (out not a multiple of 6), the depth's partial last packet (in not a multiple of 8 or 16) and
-// depths of several ranges (2100: three of 1024 or five of 512, partial sums kept between them).
+// depths of several ranges (2100: three of 1024 or five of 512, partial sums kept between them),
+// and rows long enough that fewer rows of A go in a block (9000: 28 floats or 12 doubles).
 struct Shape {
   Index n, in, out;
 };
-const std::vector<Shape> shapes = {{1, 64, 48}, {1, 37, 13}, {3, 100, 7}, {5, 16, 1}, {9, 129, 31}, {12, 7, 25}, {2, 1, 6}, {6, 2100, 13}};
+const std::vector<Shape> shapes = {{1, 64, 48}, {1, 37, 13}, {3, 100, 7}, {5, 16, 1}, {9, 129, 31}, {12, 7, 25}, {2, 1, 6}, {6, 2100, 13}, {70, 9000, 9}};
 
 template <class Scalar>
 void check_types(const std::vector<WeightType>& types) {
