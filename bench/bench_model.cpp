@@ -5,8 +5,9 @@
 // decoding step also with every weight matrix stored in BF16 (stored_matrix.hpp). And a model of
 // Llama-3.2-1B's shape (d 2048, 16 layers, 32 heads and 8 key/value heads of 64, MLP 8192,
 // vocabulary 128256, tied), F32 and BF16, on 1 and 2 threads: the prefill of 512 tokens beside
-// Eigen's GEMM at the MLP's shape, and a decoding step at contexts 512 and 4096, its weight bytes
-// per second beside the triad (stream_triad.hpp), in the same run.
+// Eigen's GEMM at the MLP's shape, and a decoding step at contexts 512 and 4096 (and at 4096 a
+// BF16 model with BF16 KV caches), its weight bytes per second beside the triad
+// (stream_triad.hpp), in the same run.
 //
 // GFLOPs counted as the useful work: per token 2 x (the layer's weights: 4 d² attention
 // projections + 2 d 4d MLP) x layers + 2 d vocab for the LM head, plus the causal attention
@@ -120,8 +121,9 @@ BENCHMARK(BM_ModelDecodeStep)->ArgNames({"context", "weights"})->Args({1023, 0})
 constexpr Index l_d = 2048, l_heads = 32, l_kv = 8, l_head_dim = 64, l_layers = 16, l_inner = 8192, l_vocab = 128256, l_context = 512;
 
 /// The model with random weights, every matrix (the attention's projections, the MLPs, the
-/// embedding and LM head) stored as `type`, RoPE as Llama's (theta 500000).
-headwise::model::DecoderModel<float> make_llama_1b_shaped(headwise::WeightType type) {
+/// embedding and LM head) stored as `type`, RoPE as Llama's (theta 500000), its KV caches as
+/// `cache` stores them.
+headwise::model::DecoderModel<float> make_llama_1b_shaped(headwise::WeightType type, headwise::KvStorage cache) {
   std::mt19937 rng(3);
   const auto stored = [&](Index rows, Index cols) { return headwise::StoredMatrix::from(random_matrix(rows, cols, rng, 0.02f), type); };
   headwise::model::DecoderModel<float> m;
@@ -133,6 +135,7 @@ headwise::model::DecoderModel<float> make_llama_1b_shaped(headwise::WeightType t
   headwise::RopeConfig rope;
   rope.theta = 500000.0;
   config.rope = rope;
+  config.kv_storage = cache;
   for (Index l = 0; l < l_layers; ++l) {
     headwise::MultiHeadWeights<float> w;
     w.w_q = random_matrix(l_d, l_heads * l_head_dim, rng, 0.02f), w.w_k = random_matrix(l_d, l_kv * l_head_dim, rng, 0.02f);
@@ -160,7 +163,9 @@ double llama_step_weight_bytes(const headwise::model::DecoderModel<float>& m) {
 
 const headwise::model::DecoderModel<float>& llama_1b_shaped(Index weights) {
   static std::map<Index, headwise::model::DecoderModel<float>> models;
-  if (!models.count(weights)) models.emplace(weights, make_llama_1b_shaped(weights == 0 ? headwise::WeightType::f32 : headwise::WeightType::bf16));
+  if (!models.count(weights))
+    models.emplace(weights, make_llama_1b_shaped(weights == 0 ? headwise::WeightType::f32 : headwise::WeightType::bf16,
+                                                 weights == 2 ? headwise::KvStorage::bf16 : headwise::KvStorage::as_computed));
   return models.at(weights);
 }
 
@@ -199,8 +204,8 @@ void BM_LlamaGemmCeiling(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * l_context * l_d * l_inner * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-/// weights 0: F32, 1: BF16; the context (the prompt decoded once before the timing; each
-/// iteration adds one token); threads.
+/// weights 0: F32, 1: BF16, 2: BF16 with BF16 KV caches; the context (the prompt decoded once
+/// before the timing; each iteration adds one token); threads.
 void BM_LlamaDecodeStep(benchmark::State& state) {
   const Index weights = state.range(0), context = state.range(1);
   const int threads = static_cast<int>(state.range(2));
@@ -214,12 +219,13 @@ void BM_LlamaDecodeStep(benchmark::State& state) {
   }
   state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["Weight_GBps"] = benchmark::Counter(llama_step_weight_bytes(model) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(weights == 0 ? "F32" : "BF16");
+  state.SetLabel(weights == 0 ? "F32" : weights == 1 ? "BF16" : "BF16, BF16 cache");
 }
 BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LlamaGemmCeiling)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LlamaPrefill)->ArgNames({"weights", "threads"})->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
 BENCHMARK(BM_LlamaDecodeStep)->ArgNames({"weights", "context", "threads"})->ArgsProduct({{0, 1}, {512, 4096}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
+BENCHMARK(BM_LlamaDecodeStep)->ArgNames({"weights", "context", "threads"})->ArgsProduct({{2}, {4096}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
 
 }  // namespace
 
