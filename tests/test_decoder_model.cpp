@@ -3,6 +3,7 @@
 // routing, GPT-2's reference interventions (a zero ablation and a patch of one head's Z); and what
 // a run or a loader refuses by name.
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <type_traits>
 #include <fstream>
@@ -584,4 +585,54 @@ TEMPLATE_TEST_CASE("A Llama model stored in FP8 with block scales: every project
   write(tmp + "-no-config", config, fp8);
   CHECK_THROWS_WITH(io::load_decoder_model<TestType>(tmp + "-no-config"),
                     Catch::Contains("is F8_E4M3, but the config has no quantization_config (fp8, weight_block_size)"));
+}
+
+TEST_CASE("A layer whose q/k/v/o tensors differ in type keeps them in F32, the same function", "[model][stored_matrix]") {
+  // llama-model-tiny-bf16 rewritten with layer 0's q_proj in F32 (the same values): layer 0's
+  // attention is kept F32, layer 1's stays BF16, and the logits are those of the BF16 file.
+  const std::string from = headwise_test::data_path("llama-model-tiny-bf16");
+  const io::SafetensorsFile source = io::SafetensorsFile::open(from + "/model.safetensors");
+  std::map<std::string, headwise_test::TensorBytes> tensors;
+  for (const std::string& name : source.names()) {
+    const std::vector<std::uint64_t> shape = source.info(name).shape;
+    const std::vector<float> v = source.values<float>(name);
+    std::vector<unsigned char> bytes;
+    const bool f32 = name == "model.layers.0.self_attn.q_proj.weight";
+    for (const float x : v) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      for (int b = f32 ? 0 : 2; b < 4; ++b) bytes.push_back(static_cast<unsigned char>(bits >> (8 * b)));  // BF16: the top half, exact here
+    }
+    tensors[name] = {f32 ? "F32" : "BF16", shape, bytes};
+  }
+  const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/llama-model-tiny-mixed";
+  std::filesystem::create_directories(folder);
+  std::filesystem::copy_file(from + "/config.json", folder + "/config.json", std::filesystem::copy_options::overwrite_existing);
+  const std::vector<unsigned char> bytes = headwise_test::write_safetensors_bytes(tensors);
+  std::ofstream(folder + "/model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  const auto mixed = io::load_decoder_model<float>(folder);
+  const auto bf16 = io::load_decoder_model<float>(from);
+  CHECK(mixed.blocks[0].attention.stored_w_qkv().type() == WeightType::f32);
+  CHECK(mixed.blocks[0].attention.stored_w_o().type() == WeightType::f32);
+  CHECK(mixed.blocks[1].attention.stored_w_qkv().type() == WeightType::bf16);
+  CHECK(mixed.blocks[0].mlp.w_up.type() == WeightType::bf16);
+  const std::vector<Index> ids = {3, 14, 15, 92, 65};
+  CHECK_THAT(headwise_test::as_double(mixed.logits(ids)), IsNear(headwise_test::as_double(bf16.logits(ids)), headwise_test::tolerance<float>()));
+  // The same file with its header unpadded (the data at an odd offset): the BF16 tensors are not
+  // aligned, so they are copied, still BF16, and give the same logits.
+  const std::vector<unsigned char> padded = headwise_test::write_safetensors_bytes(tensors);
+  std::uint64_t header = 0;
+  std::memcpy(&header, padded.data(), 8);
+  std::string text(padded.begin() + 8, padded.begin() + 8 + std::ptrdiff_t(header));
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  if (text.size() % 2 == 0) text.push_back(' ');
+  const std::vector<unsigned char> odd = headwise_test::file_with_header(text, std::vector<unsigned char>(padded.begin() + 8 + std::ptrdiff_t(header), padded.end()));
+  const std::string odd_folder = folder + "-unaligned";  // (not over the file `mixed` maps and reads in place)
+  std::filesystem::create_directories(odd_folder);
+  std::filesystem::copy_file(from + "/config.json", odd_folder + "/config.json", std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(odd_folder + "/model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(odd.data()), std::streamsize(odd.size()));
+  const auto unaligned = io::load_decoder_model<float>(odd_folder);
+  CHECK(unaligned.blocks[0].mlp.w_up.type() == WeightType::bf16);
+  CHECK(unaligned.embedding.type() == WeightType::bf16);
+  CHECK_THAT(headwise_test::as_double(unaligned.logits(ids)), headwise_test::IsExactly(mixed.logits(ids)));
 }

@@ -63,7 +63,9 @@ inline std::vector<unsigned char> write_safetensors_bytes(const std::map<std::st
     data.insert(data.end(), t.bytes.begin(), t.bytes.end());
     header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
   }
-  return file_with_header(header.dump(), data);
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');  // the data 8-byte aligned, as safetensors' writers pad it
+  return file_with_header(text, data);
 }
 
 /// F32 tensors, each filled with one value.

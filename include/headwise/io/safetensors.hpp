@@ -353,8 +353,9 @@ class SafetensorsFile {
 
   /// A 2-D `tensor` as a product in Scalar reads weights (stored_matrix.hpp): in place, sharing
   /// the file's bytes (its mapping), where it is stored as such a product reads it (F32, BF16,
-  /// F16 for float; F64 for double) and aligned to its entry size; else converted once (to F32, or
-  /// F64). FP8 is refused here (its block scales: detail::TensorReader).
+  /// F16 for float; F64 for double) and aligned to its entry size; copied in that type where it is
+  /// not aligned (a file whose header is not padded); else converted once (to F32, or F64). FP8 is
+  /// refused here (its block scales: detail::TensorReader).
   template <class Scalar>
   StoredMatrix stored_matrix(const std::string& tensor) const {
     const TensorInfo& t = info(tensor);
@@ -365,7 +366,8 @@ class SafetensorsFile {
     const unsigned char* p = bytes_.data + data_begin_ + t.begin;
     if (readable && reinterpret_cast<std::uintptr_t>(p) % weight_type_size(*readable) == 0)
       return StoredMatrix::view(bytes_.owner, p, *readable, shape);
-    return StoredMatrix::from(matrix<Scalar>(tensor), std::is_same_v<Scalar, float> ? WeightType::f32 : WeightType::f64);
+    // (BF16 and F16 widen to float exactly, so the copy has the file's bits)
+    return StoredMatrix::from(matrix<Scalar>(tensor), readable ? *readable : std::is_same_v<Scalar, float> ? WeightType::f32 : WeightType::f64);
   }
   /// The weight type a product in Scalar reads `dtype` as, in place; none: it must be converted.
   template <class Scalar>
