@@ -1,7 +1,8 @@
-// Weights kept as stored (stored_matrix.hpp): x Wᵀ with W in F32, BF16, F16 (float) or F64
-// (double) against Eigen's float64 product of the same stored values; a row of the result the
-// same bits alone, among any other rows and on any thread count (decoding = the forward); the
-// conversions' rounding; and what is refused.
+// Weights kept as stored (stored_matrix.hpp): x Wᵀ with W in F32, BF16, F16, FP8 with block
+// scales (float) or F64 (double) against Eigen's float64 product of the same stored values (FP8
+// decoded here from the formats' definition); a row of the result the same bits alone, among any
+// other rows and on any thread count (decoding = the forward); the conversions' rounding; and
+// what is refused.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -55,6 +56,121 @@ void check_types(const std::vector<WeightType>& types) {
 TEST_CASE("x W^T with W as stored: float with F32, BF16 and F16 weights, double with F64", "[stored_matrix]") {
   check_types<float>({WeightType::f32, WeightType::bf16, WeightType::f16});
   check_types<double>({WeightType::f64});
+}
+
+namespace {
+// An FP8 code's value from the formats' definition (OCP 8-bit floats): sign, exponent bits with
+// bias 7 (E4M3) or 15 (E5M2), mantissa bits; exponent 0 subnormal.
+double fp8_value(unsigned code, WeightType type) {
+  const int mantissa_bits = type == WeightType::f8_e4m3 ? 3 : 2, bias = type == WeightType::f8_e4m3 ? 7 : 15;
+  const int e = int(code & 0x7fu) >> mantissa_bits, m = int(code) & ((1 << mantissa_bits) - 1);
+  const double magnitude = e == 0 ? std::ldexp(double(m), 1 - bias - mantissa_bits)
+                                  : std::ldexp(double(m + (1 << mantissa_bits)), e - bias - mantissa_bits);
+  return code & 0x80u ? -magnitude : magnitude;
+}
+bool fp8_finite(unsigned code, WeightType type) {
+  return type == WeightType::f8_e4m3 ? (code & 0x7fu) != 0x7fu : (code & 0x7fu) < 0x7cu;
+}
+
+// Random finite codes (out x in) and scales in blocks of block_rows x block_cols, as bytes and as
+// the float64 matrix of their values times the scales rounded to float (what a float product
+// multiplies by).
+struct Fp8Case {
+  std::shared_ptr<std::vector<unsigned char>> codes;
+  headwise::BlockScales scales;
+  Eigen::MatrixXd weights;
+};
+Fp8Case fp8_case(Index out, Index in, WeightType type, Index block_rows, Index block_cols, std::mt19937& rng) {
+  Fp8Case f;
+  f.codes = std::make_shared<std::vector<unsigned char>>(std::size_t(out * in));
+  for (unsigned char& c : *f.codes) {
+    do c = static_cast<unsigned char>(rng() & 0xffu);
+    while (!fp8_finite(c, type));
+  }
+  f.scales.block_rows = block_rows, f.scales.block_cols = block_cols;
+  f.scales.grid.resize((out + block_rows - 1) / block_rows, (in + block_cols - 1) / block_cols);
+  std::uniform_real_distribution<double> u(0.5, 2.0);
+  for (Index i = 0; i < f.scales.grid.size(); ++i) f.scales.grid.data()[i] = double(float(std::ldexp(u(rng), type == WeightType::f8_e4m3 ? -9 : -14)));
+  f.weights.resize(out, in);
+  for (Index i = 0; i < out; ++i)
+    for (Index j = 0; j < in; ++j)
+      f.weights(i, j) = double(float(fp8_value((*f.codes)[std::size_t(i * in + j)], type) * f.scales.grid(i / block_rows, j / block_cols)));
+  return f;
+}
+}  // namespace
+
+TEST_CASE("x W^T with FP8 weights in place, each times its block's scale", "[stored_matrix][fp8]") {
+  std::mt19937 rng(13);
+  for (const WeightType type : {WeightType::f8_e4m3, WeightType::f8_e5m2})
+    for (const Shape s : shapes)
+      for (const auto& [block_rows, block_cols] : {std::pair<Index, Index>{3, 16}, {128, 128}, {5, 32}}) {
+        CAPTURE(s.n, s.in, s.out, headwise::weight_type_name(type), block_rows, block_cols);
+        const Fp8Case f = fp8_case(s.out, s.in, type, block_rows, block_cols, rng);
+        const StoredMatrix w = StoredMatrix::view(f.codes, f.codes->data(), type, {s.out, s.in}, f.scales);
+        CHECK(w.data() == f.codes->data());
+        CHECK(w.bytes() == std::size_t(s.out * s.in));
+        CHECK_THAT(as_double(w.to_matrix<float>()), IsExactly(f.weights));
+        const Matrix<float> x = headwise_test::random_matrix<float>(s.n, s.in, rng);
+        const Matrix<float> y = headwise::times_transposed<float>(x, w, 1);
+        CHECK_THAT(as_double(y), IsNear(Eigen::MatrixXd(x.cast<double>() * f.weights.transpose()), headwise_test::tolerance<float>()));
+        for (Index i = 0; i < s.n; ++i) CHECK_THAT(as_double(headwise::times_transposed<float>(x.row(i), w, 1)), IsExactly(y.row(i)));
+        for (const int threads : {2, 3}) CHECK_THAT(as_double(headwise::times_transposed<float>(x, w, threads)), IsExactly(y));
+        // Rows of it share its codes and scales; converting the widened values back is exact.
+        if (s.out > 4) CHECK_THAT(as_double(w.middle_rows(3, s.out - 4).to_matrix<float>()), IsExactly(f.weights.middleRows(3, s.out - 4)));
+        const StoredMatrix back = StoredMatrix::from(f.weights, type, f.scales);
+        CHECK(std::equal(f.codes->begin(), f.codes->end(), static_cast<const unsigned char*>(back.data())));
+      }
+}
+
+TEST_CASE("Every finite FP8 code widens to its value", "[stored_matrix][fp8]") {
+  for (const WeightType type : {WeightType::f8_e4m3, WeightType::f8_e5m2}) {
+    std::vector<unsigned char> finite;
+    for (unsigned c = 0; c < 256; ++c)
+      if (fp8_finite(c, type)) finite.push_back(static_cast<unsigned char>(c));
+    auto codes = std::make_shared<std::vector<unsigned char>>(finite);
+    headwise::BlockScales one{Eigen::MatrixXd::Ones(1, (Index(finite.size()) + 15) / 16), 1, 16};
+    const StoredMatrix w = StoredMatrix::view(codes, codes->data(), type, {1, Index(finite.size())}, one);
+    Eigen::RowVectorXd expected(Index(finite.size()));
+    for (Index j = 0; j < expected.size(); ++j) expected(j) = fp8_value(finite[std::size_t(j)], type);
+    CAPTURE(headwise::weight_type_name(type));
+    CHECK_THAT(as_double(w.to_matrix<float>()), IsExactly(expected));
+    // And through a product: x = e_j picks entry j.
+    const Matrix<float> picks = Matrix<float>::Identity(expected.size(), expected.size());
+    CHECK_THAT(as_double(headwise::times_transposed<float>(picks, w, 1)), IsExactly(Eigen::VectorXd(expected.transpose())));
+    // Rounding to the nearest code, ties to even: halfway between 1 and the next code goes to 1.
+    const double step = type == WeightType::f8_e4m3 ? 0.125 : 0.25;
+    Eigen::MatrixXd m(1, 16);
+    m.setZero();
+    m(0, 0) = 1 + step / 2, m(0, 1) = 1 + 1.5 * step, m(0, 2) = -(1 + step / 4);
+    const Eigen::MatrixXd rounded = StoredMatrix::from(m, type, {Eigen::MatrixXd::Ones(1, 1), 1, 16}).to_matrix<double>();
+    CHECK(rounded(0, 0) == 1.0);
+    CHECK(rounded(0, 1) == 1 + 2 * step);
+    CHECK(rounded(0, 2) == -1.0);
+  }
+}
+
+TEST_CASE("FP8 weights: NaN codes, bad scales and blocks are refused by name", "[stored_matrix][fp8][errors]") {
+  auto codes = std::make_shared<std::vector<unsigned char>>(32, static_cast<unsigned char>(0x38));  // 1.0 in E4M3
+  const headwise::BlockScales one{Eigen::MatrixXd::Ones(1, 1), 2, 16};
+  (*codes)[17] = 0x7f;
+  CHECK_THROWS_WITH(StoredMatrix::view(codes, codes->data(), WeightType::f8_e4m3, {2, 16}, one),
+                    Catch::Contains("entry (1, 1) is NaN (F8_E4M3 code 127)"));
+  (*codes)[17] = 0xfc;
+  CHECK_THROWS_WITH(StoredMatrix::view(codes, codes->data(), WeightType::f8_e5m2, {2, 16}, one),
+                    Catch::Contains("entry (1, 1) is infinite (F8_E5M2 code 252)"));
+  (*codes)[17] = 0x38;
+  CHECK_THROWS_WITH(StoredMatrix::view(codes, codes->data(), WeightType::f8_e4m3, {2, 16}),
+                    Catch::Contains("F8_E4M3 entries need their block scales"));
+  CHECK_THROWS_WITH(StoredMatrix::view(codes, codes->data(), WeightType::bf16, {2, 8}, one), Catch::Contains("block scales are for FP8 entries, not BF16"));
+  CHECK_THROWS_WITH(StoredMatrix::view(codes, codes->data(), WeightType::f8_e4m3, {2, 16}, {Eigen::MatrixXd::Ones(1, 2), 2, 8}),
+                    Catch::Contains("the columns a multiple of 16"));
+  CHECK_THROWS_WITH(StoredMatrix::view(codes, codes->data(), WeightType::f8_e4m3, {2, 16}, {Eigen::MatrixXd::Ones(1, 1), 1, 16}),
+                    Catch::Contains("the scale grid is 1 x 1, expected 2 x 1 for 2 x 16 entries in blocks of 1 x 16"));
+  CHECK_THROWS_WITH(StoredMatrix::view(codes, codes->data(), WeightType::f8_e4m3, {2, 16}, {Eigen::MatrixXd::Constant(1, 1, 1e38), 2, 16}),
+                    Catch::Contains("the scale (0, 0) = 1e+38 is not finite in float32 times 256"));
+  CHECK_THROWS_WITH(StoredMatrix::from(Eigen::MatrixXd::Constant(1, 16, 465.0), WeightType::f8_e4m3, {Eigen::MatrixXd::Ones(1, 1), 1, 16}),
+                    Catch::Contains("entry (0, 0) over its block's scale is 465, beyond F8_E4M3's largest value 448"));
+  CHECK_THROWS_WITH(StoredMatrix::from(Eigen::MatrixXd::Ones(1, 16), WeightType::f8_e5m2), Catch::Contains("F8_E5M2 entries need their block scales"));
 }
 
 TEST_CASE("A large product on two threads: the columns split between them, the bits of one", "[stored_matrix]") {
@@ -123,7 +239,7 @@ TEST_CASE("Stored weights: wrong shapes, types and alignments are refused by nam
                     Catch::Contains("x has 4 columns but the weight matrix has 3 (its in dimension)"));
   CHECK_THROWS_WITH(headwise::times_transposed<double>(Matrix<double>::Ones(2, 3), w), Catch::Contains("a float64 product reads F64 weights, not BF16"));
   CHECK_THROWS_WITH(headwise::times_transposed<float>(Matrix<float>::Ones(2, 3), StoredMatrix::from(Eigen::MatrixXd::Ones(4, 3), WeightType::f64)),
-                    Catch::Contains("a float32 product reads F32, BF16 or F16 weights, not F64"));
+                    Catch::Contains("a float32 product reads F32, BF16, F16 or FP8 weights, not F64"));
   auto bytes = std::make_shared<std::vector<unsigned char>>(64);
   CHECK_THROWS_WITH(StoredMatrix::view(bytes, bytes->data() + 1, WeightType::f32, {2, 2}), Catch::Contains("F32 entries are not aligned to their size"));
   CHECK_THROWS_WITH(headwise::times_transposed<float>(Matrix<float>::Ones(1, 3), w, -1), Catch::Contains("times_transposed"));

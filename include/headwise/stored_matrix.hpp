@@ -1,14 +1,17 @@
 // A weight matrix kept as a checkpoint stores it: [out, in] row-major (PyTorch's Linear layout),
-// in F32, F64, BF16 or F16, owned or read in place from memory someone else keeps alive (a mapped
+// in F32, F64, BF16, F16, or FP8 (E4M3, E5M2) with a scale per block (DeepSeek-V3's 128 x 128
+// weight_scale_inv), owned or read in place from memory someone else keeps alive (a mapped
 // safetensors file). `times_transposed(x, w)` is x Wᵀ, each weight widened to float in registers
-// as it is read (detail/row_dot_product.hpp): a float layer streams the stored bytes, half of
-// float32's for BF16, and no widened copy is ever made. A float64 product (the teaching and
+// as it is read (detail/row_dot_product.hpp), an FP8 one times its block's scale: a float layer
+// streams the stored bytes, half of float32's for BF16, a quarter (and a scale per row and block
+// of columns) for FP8, and no widened copy is ever made. A float64 product (the teaching and
 // reference paths) reads F64 weights only: convert them once with `StoredMatrix::from`.
 //
 //   auto w = headwise::StoredMatrix::from(w_out_in, headwise::WeightType::bf16);   // rounded once
 //   Matrix<float> y = headwise::times_transposed<float>(x, w);                      // (n, out)
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -25,7 +28,7 @@
 namespace headwise {
 
 /// The type a StoredMatrix keeps its entries in.
-enum class WeightType { f32, f64, bf16, f16 };
+enum class WeightType { f32, f64, bf16, f16, f8_e4m3, f8_e5m2 };
 
 inline const char* weight_type_name(WeightType t) {
   switch (t) {
@@ -33,37 +36,81 @@ inline const char* weight_type_name(WeightType t) {
     case WeightType::f64: return "F64";
     case WeightType::bf16: return "BF16";
     case WeightType::f16: return "F16";
+    case WeightType::f8_e4m3: return "F8_E4M3";
+    case WeightType::f8_e5m2: return "F8_E5M2";
   }
   return "unknown";
 }
 
-inline std::size_t weight_type_size(WeightType t) { return t == WeightType::f64 ? 8 : t == WeightType::f32 ? 4 : 2; }
+inline bool is_fp8(WeightType t) { return t == WeightType::f8_e4m3 || t == WeightType::f8_e5m2; }
+
+inline std::size_t weight_type_size(WeightType t) {
+  return t == WeightType::f64 ? 8 : t == WeightType::f32 ? 4 : is_fp8(t) ? 1 : 2;
+}
 
 /// The shape of a stored matrix: out rows of in entries.
 struct StoredShape {
   Index rows = 0, cols = 0;
 };
 
+/// The scales of an FP8 matrix: entry (i, j) is its code's value times grid(i / block_rows, j /
+/// block_cols), the grid [ceil(rows / block_rows), ceil(cols / block_cols)] (edge blocks partial),
+/// as DeepSeek-V3's checkpoints and Hugging Face's FineGrainedFP8Config store weight_scale_inv.
+/// block_cols is a multiple of 16 (a packet of entries never straddles two blocks).
+struct BlockScales {
+  Matrix<double> grid;
+  Index block_rows = 128, block_cols = 128;
+};
+
 class StoredMatrix {
  public:
   StoredMatrix() = default;
 
-  /// m's entries converted to `type` (BF16 and F16 rounded to nearest even), owned.
+  /// m's entries converted to `type` (BF16 and F16 rounded to nearest even), owned. FP8 needs
+  /// its block scales: the overload below.
   template <class Derived>
   static StoredMatrix from(const Eigen::MatrixBase<Derived>& m, WeightType type) {
+    if (is_fp8(type)) detail::invalid("StoredMatrix::from", weight_type_name(type), " entries need their block scales (BlockScales)");
     StoredMatrix s;
     s.type_ = type, s.shape_ = {m.rows(), m.cols()};
     auto bytes = std::make_shared<std::vector<unsigned char>>(std::size_t(m.size()) * weight_type_size(type));
     unsigned char* out = bytes->data();
     const auto put = [&](auto tag) {
       using T = decltype(tag);
-      for (Index r = 0; r < m.rows(); ++r)
-        for (Index c = 0; c < m.cols(); ++c) {
-          const T x = detail::to_stored<T>(static_cast<double>(m(r, c)));
-          std::memcpy(out + (std::size_t(r) * std::size_t(m.cols()) + std::size_t(c)) * sizeof(T), &x, sizeof(T));
-        }
+      if constexpr (!detail::is_fp8<T>)
+        for (Index r = 0; r < m.rows(); ++r)
+          for (Index c = 0; c < m.cols(); ++c) {
+            const T x = detail::to_stored<T>(static_cast<double>(m(r, c)));
+            std::memcpy(out + (std::size_t(r) * std::size_t(m.cols()) + std::size_t(c)) * sizeof(T), &x, sizeof(T));
+          }
     };
     with_entry_type(type, put);
+    s.data_ = bytes->data(), s.owner_ = std::move(bytes);
+    return s;
+  }
+
+  /// m's entries in FP8 `type` with `scales`: m(i, j) / its block's scale rounded to the nearest
+  /// code (ties to even), owned. Exact for a matrix that is an FP8 one times these scales (a
+  /// checkpoint's weights widened); a quotient beyond the type's largest value is refused.
+  template <class Derived>
+  static StoredMatrix from(const Eigen::MatrixBase<Derived>& m, WeightType type, const BlockScales& scales) {
+    StoredMatrix s;
+    s.type_ = type, s.shape_ = {m.rows(), m.cols()};
+    s.set_scales(scales, "StoredMatrix::from");
+    auto bytes = std::make_shared<std::vector<unsigned char>>(std::size_t(m.size()));
+    with_fp8_type(type, [&](auto tag) {
+      using T = decltype(tag);
+      for (Index r = 0; r < m.rows(); ++r)
+        for (Index c = 0; c < m.cols(); ++c) {
+          const double q = static_cast<double>(m(r, c)) / scales.grid(r / scales.block_rows, c / scales.block_cols);
+          const bool near = std::fabs(q) <= 2 * detail::fp8_max<T>;  // (NaN and infinity not)
+          const T x = detail::fp8_nearest<T>(near ? q : 0.0);
+          if (!near || !(std::fabs(detail::from_stored<double>(x)) * detail::fp8_reading_factor<T> <= detail::fp8_max<T>))
+            detail::invalid("StoredMatrix::from", "entry (", r, ", ", c, ") over its block's scale is ", q, ", beyond ",
+                            weight_type_name(type), "'s largest value ", detail::fp8_max<T>);
+          (*bytes)[std::size_t(r) * std::size_t(m.cols()) + std::size_t(c)] = x.bits;
+        }
+    });
     s.data_ = bytes->data(), s.owner_ = std::move(bytes);
     return s;
   }
@@ -77,8 +124,30 @@ class StoredMatrix {
     if (data == nullptr && shape.rows * shape.cols > 0) detail::invalid("StoredMatrix::view", "no data for ", shape.rows, " x ", shape.cols, " entries");
     if (reinterpret_cast<std::uintptr_t>(data) % weight_type_size(type) != 0)
       detail::invalid("StoredMatrix::view", "the ", weight_type_name(type), " entries are not aligned to their size");
+    if (is_fp8(type)) detail::invalid("StoredMatrix::view", weight_type_name(type), " entries need their block scales (BlockScales)");
     StoredMatrix s;
     s.owner_ = std::move(owner), s.data_ = data, s.type_ = type, s.shape_ = shape;
+    return s;
+  }
+
+  /// FP8 entries (`type` E4M3 or E5M2) read in place the same way, each times its block's scale.
+  /// Every code is checked once: a NaN (or E5M2's infinity) is refused.
+  static StoredMatrix view(std::shared_ptr<const void> owner, const void* data, WeightType type, StoredShape shape,
+                           const BlockScales& scales) {
+    if (!is_fp8(type)) detail::invalid("StoredMatrix::view", "block scales are for FP8 entries, not ", weight_type_name(type));
+    if (shape.rows < 0 || shape.cols < 0) detail::invalid("StoredMatrix::view", "a negative shape (", shape.rows, " x ", shape.cols, ")");
+    if (data == nullptr && shape.rows * shape.cols > 0) detail::invalid("StoredMatrix::view", "no data for ", shape.rows, " x ", shape.cols, " entries");
+    StoredMatrix s;
+    s.owner_ = std::move(owner), s.data_ = data, s.type_ = type, s.shape_ = shape;
+    s.set_scales(scales, "StoredMatrix::view");
+    const auto* codes = static_cast<const std::uint8_t*>(data);
+    const std::size_t n = s.bytes();
+    for (std::size_t i = 0; i < n; ++i) {
+      const unsigned magnitude = codes[i] & 0x7fu;  // NaN: E4M3's S.1111.111, E5M2's S.11111.xx (and its infinities)
+      if (type == WeightType::f8_e4m3 ? magnitude == 0x7fu : magnitude >= 0x7cu)
+        detail::invalid("StoredMatrix::view", "entry (", Index(i / std::size_t(shape.cols)), ", ", Index(i % std::size_t(shape.cols)), ") is ",
+                        type == WeightType::f8_e4m3 || (magnitude & 3u) ? "NaN" : "infinite", " (", weight_type_name(type), " code ", unsigned(codes[i]), ")");
+    }
     return s;
   }
 
@@ -96,6 +165,7 @@ class StoredMatrix {
     StoredMatrix s = *this;
     s.data_ = static_cast<const unsigned char*>(data_) + std::size_t(first) * std::size_t(shape_.cols) * weight_type_size(type_);
     s.shape_.rows = count;
+    if (scales_) s.scale_rows_ = scale_rows_ + first * scale_blocks();
     return s;
   }
 
@@ -124,6 +194,10 @@ class StoredMatrix {
     return r;
   }
 
+  /// An FP8 matrix's scales as a product reads them (detail::RowScales: one float per row and
+  /// block of columns, times fp8_reading_factor); empty for the other types.
+  detail::RowScales row_scales() const { return {scale_rows_, scale_blocks(), scales_ ? block_cols_ : 0}; }
+
   /// Calls f(T{}) with T the C++ type of `type`'s entries.
   template <class F>
   static void with_entry_type(WeightType type, F&& f) {
@@ -132,11 +206,45 @@ class StoredMatrix {
       case WeightType::f64: return f(double{});
       case WeightType::bf16: return f(Eigen::bfloat16{});
       case WeightType::f16: return f(Eigen::half{});
+      case WeightType::f8_e4m3: return f(detail::Fp8E4M3{});
+      case WeightType::f8_e5m2: return f(detail::Fp8E5M2{});
     }
   }
 
  private:
-  /// Entries [first, first + count) widened into out.
+  template <class F>
+  static void with_fp8_type(WeightType type, F&& f) {
+    if (type == WeightType::f8_e4m3) return f(detail::Fp8E4M3{});
+    if (type == WeightType::f8_e5m2) return f(detail::Fp8E5M2{});
+    detail::invalid("StoredMatrix", "block scales are for FP8 entries, not ", weight_type_name(type));
+  }
+  Index scale_blocks() const { return scales_ ? (shape_.cols + block_cols_ - 1) / block_cols_ : 0; }
+
+  /// Each row's scales from the grid in float32, times the reading factor (exact: a power of two), checked.
+  void set_scales(const BlockScales& b, const char* where) {
+    if (b.block_rows <= 0 || b.block_cols <= 0 || b.block_cols % 16 != 0)
+      detail::invalid(where, "blocks of ", b.block_rows, " x ", b.block_cols, ": the rows must be > 0 and the columns a multiple of 16");
+    const Index grid_rows = (shape_.rows + b.block_rows - 1) / b.block_rows, grid_cols = (shape_.cols + b.block_cols - 1) / b.block_cols;
+    if (b.grid.rows() != grid_rows || b.grid.cols() != grid_cols)
+      detail::invalid(where, "the scale grid is ", b.grid.rows(), " x ", b.grid.cols(), ", expected ", grid_rows, " x ", grid_cols, " for ",
+                      shape_.rows, " x ", shape_.cols, " entries in blocks of ", b.block_rows, " x ", b.block_cols);
+    block_cols_ = b.block_cols;
+    auto rows = std::make_shared<std::vector<float>>(std::size_t(shape_.rows) * std::size_t(grid_cols));
+    with_fp8_type(type_, [&](auto tag) {
+      const float factor = detail::fp8_reading_factor<decltype(tag)>;
+      for (Index i = 0; i < shape_.rows; ++i)
+        for (Index j = 0; j < grid_cols; ++j) {
+          const double g = b.grid(i / b.block_rows, j);
+          const float scale = static_cast<float>(g) * factor;
+          if (!std::isfinite(scale))
+            detail::invalid(where, "the scale (", i / b.block_rows, ", ", j, ") = ", g, " is not finite in float32 times ", factor);
+          (*rows)[std::size_t(i) * std::size_t(grid_cols) + std::size_t(j)] = scale;
+        }
+    });
+    scale_rows_ = rows->data(), scales_ = std::move(rows);
+  }
+
+  /// Entries [first, first + count) widened into out (an FP8 one times its scale, as a product does).
   template <class Scalar>
   void widen(Index first, Index count, Scalar* out) const {
     with_entry_type(type_, [&](auto tag) {
@@ -145,7 +253,12 @@ class StoredMatrix {
       for (Index i = 0; i < count; ++i) {
         T x;
         std::memcpy(&x, in + std::size_t(i) * sizeof(T), sizeof(T));
-        out[i] = detail::from_stored<Scalar>(x);
+        if constexpr (detail::is_fp8<T>) {
+          const Index r = (first + i) / shape_.cols, c = (first + i) % shape_.cols;
+          out[i] = static_cast<Scalar>(detail::from_stored<float>(x) * scale_rows_[r * scale_blocks() + c / block_cols_]);
+        } else {
+          out[i] = detail::from_stored<Scalar>(x);
+        }
       }
     });
   }
@@ -154,11 +267,14 @@ class StoredMatrix {
   const void* data_ = nullptr;
   WeightType type_ = WeightType::f32;
   StoredShape shape_;
+  std::shared_ptr<const std::vector<float>> scales_;  ///< FP8: a row's scales, scale_blocks() per row
+  const float* scale_rows_ = nullptr;                 ///< (this matrix's first row's, in scales_)
+  Index block_cols_ = 0;
 };
 
 /// x Wᵀ: (x.rows(), w.rows()) for x (n, w.cols()), on `threads` threads (0: the default count).
 /// Deterministic: a row of the result is the same bits whatever the other rows and the thread
-/// count. Scalar float reads F32, BF16 and F16 weights; double reads F64 weights.
+/// count. Scalar float reads F32, BF16, F16 and FP8 weights; double reads F64 weights.
 template <class Scalar>
 Matrix<Scalar> times_transposed(const Eigen::Ref<const Matrix<Scalar>>& x, const StoredMatrix& w, int threads = 0) {
   static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>, "float or double");
@@ -171,7 +287,7 @@ Matrix<Scalar> times_transposed(const Eigen::Ref<const Matrix<Scalar>>& x, const
   const auto run = [&](auto tag) {
     using T = decltype(tag);
     const detail::RowMajorView<const T> b{static_cast<const T*>(w.data()), w.rows(), w.cols(), w.cols()};
-    detail::row_dot_product<Scalar, T>(a, b, c, parts);
+    detail::row_dot_product<Scalar, T>(a, {b, w.row_scales()}, c, parts);
   };
   if constexpr (std::is_same_v<Scalar, double>) {
     if (w.type() != WeightType::f64)
@@ -183,8 +299,10 @@ Matrix<Scalar> times_transposed(const Eigen::Ref<const Matrix<Scalar>>& x, const
       case WeightType::f32: run(float{}); break;
       case WeightType::bf16: run(Eigen::bfloat16{}); break;
       case WeightType::f16: run(Eigen::half{}); break;
+      case WeightType::f8_e4m3: run(detail::Fp8E4M3{}); break;
+      case WeightType::f8_e5m2: run(detail::Fp8E5M2{}); break;
       case WeightType::f64:
-        detail::invalid("times_transposed", "a float32 product reads F32, BF16 or F16 weights, not F64 (convert them once: StoredMatrix::from(w.to_matrix<float>(), WeightType::f32))");
+        detail::invalid("times_transposed", "a float32 product reads F32, BF16, F16 or FP8 weights, not F64 (convert them once: StoredMatrix::from(w.to_matrix<float>(), WeightType::f32))");
     }
   }
   return y;

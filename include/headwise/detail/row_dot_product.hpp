@@ -1,6 +1,7 @@
 // Internal: C = A Bᵀ with B a weight matrix as a checkpoint stores it, [out, in] row-major, in its
-// stored type (float, BF16, F16: widened to float in registers, detail/stored_numbers.hpp), read
-// in place: nothing is packed or copied, so a decoding step streams each weight byte once.
+// stored type (float, BF16, F16, FP8: widened to float in registers, detail/stored_numbers.hpp, an
+// FP8 packet then times its row's block scale), read in place: nothing is packed or copied, so a
+// decoding step streams each weight byte once.
 //
 // Every element C(i, j) is the dot product of row i of A and row j of B computed one way: P
 // partial sums (one per SIMD lane, lane l summing k ≡ l mod P in ascending k, the last packet of
@@ -36,6 +37,20 @@ struct RowMajorView {
   Index rows, cols, stride;
 };
 
+/// An FP8 matrix's scales, per row: entry (j, k) is widened times data[j stride + k / block]
+/// (block a multiple of the packet: one scale per packet). Empty (data null) for other types.
+struct RowScales {
+  const float* data = nullptr;
+  Index stride = 0, block = 0;
+};
+
+/// The B operand as stored: its rows and, for FP8, their scales.
+template <class BStored>
+struct StoredRows {
+  RowMajorView<const BStored> rows;
+  RowScales scales;
+};
+
 template <class Scalar>
 struct RowDotShape {
   using Packet = typename Eigen::internal::packet_traits<Scalar>::type;
@@ -61,19 +76,29 @@ struct RowDotShape {
 #endif
 
 /// One step of k for the tile: acc[r Rb + w] += a_r(k .. k + P) b_w(k .. k + P), the rows of A
-/// at a + r lda, those of B at b + w ldb. Spelled out by packs so that every accumulator keeps a
-/// constant index and its register.
+/// at a + r lda, those of B at b + w ldb (FP8: times scale[w lds]). Spelled out by packs so that
+/// every accumulator keeps a constant index and its register.
 template <class Scalar, class BStored, Index Rb, class Packet, Index... r, Index... w>
 EIGEN_ALWAYS_INLINE void dot_step(std::integer_sequence<Index, r...>, std::integer_sequence<Index, w...>, Packet* acc,
-                                  const Scalar* a, Index lda, const BStored* b, Index ldb) {
+                                  const Scalar* a, Index lda, const BStored* b, Index ldb, const float* scale, Index lds) {
   using namespace Eigen::internal;
   const Packet ap[sizeof...(r)] = {ploadu<Packet>(a + r * lda)...};
   const auto column = [&](auto wc) {
     constexpr Index j = decltype(wc)::value;
-    const Packet bw = load_widened<Packet>(b + j * ldb);
+    Packet bw = load_widened<Packet>(b + j * ldb);
+    if constexpr (is_fp8<BStored>) bw = pmul(bw, pset1<Packet>(scale[j * lds]));
     ((acc[r * Rb + j] = pmadd(ap[r], bw, acc[r * Rb + j])), ...);
   };
   (column(std::integral_constant<Index, w>{}), ...);
+}
+
+/// Entry k of a row of B (at row, its scales at scale) widened, as a packet of them is.
+template <class Scalar, class BStored>
+EIGEN_ALWAYS_INLINE Scalar widened_entry(const BStored* row, const float* scale, Index block, Index k) {
+  BStored x;
+  std::memcpy(&x, row + k, sizeof x);  // (in place in a mapped file: no alignment assumed)
+  if constexpr (is_fp8<BStored>) return from_stored<Scalar>(x) * scale[k / block];
+  else return from_stored<Scalar>(x);
 }
 
 /// The sums of four packets (each summed the one way, Eigen's predux order with AVX512DQ: the
@@ -129,11 +154,13 @@ struct DepthRange {
   Index begin, end, depth;
 };
 
-/// Row r of A (a + r lda) . row w of B (b + w ldb) over `range` for Ra rows of A and Rb rows of B
-/// (the compiled tile heights), continuing the partial sums in partial[r Rb + w]; at the end of
-/// the depth, the last partial packet (zero-padded) and the sums into c[r ldc + w].
+/// Row r of A (a + r lda) . row w of B (b + w ldb, its scales from s.data + w s.stride) over
+/// `range` for Ra rows of A and Rb rows of B (the compiled tile heights), continuing the partial
+/// sums in partial[r Rb + w]; at the end of the depth, the last partial packet (zero-padded) and
+/// the sums into c[r ldc + w].
 template <class Scalar, class BStored, Index Ra, Index Rb, class Packet>
-void dot_tile(const DepthRange& range, const Scalar* a, Index lda, const BStored* b, Index ldb, Packet* partial, Scalar* c, Index ldc) {
+void dot_tile(const DepthRange& range, const Scalar* a, Index lda, const BStored* b, Index ldb, const RowScales& s, Packet* partial,
+              Scalar* c, Index ldc) {
   using namespace Eigen::internal;
   constexpr Index P = RowDotShape<Scalar>::packet;
   const auto rows_a = std::make_integer_sequence<Index, Ra>{};
@@ -142,10 +169,14 @@ void dot_tile(const DepthRange& range, const Scalar* a, Index lda, const BStored
   for (Index i = 0; i < Ra * Rb; ++i) acc[i] = range.begin == 0 ? pset1<Packet>(Scalar(0)) : partial[i];
   const Index whole = range.depth / P * P, stop = std::min(range.end, whole);
   constexpr Index ahead = 512 / sizeof(BStored);  // entries of each row of B asked for early (a decoding step streams B)
+  Index block = 0, block_end = 0;                  // FP8: the block of columns k is in, and where it ends
+  if constexpr (is_fp8<BStored>) block = range.begin / s.block, block_end = (block + 1) * s.block;
   for (Index k = range.begin; k < stop; k += P) {
     if constexpr (Ra <= 2)
       for (Index w = 0; w < Rb; ++w) prefetch(reinterpret_cast<const char*>(b + w * ldb + k + ahead));
-    dot_step<Scalar, BStored, Rb>(rows_a, rows_b, acc, a + k, lda, b + k, ldb);
+    if constexpr (is_fp8<BStored>)
+      if (k == block_end) ++block, block_end += s.block;
+    dot_step<Scalar, BStored, Rb>(rows_a, rows_b, acc, a + k, lda, b + k, ldb, s.data + block, s.stride);
   }
   if (range.end < range.depth) {
     for (Index i = 0; i < Ra * Rb; ++i) partial[i] = acc[i];
@@ -155,12 +186,8 @@ void dot_tile(const DepthRange& range, const Scalar* a, Index lda, const BStored
     alignas(64) Scalar ta[std::size_t(Ra * P)] = {}, tb[std::size_t(Rb * P)] = {};
     for (Index r = 0; r < Ra; ++r) std::copy(a + r * lda + whole, a + r * lda + range.depth, ta + r * P);
     for (Index w = 0; w < Rb; ++w)
-      for (Index k = whole; k < range.depth; ++k) {
-        BStored x;
-        std::memcpy(&x, b + w * ldb + k, sizeof x);  // (in place in a mapped file: no alignment assumed)
-        tb[w * P + k - whole] = from_stored<Scalar>(x);
-      }
-    dot_step<Scalar, Scalar, Rb>(rows_a, rows_b, acc, ta, P, tb, P);
+      for (Index k = whole; k < range.depth; ++k) tb[w * P + k - whole] = widened_entry<Scalar>(b + w * ldb, s.data + w * s.stride, s.block, k);
+    dot_step<Scalar, Scalar, Rb>(rows_a, rows_b, acc, ta, P, tb, P, nullptr, 0);
   }
   Scalar sums[std::size_t(Ra * Rb)];
   sum_packets(acc, Ra * Rb, sums);
@@ -168,22 +195,25 @@ void dot_tile(const DepthRange& range, const Scalar* a, Index lda, const BStored
     for (Index w = 0; w < Rb; ++w) c[r * ldc + w] = sums[r * Rb + w];
 }
 
-/// Rows [0, rows) of B (b + w ldb) over `range`, widened to Scalar into out + w range.depth (the
-/// same columns): exact, so a product over them gives the bits of one that widens in registers.
+/// Rows [0, rows) of B (b + w ldb, their scales from s.data + w s.stride) over `range`, widened
+/// to Scalar into out + w range.depth (the same columns) as dot_step widens them, so a product
+/// over them gives the bits of one that widens in registers.
 template <class Scalar, class BStored>
-void widen_rows(const BStored* b, Index ldb, Index rows, DepthRange range, Scalar* out) {
+void widen_rows(const BStored* b, Index ldb, const RowScales& s, Index rows, DepthRange range, Scalar* out) {
+  using namespace Eigen::internal;
   using Packet = typename RowDotShape<Scalar>::Packet;
   constexpr Index P = RowDotShape<Scalar>::packet;
   for (Index w = 0; w < rows; ++w) {
     const BStored* row = b + w * ldb;
+    const float* scale = s.data + w * s.stride;
     Scalar* to = out + w * range.depth;
     Index k = range.begin;
-    for (; k + P <= range.end; k += P) Eigen::internal::pstoreu(to + k, load_widened<Packet>(row + k));
-    for (; k < range.end; ++k) {
-      BStored x;
-      std::memcpy(&x, row + k, sizeof x);
-      to[k] = from_stored<Scalar>(x);
+    for (; k + P <= range.end; k += P) {
+      Packet x = load_widened<Packet>(row + k);
+      if constexpr (is_fp8<BStored>) x = pmul(x, pset1<Packet>(scale[k / s.block]));
+      pstoreu(to + k, x);
     }
+    for (; k < range.end; ++k) to[k] = widened_entry<Scalar>(row, scale, s.block, k);
   }
 }
 
@@ -200,7 +230,7 @@ struct DotBlock {
 /// and range by range into a float copy in L1 for more (a prefill: once for all the rows, instead
 /// of once per sliver on the multiply-add's ports).
 template <class Scalar, class BStored>
-void dot_block(RowMajorView<const Scalar> a, RowMajorView<const BStored> b, RowMajorView<Scalar> c, DotBlock block) {
+void dot_block(RowMajorView<const Scalar> a, const StoredRows<BStored>& stored, RowMajorView<Scalar> c, DotBlock block) {
   using Shape = RowDotShape<Scalar>;
   using Packet = typename Shape::Packet;
   constexpr Index Rb = Shape::b_rows;
@@ -210,17 +240,18 @@ void dot_block(RowMajorView<const Scalar> a, RowMajorView<const BStored> b, RowM
   partial.resize(static_cast<std::size_t>(block.rows * Rb));
   const bool widen_first = narrow && block.rows > Shape::a_rows;
   if (widen_first) widened.resize(static_cast<std::size_t>(Rb * a.cols));
-  const auto slivers = [&](auto tile, auto stored, DepthRange range, Index j, const auto* bj, Index ldb) {
+  const RowMajorView<const BStored>& b = stored.rows;
+  const auto slivers = [&](auto tile, DepthRange range, Index j, const auto* bj, Index ldb, const RowScales& sj) {
     constexpr Index nb = decltype(tile)::value;
-    using B = std::remove_const_t<std::remove_pointer_t<decltype(stored)>>;
+    using B = std::remove_const_t<std::remove_pointer_t<decltype(bj)>>;
     for (Index i = block.row; i < block.row + block.rows;) {
       const Index left = block.row + block.rows - i;
       const Scalar* ai = a.data + i * a.stride;
       Scalar* cij = c.data + i * c.stride + j;
       Packet* p = partial.data() + (i - block.row) * Rb;
-      if (left >= Shape::a_rows) dot_tile<Scalar, B, Shape::a_rows, nb>(range, ai, a.stride, bj, ldb, p, cij, c.stride), i += Shape::a_rows;
-      else if (Shape::a_rows > 2 && left >= 2) dot_tile<Scalar, B, 2, nb>(range, ai, a.stride, bj, ldb, p, cij, c.stride), i += 2;
-      else dot_tile<Scalar, B, 1, nb>(range, ai, a.stride, bj, ldb, p, cij, c.stride), i += 1;
+      if (left >= Shape::a_rows) dot_tile<Scalar, B, Shape::a_rows, nb>(range, ai, a.stride, bj, ldb, sj, p, cij, c.stride), i += Shape::a_rows;
+      else if (Shape::a_rows > 2 && left >= 2) dot_tile<Scalar, B, 2, nb>(range, ai, a.stride, bj, ldb, sj, p, cij, c.stride), i += 2;
+      else dot_tile<Scalar, B, 1, nb>(range, ai, a.stride, bj, ldb, sj, p, cij, c.stride), i += 1;
     }
   };
   const auto rows_of_b = [&](auto tile, Index j) {
@@ -228,14 +259,16 @@ void dot_block(RowMajorView<const Scalar> a, RowMajorView<const BStored> b, RowM
     for (Index k0 = 0; k0 < a.cols; k0 += Shape::depth_block) {
       const DepthRange range{k0, std::min(a.cols, k0 + Shape::depth_block), a.cols};
       const BStored* bj = b.data + j * b.stride;
+      RowScales sj = stored.scales;
+      if constexpr (is_fp8<BStored>) sj.data += j * sj.stride;
       if constexpr (narrow) {
         if (widen_first) {
-          widen_rows<Scalar, BStored>(bj, b.stride, nb, range, widened.data());
-          slivers(tile, static_cast<const Scalar*>(nullptr), range, j, static_cast<const Scalar*>(widened.data()), a.cols);
+          widen_rows<Scalar, BStored>(bj, b.stride, sj, nb, range, widened.data());
+          slivers(tile, range, j, static_cast<const Scalar*>(widened.data()), a.cols, RowScales{});
           continue;
         }
       }
-      slivers(tile, static_cast<const BStored*>(nullptr), range, j, bj, b.stride);
+      slivers(tile, range, j, bj, b.stride, sj);
     }
   };
   Index j = block.column;
@@ -253,9 +286,10 @@ void dot_block(RowMajorView<const Scalar> a, RowMajorView<const BStored> b, RowM
 /// two threads where splitting B gave 0.72); for a few (a decoding step) each takes a share of B's
 /// rows (C's columns), so that both stream the weights. Deterministic: see the top of this file.
 template <class Scalar, class BStored>
-void row_dot_product(RowMajorView<const Scalar> a, RowMajorView<const BStored> b, RowMajorView<Scalar> c, int threads) {
+void row_dot_product(RowMajorView<const Scalar> a, const StoredRows<BStored>& stored, RowMajorView<Scalar> c, int threads) {
   using Shape = RowDotShape<Scalar>;
   constexpr Index Rb = Shape::b_rows;
+  const RowMajorView<const BStored>& b = stored.rows;
   if (a.rows == 0 || b.rows == 0) return;
   if (a.cols == 0) {
     for (Index i = 0; i < a.rows; ++i) std::fill(c.data + i * c.stride, c.data + i * c.stride + b.rows, Scalar(0));
@@ -273,11 +307,11 @@ void row_dot_product(RowMajorView<const Scalar> a, RowMajorView<const BStored> b
       const Index first = std::min(a.rows, slivers * part / parts * Shape::a_rows);
       const Index last = std::min(a.rows, slivers * (part + 1) / parts * Shape::a_rows);
       for (Index i0 = first; i0 < last; i0 += rows)
-        dot_block<Scalar, BStored>(a, b, c, {i0, std::min(rows, last - i0), 0, b.rows});
+        dot_block<Scalar, BStored>(a, stored, c, {i0, std::min(rows, last - i0), 0, b.rows});
       return;
     }
     const Index j0 = tiles * part / parts * Rb, j1 = std::min(b.rows, tiles * (part + 1) / parts * Rb);
-    for (Index i0 = 0; i0 < a.rows; i0 += rows) dot_block<Scalar, BStored>(a, b, c, {i0, std::min(rows, a.rows - i0), j0, j1});
+    for (Index i0 = 0; i0 < a.rows; i0 += rows) dot_block<Scalar, BStored>(a, stored, c, {i0, std::min(rows, a.rows - i0), j0, j1});
   });
 }
 

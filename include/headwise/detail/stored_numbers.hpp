@@ -1,15 +1,63 @@
-// Numbers kept narrower than they are computed (BF16, F16, int8 before its scale): one entry
-// converted to and from its stored type, and a packet of them widened to float in registers (the
-// micro-kernel's B operand, detail/tile_product.hpp). The KV storage types (kv_storage.hpp) are
+// Numbers kept narrower than they are computed (BF16, F16, int8 and FP8 before their scales): one
+// entry converted to and from its stored type, and a packet of them widened to float in registers
+// (the B operand of detail/tile_product.hpp's and detail/row_dot_product.hpp's micro-kernels). The
+// KV storage types (kv_storage.hpp) and the weights a checkpoint stores (stored_matrix.hpp) are
 // made of these.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include <Eigen/Core>
 
 namespace headwise {
 namespace detail {
+
+/// An FP8 weight as a checkpoint stores it, one byte: E4M3 as PyTorch's float8_e4m3fn (no
+/// infinities, max 448) or E5M2 as IEEE's layout. It is read through F16, whose bits hold it: an
+/// E5M2 byte is an F16's top byte, and E4M3's seven exponent and mantissa bits put one place lower
+/// make an F16 of 2^-8 times its value (the 2^8 goes into the block's scale, exactly:
+/// fp8_reading_factor). Codes that are NaN or infinite never get here (the loader refuses them).
+struct Fp8E4M3 {
+  std::uint8_t bits;
+};
+struct Fp8E5M2 {
+  std::uint8_t bits;
+};
+template <class T>
+constexpr bool is_fp8 = std::is_same_v<T, Fp8E4M3> || std::is_same_v<T, Fp8E5M2>;
+/// An FP8 code's value over its F16 reading (from_stored).
+template <class T>
+constexpr float fp8_reading_factor = std::is_same_v<T, Fp8E4M3> ? 256.0f : 1.0f;
+
+inline std::uint16_t half_bits_of(Fp8E4M3 x) {
+  return static_cast<std::uint16_t>(((x.bits & 0x7fu) << 7) | ((x.bits & 0x80u) << 8));
+}
+inline std::uint16_t half_bits_of(Fp8E5M2 x) { return static_cast<std::uint16_t>(x.bits << 8); }
+
+/// The largest finite value of an FP8 type: 448 (E4M3), 57344 (E5M2).
+template <class T>
+constexpr double fp8_max = std::is_same_v<T, Fp8E4M3> ? 448.0 : 57344.0;
+
+/// The FP8 code nearest v (ties to even), for |v| <= fp8_max<T> once rounded (the caller checks).
+template <class T>
+T fp8_nearest(double v) {
+  constexpr int mantissa = std::is_same_v<T, Fp8E4M3> ? 3 : 2, bias = std::is_same_v<T, Fp8E4M3> ? 7 : 15;
+  const auto sign = static_cast<std::uint8_t>(std::signbit(v) ? 0x80u : 0u);
+  const double a = std::fabs(v);
+  int e = 0;
+  std::frexp(a, &e);
+  const int top = std::max(e - 1, 1 - bias);  // the binade's exponent; subnormals share the lowest step
+  const double q = std::nearbyint(std::ldexp(a, mantissa - top));  // a in steps of 2^(top - mantissa)
+  if (q == 0) return T{sign};
+  std::frexp(std::ldexp(q, top - mantissa), &e);  // (rounding may carry into the next binade)
+  if (e - 1 < 1 - bias) return T{static_cast<std::uint8_t>(sign | static_cast<unsigned>(q))};  // subnormal
+  const int exponent = e - 1;
+  const auto m = static_cast<unsigned>(std::ldexp(std::ldexp(q, top - mantissa), mantissa - exponent)) - (1u << mantissa);
+  return T{static_cast<std::uint8_t>(sign | static_cast<unsigned>(exponent + bias) << mantissa | m)};
+}
 
 /// x converted to the stored type (round to nearest even); an int8 entry is already quantized.
 template <class Stored, class Scalar>
@@ -18,10 +66,12 @@ Stored to_stored(Scalar x) {
   else return static_cast<Stored>(x);
 }
 
-/// A stored entry widened to Scalar (an int8 entry before its scale).
+/// A stored entry widened to Scalar (an int8 entry before its scale, an FP8 one its F16 reading).
 template <class Scalar, class Stored>
 Scalar from_stored(Stored x) {
-  if constexpr (std::is_same_v<Stored, Eigen::bfloat16> || std::is_same_v<Stored, Eigen::half>)
+  if constexpr (is_fp8<Stored>)
+    return static_cast<Scalar>(static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(half_bits_of(x))));
+  else if constexpr (std::is_same_v<Stored, Eigen::bfloat16> || std::is_same_v<Stored, Eigen::half>)
     return static_cast<Scalar>(static_cast<float>(x));
   else return static_cast<Scalar>(x);
 }
@@ -31,8 +81,8 @@ Scalar from_stored(Stored x) {
 #pragma GCC diagnostic ignored "-Wignored-attributes"  // SIMD types as template arguments, as Eigen does
 #endif
 /// One packet of floats widened from P stored entries (the micro-kernel's B operand): a plain load
-/// for floats, and by instructions for BF16 (a shift), F16 (F16C) and int8 where the instruction
-/// set has them, else entry by entry.
+/// for floats, and by instructions for BF16 (a shift), F16 (F16C), FP8 (shifts to F16, then F16C)
+/// and int8 where the instruction set has them, else entry by entry.
 template <class Packet, class Stored>
 inline Packet load_widened(const Stored* p) {
   using namespace Eigen::internal;
@@ -49,6 +99,12 @@ inline Packet load_widened(const Stored* p) {
       if constexpr (std::is_same_v<Stored, Eigen::half>) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
       if constexpr (std::is_same_v<Stored, std::int8_t>)
         return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+      if constexpr (is_fp8<Stored>) {
+        const __m256i high = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 8);
+        if constexpr (std::is_same_v<Stored, Fp8E5M2>) return _mm512_cvtph_ps(high);
+        // S.EEEE.MMM in the top byte, shifted down one with the sign copied, that copy cleared
+        return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(static_cast<short>(0xbfff))));
+      }
     }
 #endif
 #if defined(EIGEN_VECTORIZE_AVX2)
@@ -57,6 +113,11 @@ inline Packet load_widened(const Stored* p) {
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 #if defined(__F16C__)
       if constexpr (std::is_same_v<Stored, Eigen::half>) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      if constexpr (is_fp8<Stored>) {
+        const __m128i high = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8);
+        if constexpr (std::is_same_v<Stored, Fp8E5M2>) return _mm256_cvtph_ps(high);
+        return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<short>(0xbfff))));
+      }
 #endif
       if constexpr (std::is_same_v<Stored, std::int8_t>)
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
