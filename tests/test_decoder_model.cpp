@@ -512,8 +512,8 @@ unsigned char e4m3_code(double x) {
 }
 }  // namespace
 
-TEMPLATE_TEST_CASE("A Llama model stored in FP8 with block scales: every projection and MLP weight scaled once, as its float64 "
-                   "dequantized weights compute",
+TEMPLATE_TEST_CASE("A Llama model stored in FP8 with block scales: every projection and MLP weight kept in FP8 (float), "
+                   "computing as its float64 dequantized weights do",
                    "[model][fp8]", float, double) {
   // llama-model-tiny's 2-D layer weights quantized as DeepSeek-V3's checkpoints are (16 x 32 blocks
   // here, so that a matrix has several, edge blocks partial: 128 x 128 in the real files), written
@@ -571,10 +571,13 @@ TEMPLATE_TEST_CASE("A Llama model stored in FP8 with block scales: every project
 
   const auto model = io::load_decoder_model<TestType>(tmp);
   const auto reference = io::load_decoder_model<double>(tmp + "-dequantized");
-  const WeightType computing = std::is_same_v<TestType, float> ? WeightType::f32 : WeightType::f64;
+  // Kept in FP8 with their scales by a float model (the MLP's read in place from the file); a
+  // float64 model, whose products read F64, converts them once.
+  const WeightType kept = std::is_same_v<TestType, float> ? WeightType::f8_e4m3 : WeightType::f64;
   for (const auto& b : model.blocks)
     for (const StoredMatrix* w : {&b.mlp.w_gate, &b.mlp.w_up, &b.mlp.w_down, &b.attention.stored_w_qkv(), &b.attention.stored_w_o()})
-      CHECK(w->type() == computing);
+      CHECK(w->type() == kept);
+  CHECK(model.embedding.type() == (std::is_same_v<TestType, float> ? WeightType::f32 : WeightType::f64));
   const std::vector<Index> ids = {1, 17, 42, 299, 5, 0, 123, 77, 8, 250};
   const Matrix<TestType> logits = model.logits(ids);
   CHECK_THAT(headwise_test::as_double(logits), IsNear(reference.logits(ids), headwise_test::tolerance<TestType>()));

@@ -110,15 +110,30 @@ TEMPLATE_TEST_CASE("multi-head attention refuses bad configurations and inputs",
                       "headwise: head_contribution: z_h has 4 columns, expected d_head = 5");
 }
 
-TEST_CASE("A layer keeping its weights in BF16 or F16 computes with them rounded once; decoding gives the forward's bits",
+TEST_CASE("A layer keeping its weights in BF16, F16 or FP8 computes with them rounded once; decoding gives the forward's bits",
           "[mha][stored_matrix]") {
   std::mt19937 rng(41);
   const Index d_model = 48, n_heads = 4, n_kv_heads = 2, n = 23;
   const auto float_layer = headwise_test::random_layer<float>(d_model, n_heads, n_kv_heads, rng);
   const Matrix<float> x = headwise_test::random_matrix<float>(n, d_model, rng);
-  for (const WeightType type : {WeightType::bf16, WeightType::f16}) {
+  // FP8's scales as a checkpoint's quantizer makes them: a block's largest |w| over 448 (E4M3) or
+  // 57344 (E5M2), blocks of 8 x 16 on [out, in] (edge blocks partial).
+  const auto scales_of = [](const Matrix<float>& w_in_out, WeightType type) {
+    const Matrix<float> w = w_in_out.transpose();
+    headwise::BlockScales s{Matrix<double>((w.rows() + 7) / 8, (w.cols() + 15) / 16), 8, 16};
+    for (Index i = 0; i < s.grid.rows(); ++i)
+      for (Index j = 0; j < s.grid.cols(); ++j) {
+        const Index r = std::min<Index>(8, w.rows() - 8 * i), c = std::min<Index>(16, w.cols() - 16 * j);
+        s.grid(i, j) = double(float(w.block(8 * i, 16 * j, r, c).cwiseAbs().maxCoeff() / (type == WeightType::f8_e4m3 ? 448.0 : 57344.0)));
+      }
+    return s;
+  };
+  for (const WeightType type : {WeightType::bf16, WeightType::f16, WeightType::f8_e4m3, WeightType::f8_e5m2}) {
     CAPTURE(weight_type_name(type));
-    const auto rounded = [&](const Matrix<float>& w) { return StoredMatrix::from(w.transpose(), type).to_matrix<float>().transpose().eval(); };
+    const auto rounded = [&](const Matrix<float>& w) {
+      const StoredMatrix s = headwise::is_fp8(type) ? StoredMatrix::from(w.transpose(), type, scales_of(w, type)) : StoredMatrix::from(w.transpose(), type);
+      return s.to_matrix<float>().transpose().eval();
+    };
     const auto part = [&](QkvPart p) { return Matrix<float>(float_layer.layout().part(float_layer.w_qkv(), p)); };
     MultiHeadWeights<float> w;
     w.w_q = part(QkvPart::query), w.w_k = part(QkvPart::key), w.w_v = part(QkvPart::value), w.w_o = float_layer.w_o();
@@ -129,16 +144,22 @@ TEST_CASE("A layer keeping its weights in BF16 or F16 computes with them rounded
     reference.w_v = rounded(w.w_v).cast<double>(), reference.w_o = rounded(w.w_o).cast<double>();
     reference.b_q = w.b_q.cast<double>(), reference.b_k = w.b_k.cast<double>(), reference.b_v = w.b_v.cast<double>(), reference.b_o = w.b_o.cast<double>();
     w.kept_as = type;
+    if (headwise::is_fp8(type))
+      w.fp8_scales = MultiHeadWeights<float>::Fp8Scales{scales_of(w.w_q, type), scales_of(w.w_k, type), scales_of(w.w_v, type), scales_of(w.w_o, type), {}};
     const MultiHeadAttention<float> kept(n_heads, w);
     CHECK(kept.stored_w_qkv().type() == type);
     CHECK(kept.stored_w_o().type() == type);
-    CHECK(kept.stored_w_qkv().bytes() == std::size_t(d_model * (d_model + 2 * d_model / 2)) * 2);
+    CHECK(kept.stored_w_qkv().bytes() == std::size_t(d_model * (d_model + 2 * d_model / 2)) * headwise::weight_type_size(type));
     CHECK_THAT(headwise_test::as_double(kept.w_o()), IsExactly(reference.w_o));
     const Matrix<double> expected = MultiHeadAttention<double>(n_heads, reference).forward(x.cast<double>());
     const Matrix<float> forward = kept.forward(x);
     CHECK_THAT(headwise_test::as_double(forward), IsNear(expected, tolerance<float>()));
     auto cache = kept.make_cache(n);
     for (Index t = 0; t < n; ++t) CHECK_THAT(headwise_test::as_double(kept.forward_incremental(x.row(t), cache)), IsExactly(forward.row(t)));
+    if (headwise::is_fp8(type)) {  // the scales are required, and only with FP8
+      w.fp8_scales.reset();
+      CHECK_THROWS_WITH(MultiHeadAttention<float>(n_heads, w), Catch::Contains("kept_as is " + std::string(weight_type_name(type)) + " but fp8_scales are not given"));
+    }
   }
   // The type must be one the layer's products read.
   MultiHeadWeights<double> w;
@@ -148,5 +169,8 @@ TEST_CASE("A layer keeping its weights in BF16 or F16 computes with them rounded
   MultiHeadWeights<float> f;
   f.w_q = f.w_k = f.w_v = f.w_o = Matrix<float>::Identity(8, 8);
   f.kept_as = WeightType::f64;
-  CHECK_THROWS_WITH(MultiHeadAttention<float>(2, f), Catch::Contains("kept_as is F64: a float layer keeps F32, BF16 or F16 weights"));
+  CHECK_THROWS_WITH(MultiHeadAttention<float>(2, f), Catch::Contains("kept_as is F64: a float layer keeps F32, BF16, F16 or FP8 weights"));
+  f.kept_as = WeightType::bf16;
+  f.fp8_scales = MultiHeadWeights<float>::Fp8Scales{};
+  CHECK_THROWS_WITH(MultiHeadAttention<float>(2, f), Catch::Contains("kept_as is BF16 but fp8_scales are given (they are for FP8)"));
 }

@@ -40,13 +40,16 @@ class LayerProjections {
     const QkvLayout& l = layout_;
     Matrix<Scalar> rows(l.width(), w.w_q.rows());  // one pass over X instead of three
     rows << w.w_q.transpose(), w.w_k.transpose(), w.w_v.transpose();
-    w_qkv_ = StoredMatrix::from(rows, w.kept_as);
+    const auto* fp8 = w.fp8_scales ? &*w.fp8_scales : nullptr;
+    const BlockScales qkv_scales =
+        fp8 ? stacked({fp8->q.rows(0, l.query_width()), fp8->k.rows(0, l.key_value_width()), fp8->v.rows(0, l.key_value_width())}) : BlockScales{};
+    w_qkv_ = detail::kept_weights(rows, w, &qkv_scales);
     b_qkv_ = RowVector<Scalar>::Zero(l.width());
     if (w.b_q.size()) b_qkv_.segment(l.first_column(QkvPart::query), l.query_width()) = w.b_q;
     if (w.b_k.size()) b_qkv_.segment(l.first_column(QkvPart::key), l.key_value_width()) = w.b_k;
     if (w.b_v.size()) b_qkv_.segment(l.first_column(QkvPart::value), l.key_value_width()) = w.b_v;
     if (w.w_gate.size() || w.b_gate.size()) {
-      w_gate_ = StoredMatrix::from(w.w_gate.transpose(), w.kept_as);
+      w_gate_ = detail::kept_weights(w.w_gate.transpose(), w, fp8 ? &fp8->gate : nullptr);
       b_gate_ = w.b_gate.size() ? std::move(w.b_gate) : RowVector<Scalar>::Zero(l.query_width());
     }
     if (config.rope) {

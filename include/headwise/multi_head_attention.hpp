@@ -409,7 +409,7 @@ MultiHeadAttention<Scalar>::MultiHeadAttention(Index n_heads, MultiHeadWeights<S
   n_kv_heads_ = l.n_kv_heads, d_head_ = l.d_head;
   const Index d_model = w.w_q.rows();
   proj_ = LayerProjections<Scalar>(w, l, config_, where);
-  w_o_ = StoredMatrix::from(w.w_o.transpose(), w.kept_as);
+  w_o_ = detail::kept_weights(w.w_o.transpose(), w, w.fp8_scales ? &w.fp8_scales->o : nullptr);
   b_o_ = w.b_o.size() ? std::move(w.b_o) : RowVector<Scalar>::Zero(d_model);
   check_config(where);
 }

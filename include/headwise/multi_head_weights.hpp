@@ -3,6 +3,7 @@
 // numbers. MultiHeadAttention (multi_head_attention.hpp) is made from them.
 #pragma once
 
+#include <optional>
 #include <type_traits>
 
 #include "headwise/detail/errors.hpp"
@@ -33,6 +34,13 @@ struct MultiHeadWeights {
   /// (a float layer) rounds them once, to nearest even: exact for weights a checkpoint stores so,
   /// half the bytes a decoding step streams.
   WeightType kept_as = std::is_same_v<Scalar, double> ? WeightType::f64 : WeightType::f32;
+  /// With kept_as F8_E4M3 or F8_E5M2 (a float layer): the block scales the layer rounds W_Qᵀ, W_Kᵀ,
+  /// W_Vᵀ, W_Oᵀ and W_Gᵀ ([out, in], as a checkpoint stores them) to FP8 by
+  /// (StoredMatrix::from: exact for an FP8 checkpoint's weights widened); none otherwise.
+  struct Fp8Scales {
+    BlockScales q, k, v, o, gate;
+  };
+  std::optional<Fp8Scales> fp8_scales;
 };
 
 namespace detail {
@@ -87,9 +95,17 @@ QkvLayout check_weights(const MultiHeadWeights<Scalar>& w, Index n_heads, const 
   require_finite(where, "w_gate", w.w_gate);
   require_finite(where, "b_gate", w.b_gate);
   if (std::is_same_v<Scalar, double> != (w.kept_as == WeightType::f64))
-    invalid(where, "kept_as is ", weight_type_name(w.kept_as), ": a ", std::is_same_v<Scalar, double> ? "float64 layer keeps F64" : "float layer keeps F32, BF16 or F16",
-            " weights");
+    invalid(where, "kept_as is ", weight_type_name(w.kept_as), ": a ",
+            std::is_same_v<Scalar, double> ? "float64 layer keeps F64" : "float layer keeps F32, BF16, F16 or FP8", " weights");
+  if (is_fp8(w.kept_as) != w.fp8_scales.has_value())
+    invalid(where, "kept_as is ", weight_type_name(w.kept_as), is_fp8(w.kept_as) ? " but fp8_scales are not given" : " but fp8_scales are given (they are for FP8)");
   return {n_heads, n_kv_heads, d_head};
+}
+
+/// out_in ([out, in]) kept as w.kept_as; FP8 by `scales` (of out_in's rows).
+template <class Scalar, class Derived>
+StoredMatrix kept_weights(const Eigen::MatrixBase<Derived>& out_in, const MultiHeadWeights<Scalar>& w, const BlockScales* scales) {
+  return is_fp8(w.kept_as) ? StoredMatrix::from(out_in, w.kept_as, *scales) : StoredMatrix::from(out_in, w.kept_as);
 }
 
 }  // namespace detail

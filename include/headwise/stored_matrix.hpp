@@ -60,7 +60,33 @@ struct StoredShape {
 struct BlockScales {
   Matrix<double> grid;
   Index block_rows = 128, block_cols = 128;
+
+  /// The scales of rows [first, first + count) of the matrix, a grid row per row (block_rows 1):
+  /// rows split from a fused tensor, or taken in another order, keep theirs.
+  BlockScales rows(Index first, Index count) const {
+    if (first < 0 || count < 0 || block_rows <= 0 || (first + count > 0 && (first + count - 1) / block_rows >= grid.rows()))
+      detail::invalid("BlockScales::rows", "rows ", first, " .. ", first + count, " of a grid of ", grid.rows(), " blocks of ", block_rows);
+    BlockScales r{Matrix<double>(count, grid.cols()), 1, block_cols};
+    for (Index i = 0; i < count; ++i) r.grid.row(i) = grid.row((first + i) / block_rows);
+    return r;
+  }
 };
+
+/// The scales of matrices stacked by rows (W_Q | W_K | W_V), each part's given a grid row per row
+/// (BlockScales::rows), all of one block width.
+inline BlockScales stacked(const std::vector<BlockScales>& parts) {
+  Index rows = 0;
+  for (const BlockScales& p : parts) {
+    if (p.block_rows != 1 || p.block_cols != parts.front().block_cols || p.grid.cols() != parts.front().grid.cols())
+      detail::invalid("stacked", "scales of blocks ", p.block_rows, " x ", p.block_cols, " (", p.grid.cols(), " per row) beside ",
+                      parts.front().block_rows, " x ", parts.front().block_cols, ": give each part a scale per row of one block width");
+    rows += p.grid.rows();
+  }
+  BlockScales s{Matrix<double>(rows, parts.empty() ? 0 : parts.front().grid.cols()), 1, parts.empty() ? 16 : parts.front().block_cols};
+  Index at = 0;
+  for (const BlockScales& p : parts) s.grid.middleRows(at, p.grid.rows()) = p.grid, at += p.grid.rows();
+  return s;
+}
 
 class StoredMatrix {
  public:
@@ -77,7 +103,7 @@ class StoredMatrix {
     unsigned char* out = bytes->data();
     const auto put = [&](auto tag) {
       using T = decltype(tag);
-      if constexpr (!detail::is_fp8<T>)
+      if constexpr (!detail::is_fp8_entry<T>)
         for (Index r = 0; r < m.rows(); ++r)
           for (Index c = 0; c < m.cols(); ++c) {
             const T x = detail::to_stored<T>(static_cast<double>(m(r, c)));
@@ -253,7 +279,7 @@ class StoredMatrix {
       for (Index i = 0; i < count; ++i) {
         T x;
         std::memcpy(&x, in + std::size_t(i) * sizeof(T), sizeof(T));
-        if constexpr (detail::is_fp8<T>) {
+        if constexpr (detail::is_fp8_entry<T>) {
           const Index r = (first + i) / shape_.cols, c = (first + i) % shape_.cols;
           out[i] = static_cast<Scalar>(detail::from_stored<float>(x) * scale_rows_[r * scale_blocks() + c / block_cols_]);
         } else {

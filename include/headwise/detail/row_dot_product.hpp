@@ -86,7 +86,7 @@ EIGEN_ALWAYS_INLINE void dot_step(std::integer_sequence<Index, r...>, std::integ
   const auto column = [&](auto wc) {
     constexpr Index j = decltype(wc)::value;
     Packet bw = load_widened<Packet>(b + j * ldb);
-    if constexpr (is_fp8<BStored>) bw = pmul(bw, pset1<Packet>(scale[j * lds]));
+    if constexpr (is_fp8_entry<BStored>) bw = pmul(bw, pset1<Packet>(scale[j * lds]));
     ((acc[r * Rb + j] = pmadd(ap[r], bw, acc[r * Rb + j])), ...);
   };
   (column(std::integral_constant<Index, w>{}), ...);
@@ -97,7 +97,7 @@ template <class Scalar, class BStored>
 EIGEN_ALWAYS_INLINE Scalar widened_entry(const BStored* row, const float* scale, Index block, Index k) {
   BStored x;
   std::memcpy(&x, row + k, sizeof x);  // (in place in a mapped file: no alignment assumed)
-  if constexpr (is_fp8<BStored>) return from_stored<Scalar>(x) * scale[k / block];
+  if constexpr (is_fp8_entry<BStored>) return from_stored<Scalar>(x) * scale[k / block];
   else return from_stored<Scalar>(x);
 }
 
@@ -170,11 +170,11 @@ void dot_tile(const DepthRange& range, const Scalar* a, Index lda, const BStored
   const Index whole = range.depth / P * P, stop = std::min(range.end, whole);
   constexpr Index ahead = 512 / sizeof(BStored);  // entries of each row of B asked for early (a decoding step streams B)
   Index block = 0, block_end = 0;                  // FP8: the block of columns k is in, and where it ends
-  if constexpr (is_fp8<BStored>) block = range.begin / s.block, block_end = (block + 1) * s.block;
+  if constexpr (is_fp8_entry<BStored>) block = range.begin / s.block, block_end = (block + 1) * s.block;
   for (Index k = range.begin; k < stop; k += P) {
     if constexpr (Ra <= 2)
       for (Index w = 0; w < Rb; ++w) prefetch(reinterpret_cast<const char*>(b + w * ldb + k + ahead));
-    if constexpr (is_fp8<BStored>)
+    if constexpr (is_fp8_entry<BStored>)
       if (k == block_end) ++block, block_end += s.block;
     dot_step<Scalar, BStored, Rb>(rows_a, rows_b, acc, a + k, lda, b + k, ldb, s.data + block, s.stride);
   }
@@ -210,7 +210,7 @@ void widen_rows(const BStored* b, Index ldb, const RowScales& s, Index rows, Dep
     Index k = range.begin;
     for (; k + P <= range.end; k += P) {
       Packet x = load_widened<Packet>(row + k);
-      if constexpr (is_fp8<BStored>) x = pmul(x, pset1<Packet>(scale[k / s.block]));
+      if constexpr (is_fp8_entry<BStored>) x = pmul(x, pset1<Packet>(scale[k / s.block]));
       pstoreu(to + k, x);
     }
     for (; k < range.end; ++k) to[k] = widened_entry<Scalar>(row, scale, s.block, k);
@@ -260,7 +260,7 @@ void dot_block(RowMajorView<const Scalar> a, const StoredRows<BStored>& stored, 
       const DepthRange range{k0, std::min(a.cols, k0 + Shape::depth_block), a.cols};
       const BStored* bj = b.data + j * b.stride;
       RowScales sj = stored.scales;
-      if constexpr (is_fp8<BStored>) sj.data += j * sj.stride;
+      if constexpr (is_fp8_entry<BStored>) sj.data += j * sj.stride;
       if constexpr (narrow) {
         if (widen_first) {
           widen_rows<Scalar, BStored>(bj, b.stride, sj, nb, range, widened.data());

@@ -27,7 +27,7 @@ struct Fp8E5M2 {
   std::uint8_t bits;
 };
 template <class T>
-constexpr bool is_fp8 = std::is_same_v<T, Fp8E4M3> || std::is_same_v<T, Fp8E5M2>;
+constexpr bool is_fp8_entry = std::is_same_v<T, Fp8E4M3> || std::is_same_v<T, Fp8E5M2>;
 /// An FP8 code's value over its F16 reading (from_stored).
 template <class T>
 constexpr float fp8_reading_factor = std::is_same_v<T, Fp8E4M3> ? 256.0f : 1.0f;
@@ -69,7 +69,7 @@ Stored to_stored(Scalar x) {
 /// A stored entry widened to Scalar (an int8 entry before its scale, an FP8 one its F16 reading).
 template <class Scalar, class Stored>
 Scalar from_stored(Stored x) {
-  if constexpr (is_fp8<Stored>)
+  if constexpr (is_fp8_entry<Stored>)
     return static_cast<Scalar>(static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(half_bits_of(x))));
   else if constexpr (std::is_same_v<Stored, Eigen::bfloat16> || std::is_same_v<Stored, Eigen::half>)
     return static_cast<Scalar>(static_cast<float>(x));
@@ -99,7 +99,7 @@ inline Packet load_widened(const Stored* p) {
       if constexpr (std::is_same_v<Stored, Eigen::half>) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
       if constexpr (std::is_same_v<Stored, std::int8_t>)
         return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-      if constexpr (is_fp8<Stored>) {
+      if constexpr (is_fp8_entry<Stored>) {
         const __m256i high = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 8);
         if constexpr (std::is_same_v<Stored, Fp8E5M2>) return _mm512_cvtph_ps(high);
         // S.EEEE.MMM in the top byte, shifted down one with the sign copied, that copy cleared
@@ -113,7 +113,7 @@ inline Packet load_widened(const Stored* p) {
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 #if defined(__F16C__)
       if constexpr (std::is_same_v<Stored, Eigen::half>) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      if constexpr (is_fp8<Stored>) {
+      if constexpr (is_fp8_entry<Stored>) {
         const __m128i high = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8);
         if constexpr (std::is_same_v<Stored, Fp8E5M2>) return _mm256_cvtph_ps(high);
         return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<short>(0xbfff))));

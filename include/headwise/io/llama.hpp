@@ -74,6 +74,32 @@ void read_projections(const TensorReader& t, const LlamaConfig& config, Index la
   }
 }
 
+/// The block scales of W_Q, W_K, W_V, W_O (and the gate) of an FP8 layer (MultiHeadWeights::
+/// fp8_scales), a row per row, split and ordered as read_projections splits the weights.
+inline MultiHeadWeights<float>::Fp8Scales read_fp8_scales(const TensorReader& t, const LlamaConfig& config, Index layer) {
+  const auto hidden = static_cast<std::uint64_t>(config.hidden_size), d = static_cast<std::uint64_t>(config.head_dim_of(layer));
+  const std::uint64_t q_width = std::uint64_t(config.n_heads) * d, kv_width = std::uint64_t(config.kv_heads_of(layer)) * d;
+  const auto qw = static_cast<Index>(q_width), kvw = static_cast<Index>(kv_width), di = static_cast<Index>(d);
+  MultiHeadWeights<float>::Fp8Scales s;
+  s.o = t.fp8_scales("o_proj.weight", hidden, q_width);
+  if (config.fused_qkv) {
+    const BlockScales qkv = t.fp8_scales("qkv_proj.weight", q_width + 2 * kv_width, hidden);
+    s.q = qkv.rows(0, qw), s.k = qkv.rows(qw, kvw), s.v = qkv.rows(qw + kvw, kvw);
+    return s;
+  }
+  if (config.output_gate) {  // q_proj holds [q_h | gate_h] per head
+    const BlockScales both = t.fp8_scales("q_proj.weight", 2 * q_width, hidden);
+    std::vector<BlockScales> q, gate;
+    for (Index h = 0; h < config.n_heads; ++h) q.push_back(both.rows(2 * h * di, di)), gate.push_back(both.rows(2 * h * di + di, di));
+    s.q = stacked(q), s.gate = stacked(gate);
+  } else {
+    s.q = t.fp8_scales("q_proj.weight", q_width, hidden);
+  }
+  s.k = t.fp8_scales("k_proj.weight", kv_width, hidden);
+  s.v = t.has("v_proj.weight") ? t.fp8_scales("v_proj.weight", kv_width, hidden) : s.k;  // (Gemma 4's full layers: K = V)
+  return s;
+}
+
 /// The QK-norm weights (q_norm, k_norm: per head [d], or OLMo 2's over the projection) and the
 /// sinks, where the family has them.
 inline void read_layer_tensors(const TensorReader& t, const LlamaConfig& config, Index layer, LayerConfig& c) {
@@ -110,6 +136,8 @@ MultiHeadAttention<Scalar> load_llama_attention(const Checkpoint& model, const L
   const std::uint64_t q_width = std::uint64_t(config.n_heads) * static_cast<std::uint64_t>(config.head_dim_of(layer));
   w.w_o = t.linear<Scalar>("o_proj.weight", hidden, q_width), w.b_o = t.optional_vector<Scalar>("o_proj.bias", hidden);
   w.kept_as = t.kept_type<Scalar>({"qkv_proj.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"});
+  if constexpr (std::is_same_v<Scalar, float>)
+    if (is_fp8(w.kept_as)) w.fp8_scales = detail::read_fp8_scales(t, config, layer);
   detail::read_layer_tensors(t, config, layer, c);
   try {
     return MultiHeadAttention<Scalar>(config.n_heads, std::move(w), std::move(c));

@@ -355,7 +355,7 @@ class SafetensorsFile {
   /// the file's bytes (its mapping), where it is stored as such a product reads it (F32, BF16,
   /// F16 for float; F64 for double) and aligned to its entry size; copied in that type where it is
   /// not aligned (a file whose header is not padded); else converted once (to F32, or F64). FP8 is
-  /// refused here (its block scales: detail::TensorReader).
+  /// refused here: it needs its block scales (the overload below, detail::TensorReader).
   template <class Scalar>
   StoredMatrix stored_matrix(const std::string& tensor) const {
     const TensorInfo& t = info(tensor);
@@ -368,6 +368,19 @@ class SafetensorsFile {
       return StoredMatrix::view(bytes_.owner, p, *readable, shape);
     // (BF16 and F16 widen to float exactly, so the copy has the file's bits)
     return StoredMatrix::from(matrix<Scalar>(tensor), readable ? *readable : std::is_same_v<Scalar, float> ? WeightType::f32 : WeightType::f64);
+  }
+  /// A 2-D FP8 `tensor` (F8_E4M3, F8_E5M2) in place with its block scales, for a float product:
+  /// every code checked once (a NaN or infinite one is refused by its position).
+  StoredMatrix stored_matrix(const std::string& tensor, const BlockScales& scales) const {
+    const TensorInfo& t = info(tensor);
+    if (t.shape.size() != 2 || (t.dtype != Dtype::F8_E4M3 && t.dtype != Dtype::F8_E5M2))
+      fail("tensor \"" + tensor + "\" is " + dtype_name(t.dtype) + " " + detail::shape_string(t.shape) + ", expected an FP8 weight matrix [out, in]");
+    const WeightType type = t.dtype == Dtype::F8_E4M3 ? WeightType::f8_e4m3 : WeightType::f8_e5m2;
+    try {
+      return StoredMatrix::view(bytes_.owner, bytes_.data + data_begin_ + t.begin, type, {dimension(t, 0), dimension(t, 1)}, scales);
+    } catch (const std::invalid_argument& e) {
+      fail("tensor \"" + tensor + "\": " + e.what());
+    }
   }
   /// The weight type a product in Scalar reads `dtype` as, in place; none: it must be converted.
   template <class Scalar>

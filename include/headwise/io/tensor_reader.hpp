@@ -1,7 +1,7 @@
 // The one reader of a checkpoint's tensors for the loaders (attention, latent attention, whole
 // models): each tensor looked up by name (under a prefix), its shape checked against what the
-// config implies before it is read, converted to the computing type; an FP8 tensor times its
-// block scales (`name`_scale_inv, as DeepSeek-V3's checkpoints and Hugging Face's
+// config implies before it is read, converted to the computing type or kept as stored; an FP8
+// tensor with its block scales (`name`_scale_inv, as DeepSeek-V3's checkpoints and Hugging Face's
 // FineGrainedFP8Config write them). Every error names the checkpoint and the tensor.
 #pragma once
 
@@ -44,7 +44,7 @@ class TensorReader {
     check(key, {rows, cols}, options_.shape_hint);
     Matrix<Scalar> m = model_.file_of(key).matrix<Scalar>(key, Fp8::as_stored);
     const Dtype dtype = model_.file_of(key).info(key).dtype;
-    if (dtype == Dtype::F8_E4M3 || dtype == Dtype::F8_E5M2) apply_block_scales(key, dtype, m);
+    if (is_fp8(dtype)) apply_block_scales(key, dtype, m);
     else if (model_.contains(key + "_scale_inv"))
       fail("tensor \"" + key + "_scale_inv\" scales \"" + key + "\", which is " + dtype_name(dtype) + ", not FP8");
     return m;
@@ -55,13 +55,19 @@ class TensorReader {
     return matrix<Scalar>(name, out, in).transpose();
   }
   /// An nn.Linear weight [out, in] (an embedding [vocab, d]) kept as stored, in place where it can be
-  /// (SafetensorsFile::stored_matrix); an FP8 one times its block scales, converted once.
+  /// (SafetensorsFile::stored_matrix); an FP8 one in place with its block scales for a float
+  /// product (blocks of a multiple of 16 columns, as every FP8 checkpoint has), else converted
+  /// once (times its scales) to the computing type.
   template <class Scalar>
   StoredMatrix stored(const std::string& name, std::uint64_t out, std::uint64_t in) const {
     const std::string key = options_.prefix + name;
     check(key, {out, in}, options_.shape_hint);
     const Dtype dtype = model_.file_of(key).info(key).dtype;
-    if (dtype == Dtype::F8_E4M3 || dtype == Dtype::F8_E5M2 || model_.contains(key + "_scale_inv"))
+    if (is_fp8(dtype)) {
+      BlockScales scales = block_scales(key, dtype, {static_cast<Index>(out), static_cast<Index>(in)});
+      if (fp8_in_place<Scalar>(dtype)) return model_.file_of(key).stored_matrix(key, scales);
+    }
+    if (is_fp8(dtype) || model_.contains(key + "_scale_inv"))
       return StoredMatrix::from(matrix<Scalar>(name, out, in), computing_type<Scalar>());
     return model_.file_of(key).stored_matrix<Scalar>(key);
   }
@@ -75,8 +81,9 @@ class TensorReader {
     return StoredMatrix::from(m.transpose(), readable ? *readable : computing_type<Scalar>());
   }
   /// The type a layer in Scalar keeps the named tensors in (MultiHeadWeights::kept_as): their
-  /// stored type where they share one that a product in Scalar reads (F32, BF16, F16 for float;
-  /// F64 for double), else Scalar's own (FP8 with its scales, mixed types, F64 for float).
+  /// stored type where they share one that a product in Scalar reads (F32, BF16, F16, FP8 with
+  /// blocks of a multiple of 16 columns for float; F64 for double), else Scalar's own (mixed
+  /// types, F64 for float).
   /// Names the checkpoint lacks are skipped.
   template <class Scalar>
   WeightType kept_type(std::initializer_list<const char*> names) const {
@@ -84,12 +91,20 @@ class TensorReader {
     for (const char* name : names) {
       const std::string key = options_.prefix + name;
       if (!model_.contains(key)) continue;
-      const std::optional<WeightType> readable =
-          model_.contains(key + "_scale_inv") ? std::nullopt : SafetensorsFile::read_in_place<Scalar>(model_.file_of(key).info(key).dtype);
+      const Dtype dtype = model_.file_of(key).info(key).dtype;
+      const std::optional<WeightType> readable = is_fp8(dtype) ? fp8_in_place<Scalar>(dtype)
+                                                 : model_.contains(key + "_scale_inv") ? std::nullopt
+                                                                                       : SafetensorsFile::read_in_place<Scalar>(dtype);
       if (!readable || (kept && *kept != *readable)) return computing_type<Scalar>();
       kept = readable;
     }
     return kept ? *kept : computing_type<Scalar>();
+  }
+  /// The block scales of FP8 tensor `name` [out, in] (MultiHeadWeights::fp8_scales), checked.
+  BlockScales fp8_scales(const std::string& name, std::uint64_t out, std::uint64_t in) const {
+    const std::string key = options_.prefix + name;
+    check(key, {out, in}, options_.shape_hint);
+    return block_scales(key, model_.file_of(key).info(key).dtype, {static_cast<Index>(out), static_cast<Index>(in)});
   }
   /// A 1-D tensor `name` [size] (a norm's weight, a bias, the sinks), required.
   template <class Scalar>
@@ -114,10 +129,17 @@ class TensorReader {
     const auto& stored = model_.file_of(key).info(key).shape;
     if (stored != shape) fail("tensor \"" + key + "\" has shape " + shape_string(stored) + ", expected " + shape_string(shape) + hint);
   }
-  /// m (rows, cols) as stored in FP8, times each block's scale, as DeepSeek-V3's checkpoints and
-  /// Hugging Face dequantize: m(i, j) * weight_scale_inv(i / rows, j / cols), edge blocks partial.
+  static bool is_fp8(Dtype dtype) { return dtype == Dtype::F8_E4M3 || dtype == Dtype::F8_E5M2; }
+  /// The FP8 type a product in Scalar reads `dtype` as in place, with the config's blocks: float only.
   template <class Scalar>
-  void apply_block_scales(const std::string& key, Dtype dtype, Matrix<Scalar>& m) const {
+  std::optional<WeightType> fp8_in_place(Dtype dtype) const {
+    if (!std::is_same_v<Scalar, float> || !options_.fp8 || options_.fp8->cols % 16 != 0) return std::nullopt;
+    return dtype == Dtype::F8_E4M3 ? WeightType::f8_e4m3 : WeightType::f8_e5m2;
+  }
+  /// The block scales of FP8 tensor `key` (shape: its rows and columns), `key`_scale_inv as
+  /// quantization_config's weight_block_size lays them out, checked: present, of the grid's shape,
+  /// finite; the tensor's format the config's fmt.
+  BlockScales block_scales(const std::string& key, Dtype dtype, StoredShape shape) const {
     const auto& fp8 = options_.fp8;
     if (!fp8)
       fail("tensor \"" + key + "\" is " + dtype_name(dtype) +
@@ -126,11 +148,18 @@ class TensorReader {
       fail("tensor \"" + key + "\" is " + dtype_name(dtype) + ", but quantization_config's fmt says " + (fp8->e5m2 ? "e5m2" : "e4m3"));
     const std::string scale_key = key + "_scale_inv";
     const auto blocks = [](Index size, Index block) { return static_cast<std::uint64_t>((size + block - 1) / block); };
-    check(scale_key, {blocks(m.rows(), fp8->rows), blocks(m.cols(), fp8->cols)}, " (one scale per weight_block_size block)");
-    const Matrix<double> scale = model_.file_of(scale_key).matrix<double>(scale_key);
-    if (!scale.allFinite()) fail("tensor \"" + scale_key + "\" has a scale that is not finite");
+    check(scale_key, {blocks(shape.rows, fp8->rows), blocks(shape.cols, fp8->cols)}, " (one scale per weight_block_size block)");
+    BlockScales scales{model_.file_of(scale_key).matrix<double>(scale_key), fp8->rows, fp8->cols};
+    if (!scales.grid.allFinite()) fail("tensor \"" + scale_key + "\" has a scale that is not finite");
+    return scales;
+  }
+  /// m (rows, cols) as stored in FP8, times each block's scale, as DeepSeek-V3's checkpoints and
+  /// Hugging Face dequantize: m(i, j) * weight_scale_inv(i / rows, j / cols), edge blocks partial.
+  template <class Scalar>
+  void apply_block_scales(const std::string& key, Dtype dtype, Matrix<Scalar>& m) const {
+    const BlockScales s = block_scales(key, dtype, {m.rows(), m.cols()});
     for (Index i = 0; i < m.rows(); ++i)
-      for (Index j = 0; j < m.cols(); ++j) m(i, j) *= static_cast<Scalar>(scale(i / fp8->rows, j / fp8->cols));
+      for (Index j = 0; j < m.cols(); ++j) m(i, j) *= static_cast<Scalar>(s.grid(i / s.block_rows, j / s.block_cols));
   }
 
   const Checkpoint& model_;
