@@ -123,11 +123,29 @@ constexpr Index l_d = 2048, l_heads = 32, l_kv = 8, l_head_dim = 64, l_layers = 
 /// The model with random weights, every matrix (the attention's projections, the MLPs, the
 /// embedding and LM head) stored as `type`, RoPE as Llama's (theta 500000), its KV caches as
 /// `cache` stores them.
+/// FP8 block scales as a checkpoint's quantizer makes them: each 128 x 128 block's largest |w|
+/// over 448 (E4M3's largest value).
+headwise::BlockScales fp8_scales_of(const Mat& out_in) {
+  headwise::BlockScales s{Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>((out_in.rows() + 127) / 128, (out_in.cols() + 127) / 128), 128, 128};
+  for (Index i = 0; i < s.grid.rows(); ++i)
+    for (Index j = 0; j < s.grid.cols(); ++j)
+      s.grid(i, j) = double(out_in.block(128 * i, 128 * j, std::min<Index>(128, out_in.rows() - 128 * i), std::min<Index>(128, out_in.cols() - 128 * j))
+                                .cwiseAbs().maxCoeff() / 448.0f);
+  return s;
+}
+
+/// The model with random weights, every matrix (the attention's projections, the MLPs, the
+/// embedding and LM head) stored as `type`, RoPE as Llama's (theta 500000), its KV caches as
+/// `cache` stores them. FP8 (E4M3) as DeepSeek's and Qwen's FP8 checkpoints: every layer's
+/// matrices in 128 x 128 blocks, the embedding and LM head in BF16.
 headwise::model::DecoderModel<float> make_llama_1b_shaped(headwise::WeightType type, headwise::KvStorage cache) {
   std::mt19937 rng(3);
-  const auto stored = [&](Index rows, Index cols) { return headwise::StoredMatrix::from(random_matrix(rows, cols, rng, 0.02f), type); };
+  const auto keep = [&](const Mat& m) {
+    return headwise::is_fp8(type) ? headwise::StoredMatrix::from(m, type, fp8_scales_of(m)) : headwise::StoredMatrix::from(m, type);
+  };
+  const auto stored = [&](Index rows, Index cols) { return keep(random_matrix(rows, cols, rng, 0.02f)); };
   headwise::model::DecoderModel<float> m;
-  m.embedding = stored(l_vocab, l_d);
+  m.embedding = headwise::StoredMatrix::from(random_matrix(l_vocab, l_d, rng, 0.02f), headwise::is_fp8(type) ? headwise::WeightType::bf16 : type);
   using Norm = headwise::model::Norm<float>;
   Norm rms;
   rms.kind = Norm::Kind::rms, rms.eps = 1e-5, rms.weight = Row::Ones(l_d);
@@ -141,6 +159,9 @@ headwise::model::DecoderModel<float> make_llama_1b_shaped(headwise::WeightType t
     w.w_q = random_matrix(l_d, l_heads * l_head_dim, rng, 0.02f), w.w_k = random_matrix(l_d, l_kv * l_head_dim, rng, 0.02f);
     w.w_v = random_matrix(l_d, l_kv * l_head_dim, rng, 0.02f), w.w_o = random_matrix(l_heads * l_head_dim, l_d, rng, 0.02f);
     w.kept_as = type;
+    if (headwise::is_fp8(type))
+      w.fp8_scales = headwise::MultiHeadWeights<float>::Fp8Scales{fp8_scales_of(w.w_q.transpose()), fp8_scales_of(w.w_k.transpose()),
+                                                                   fp8_scales_of(w.w_v.transpose()), fp8_scales_of(w.w_o.transpose()), {}};
     headwise::model::FeedForward<float> mlp;
     mlp.w_gate = stored(l_inner, l_d), mlp.w_up = stored(l_inner, l_d), mlp.w_down = stored(l_d, l_inner);
     m.blocks.push_back({rms, headwise::MultiHeadAttention<float>(l_heads, std::move(w), config), std::nullopt, rms, std::move(mlp),
@@ -164,7 +185,9 @@ double llama_step_weight_bytes(const headwise::model::DecoderModel<float>& m) {
 const headwise::model::DecoderModel<float>& llama_1b_shaped(Index weights) {
   static std::map<Index, headwise::model::DecoderModel<float>> models;
   if (!models.count(weights))
-    models.emplace(weights, make_llama_1b_shaped(weights == 0 ? headwise::WeightType::f32 : headwise::WeightType::bf16,
+    models.emplace(weights, make_llama_1b_shaped(weights == 0   ? headwise::WeightType::f32
+                                                 : weights == 3 ? headwise::WeightType::f8_e4m3
+                                                                : headwise::WeightType::bf16,
                                                  weights == 2 ? headwise::KvStorage::bf16 : headwise::KvStorage::as_computed));
   return models.at(weights);
 }
@@ -179,7 +202,7 @@ double llama_flops(Index first, Index n) {
   return 2.0 * weights * double(n) + 4.0 * double(l_layers) * q * keys;
 }
 
-/// weights 0: F32, 1: BF16; threads. The prefill of 512 tokens, logits for each.
+/// weights 0: F32, 1: BF16, 3: FP8 (E4M3, 128 x 128 blocks); threads. The prefill of 512 tokens, logits for each.
 void BM_LlamaPrefill(benchmark::State& state) {
   const auto& model = llama_1b_shaped(state.range(0));
   headwise::model::RunOptions<float> options;
@@ -188,7 +211,7 @@ void BM_LlamaPrefill(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(model.run(ids, options).logits.data());
   state.counters["tokens/s"] = benchmark::Counter(double(l_context), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOPs"] = benchmark::Counter(llama_flops(0, l_context) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(state.range(0) == 0 ? "F32" : "BF16");
+  state.SetLabel(state.range(0) == 0 ? "F32" : state.range(0) == 3 ? "FP8" : "BF16");
 }
 
 /// Eigen's float GEMM at the prefill's MLP product (512 x 2048 by 2048 x 8192): the ceiling.
@@ -204,7 +227,7 @@ void BM_LlamaGemmCeiling(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * l_context * l_d * l_inner * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-/// weights 0: F32, 1: BF16, 2: BF16 with BF16 KV caches; the context (the prompt decoded once
+/// weights 0: F32, 1: BF16, 2: BF16 with BF16 KV caches, 3: FP8 (E4M3); the context (the prompt decoded once
 /// before the timing; each iteration adds one token); threads.
 void BM_LlamaDecodeStep(benchmark::State& state) {
   const Index weights = state.range(0), context = state.range(1);
@@ -219,12 +242,12 @@ void BM_LlamaDecodeStep(benchmark::State& state) {
   }
   state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["Weight_GBps"] = benchmark::Counter(llama_step_weight_bytes(model) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(weights == 0 ? "F32" : weights == 1 ? "BF16" : "BF16, BF16 cache");
+  state.SetLabel(weights == 0 ? "F32" : weights == 1 ? "BF16" : weights == 2 ? "BF16, BF16 cache" : "FP8");
 }
 BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LlamaGemmCeiling)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_LlamaPrefill)->ArgNames({"weights", "threads"})->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
-BENCHMARK(BM_LlamaDecodeStep)->ArgNames({"weights", "context", "threads"})->ArgsProduct({{0, 1}, {512, 4096}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
+BENCHMARK(BM_LlamaPrefill)->ArgNames({"weights", "threads"})->ArgsProduct({{0, 1, 3}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
+BENCHMARK(BM_LlamaDecodeStep)->ArgNames({"weights", "context", "threads"})->ArgsProduct({{0, 1, 3}, {512, 4096}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
 BENCHMARK(BM_LlamaDecodeStep)->ArgNames({"weights", "context", "threads"})->ArgsProduct({{2}, {4096}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
 
 }  // namespace

@@ -149,7 +149,8 @@ TEST_CASE("A layer keeping its weights in BF16, F16 or FP8 computes with them ro
     const MultiHeadAttention<float> kept(n_heads, w);
     CHECK(kept.stored_w_qkv().type() == type);
     CHECK(kept.stored_w_o().type() == type);
-    CHECK(kept.stored_w_qkv().bytes() == std::size_t(d_model * (d_model + 2 * d_model / 2)) * headwise::weight_type_size(type));
+    const std::size_t scales = headwise::is_fp8(type) ? std::size_t(2 * d_model * (d_model / 16) * 4) : 0;  // a float per row and 16 columns
+    CHECK(kept.stored_w_qkv().bytes() == std::size_t(d_model * (d_model + 2 * d_model / 2)) * headwise::weight_type_size(type) + scales);
     CHECK_THAT(headwise_test::as_double(kept.w_o()), IsExactly(reference.w_o));
     const Matrix<double> expected = MultiHeadAttention<double>(n_heads, reference).forward(x.cast<double>());
     const Matrix<float> forward = kept.forward(x);

@@ -167,7 +167,7 @@ class StoredMatrix {
     s.owner_ = std::move(owner), s.data_ = data, s.type_ = type, s.shape_ = shape;
     s.set_scales(scales, "StoredMatrix::view");
     const auto* codes = static_cast<const std::uint8_t*>(data);
-    const std::size_t n = s.bytes();
+    const std::size_t n = std::size_t(shape.rows) * std::size_t(shape.cols);
     for (std::size_t i = 0; i < n; ++i) {
       const unsigned magnitude = codes[i] & 0x7fu;  // NaN: E4M3's S.1111.111, E5M2's S.11111.xx (and its infinities)
       if (type == WeightType::f8_e4m3 ? magnitude == 0x7fu : magnitude >= 0x7cu)
@@ -181,8 +181,10 @@ class StoredMatrix {
   Index cols() const { return shape_.cols; }
   WeightType type() const { return type_; }
   const void* data() const { return data_; }
-  /// The bytes a product reads.
-  std::size_t bytes() const { return std::size_t(shape_.rows) * std::size_t(shape_.cols) * weight_type_size(type_); }
+  /// The bytes a product reads: the entries, and an FP8 matrix's float scale per row and block of columns.
+  std::size_t bytes() const {
+    return std::size_t(shape_.rows) * (std::size_t(shape_.cols) * weight_type_size(type_) + std::size_t(scale_blocks()) * sizeof(float));
+  }
 
   /// Rows [first, first + count), sharing these bytes (Phi-3's fused gate_up_proj: its halves).
   StoredMatrix middle_rows(Index first, Index count) const {
