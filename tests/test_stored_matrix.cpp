@@ -222,6 +222,27 @@ TEST_CASE("Conversion to BF16 and F16 rounds to nearest, ties to even", "[stored
   Eigen::MatrixXd h(1, 2);
   h << 1 + std::ldexp(1.0, -11), 65504.0;
   CHECK_THAT(as_double(StoredMatrix::from(h, WeightType::f16).to_matrix<double>()), IsExactly(Eigen::RowVector2d(1.0, 65504.0)));
+  // Rounded once from float64: just above a tie rounds up, where rounding to float first (which
+  // drops the 2^-30 or 2^-40) would make it the tie and round down.
+  Eigen::MatrixXd above(1, 2);
+  above << 1 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30), -(1 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30));
+  CHECK_THAT(as_double(StoredMatrix::from(above, WeightType::bf16).to_matrix<double>()),
+             IsExactly(Eigen::RowVector2d(1 + std::ldexp(1.0, -7), -(1 + std::ldexp(1.0, -7)))));
+  Eigen::MatrixXd above_half(1, 1);
+  above_half << 1 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  CHECK_THAT(as_double(StoredMatrix::from(above_half, WeightType::f16).to_matrix<double>()), IsExactly(Eigen::RowVector<double, 1>(1 + std::ldexp(1.0, -10))));
+}
+
+TEST_CASE("Conversion refuses weights that are not finite, or would not be in the stored type", "[stored_matrix][errors]") {
+  Eigen::MatrixXd m = Eigen::MatrixXd::Zero(2, 3);
+  m(1, 2) = 65520.0;  // rounds to F16's infinity (65504 is its largest value); BF16 and F32 hold it
+  CHECK_THROWS_WITH(StoredMatrix::from(m, WeightType::f16), Catch::Contains("entry (1, 2) = 65520 is beyond F16's largest value"));
+  CHECK(StoredMatrix::from(m, WeightType::bf16).row<double>(1)(2) == 65536.0);
+  m(1, 2) = 1e300;  // finite in float64, not in float32
+  CHECK_THROWS_WITH(StoredMatrix::from(m, WeightType::f32), Catch::Contains("entry (1, 2) = 1e+300 is beyond F32's largest value"));
+  CHECK(StoredMatrix::from(m, WeightType::f64).row<double>(1)(2) == 1e300);
+  m(0, 1) = std::nan("");
+  CHECK_THROWS_WITH(StoredMatrix::from(m, WeightType::f64), Catch::Contains("entry (0, 1) is nan, not a finite weight"));
 }
 
 TEST_CASE("Stored weights in place: a view of memory someone else keeps alive", "[stored_matrix]") {

@@ -178,7 +178,7 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   // The W_O sum: dZ = dY W_Oᵀ, dW_O = Zᵀ dY, db_O = Σ_rows dY. (The deterministic product reads
   // row-major operands: a transposed one is copied, and the copy of Z freed at once.)
   Matrix<Scalar> dz;
-  detail::product<Scalar>(dy, Matrix<Scalar>(layer.w_o().transpose()), dz, threads);
+  detail::product<Scalar>(dy, layer.stored_w_o().template to_matrix<Scalar>(), dz, threads);
   detail::product<Scalar>(Matrix<Scalar>(record->attention.z.transpose()), dy, grads.dw_o, threads);
   grads.db_o = dy.colwise().sum();
   // Attention, then RoPE's backward on dQ and dK.
@@ -199,7 +199,8 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   RowVector<Scalar>* db[3] = {&grads.db_q, &grads.db_k, &grads.db_v};
   Matrix<Scalar> term;
   for (int p = 0; p < 3; ++p) {
-    detail::product<Scalar>(*part[p], Matrix<Scalar>(l.part(layer.w_qkv(), parts[p]).transpose()), term, threads);
+    const StoredMatrix w_p = layer.stored_w_qkv().middle_rows(l.first_column(parts[p]), l.part_width(parts[p]));  // [out, in]
+    detail::product<Scalar>(*part[p], w_p.template to_matrix<Scalar>(), term, threads);
     if (p == 0) grads.dx = std::move(term);
     else grads.dx += term;
     detail::product<Scalar>(xt, *part[p], *dw[p], threads);

@@ -4,8 +4,8 @@
 // safetensors file). `times_transposed(x, w)` is x Wᵀ, each weight widened to float in registers
 // as it is read (detail/row_dot_product.hpp), an FP8 one times its block's scale: a float layer
 // streams the stored bytes, half of float32's for BF16, a quarter (and a scale per row and block
-// of columns) for FP8, and no widened copy is ever made. A float64 product (the teaching and
-// reference paths) reads F64 weights only: convert them once with `StoredMatrix::from`.
+// of columns) for FP8. A float64 product (the teaching and reference paths) reads F64 weights
+// only: convert them once with `StoredMatrix::from`.
 //
 //   auto w = headwise::StoredMatrix::from(w_out_in, headwise::WeightType::bf16);   // rounded once
 //   Matrix<float> y = headwise::times_transposed<float>(x, w);                      // (n, out)
@@ -92,8 +92,9 @@ class StoredMatrix {
  public:
   StoredMatrix() = default;
 
-  /// m's entries converted to `type` (BF16 and F16 rounded to nearest even), owned. FP8 needs
-  /// its block scales: the overload below.
+  /// m's entries converted to `type` (BF16 and F16 rounded to nearest even), owned. An entry that
+  /// is not finite, or would not be in `type` (F16 beyond 65504), is refused by its position. FP8
+  /// needs its block scales: the overload below.
   template <class Derived>
   static StoredMatrix from(const Eigen::MatrixBase<Derived>& m, WeightType type) {
     if (is_fp8(type)) detail::invalid("StoredMatrix::from", weight_type_name(type), " entries need their block scales (BlockScales)");
@@ -106,7 +107,11 @@ class StoredMatrix {
       if constexpr (!detail::is_fp8_entry<T>)
         for (Index r = 0; r < m.rows(); ++r)
           for (Index c = 0; c < m.cols(); ++c) {
-            const T x = detail::to_stored<T>(static_cast<double>(m(r, c)));
+            const double v = static_cast<double>(m(r, c));
+            const T x = detail::to_stored<T>(v);
+            if (!std::isfinite(v)) detail::invalid("StoredMatrix::from", "entry (", r, ", ", c, ") is ", v, ", not a finite weight");
+            if (!std::isfinite(detail::from_stored<double>(x)))
+              detail::invalid("StoredMatrix::from", "entry (", r, ", ", c, ") = ", v, " is beyond ", weight_type_name(type), "'s largest value");
             std::memcpy(out + (std::size_t(r) * std::size_t(m.cols()) + std::size_t(c)) * sizeof(T), &x, sizeof(T));
           }
     };
@@ -144,12 +149,7 @@ class StoredMatrix {
   /// shape.rows x shape.cols entries of `type`, row-major at data, read in place for as long as
   /// owner lives. data must be aligned to the entry's size (the caller copies otherwise).
   static StoredMatrix view(std::shared_ptr<const void> owner, const void* data, WeightType type, StoredShape shape) {
-    if (shape.rows < 0 || shape.cols < 0) detail::invalid("StoredMatrix::view", "a negative shape (", shape.rows, " x ", shape.cols, ")");
-    if (shape.cols > 0 && std::size_t(shape.rows) > std::numeric_limits<std::size_t>::max() / weight_type_size(type) / std::size_t(shape.cols))
-      detail::invalid("StoredMatrix::view", shape.rows, " x ", shape.cols, " entries of ", weight_type_name(type), " overflow a size");
-    if (data == nullptr && shape.rows * shape.cols > 0) detail::invalid("StoredMatrix::view", "no data for ", shape.rows, " x ", shape.cols, " entries");
-    if (reinterpret_cast<std::uintptr_t>(data) % weight_type_size(type) != 0)
-      detail::invalid("StoredMatrix::view", "the ", weight_type_name(type), " entries are not aligned to their size");
+    check_view(data, type, shape);
     if (is_fp8(type)) detail::invalid("StoredMatrix::view", weight_type_name(type), " entries need their block scales (BlockScales)");
     StoredMatrix s;
     s.owner_ = std::move(owner), s.data_ = data, s.type_ = type, s.shape_ = shape;
@@ -161,8 +161,7 @@ class StoredMatrix {
   static StoredMatrix view(std::shared_ptr<const void> owner, const void* data, WeightType type, StoredShape shape,
                            const BlockScales& scales) {
     if (!is_fp8(type)) detail::invalid("StoredMatrix::view", "block scales are for FP8 entries, not ", weight_type_name(type));
-    if (shape.rows < 0 || shape.cols < 0) detail::invalid("StoredMatrix::view", "a negative shape (", shape.rows, " x ", shape.cols, ")");
-    if (data == nullptr && shape.rows * shape.cols > 0) detail::invalid("StoredMatrix::view", "no data for ", shape.rows, " x ", shape.cols, " entries");
+    check_view(data, type, shape);
     StoredMatrix s;
     s.owner_ = std::move(owner), s.data_ = data, s.type_ = type, s.shape_ = shape;
     s.set_scales(scales, "StoredMatrix::view");
@@ -245,6 +244,16 @@ class StoredMatrix {
     if (type == WeightType::f8_e4m3) return f(detail::Fp8E4M3{});
     if (type == WeightType::f8_e5m2) return f(detail::Fp8E5M2{});
     detail::invalid("StoredMatrix", "block scales are for FP8 entries, not ", weight_type_name(type));
+  }
+  /// A view's shape, size and data pointer checked (not its bytes).
+  static void check_view(const void* data, WeightType type, StoredShape shape) {
+    if (shape.rows < 0 || shape.cols < 0) detail::invalid("StoredMatrix::view", "a negative shape (", shape.rows, " x ", shape.cols, ")");
+    if (shape.cols > 0 && std::size_t(shape.rows) > std::numeric_limits<std::size_t>::max() / weight_type_size(type) / std::size_t(shape.cols))
+      detail::invalid("StoredMatrix::view", shape.rows, " x ", shape.cols, " entries of ", weight_type_name(type), " overflow a size");
+    if (data == nullptr && shape.rows > 0 && shape.cols > 0)
+      detail::invalid("StoredMatrix::view", "no data for ", shape.rows, " x ", shape.cols, " entries");
+    if (reinterpret_cast<std::uintptr_t>(data) % weight_type_size(type) != 0)
+      detail::invalid("StoredMatrix::view", "the ", weight_type_name(type), " entries are not aligned to their size");
   }
   Index scale_blocks() const { return scales_ ? (shape_.cols + block_cols_ - 1) / block_cols_ : 0; }
 

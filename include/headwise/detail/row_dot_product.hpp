@@ -5,17 +5,20 @@
 //
 // Every element C(i, j) is the dot product of row i of A and row j of B computed one way: P
 // partial sums (one per SIMD lane, lane l summing k ≡ l mod P in ascending k, the last packet of
-// a row zero-padded), added up at the end in one fixed order (Eigen's predux). The same
-// instructions whatever the shapes, the micro-tile or the thread count, so a row of C never
-// depends on the other rows: decoding token by token gives the bits of the forward over the
-// whole prompt. (This is not the order of detail/tile_product.hpp's chains: a product reads its
-// weights one way or the other, always the same one.)
+// a row zero-padded), added up at the end in one fixed order (sum_four). The same instructions
+// whatever the shapes, the micro-tile or the thread count, so a row of C never depends on the
+// other rows: decoding token by token gives the bits of the forward over the whole prompt. This
+// is the order of every product by a StoredMatrix (times_transposed: the models' projections, MLPs
+// and LM heads). detail/tile_product.hpp's chains are another (the attention's own products, the
+// backward, latent attention, a Linear such as MultiHeadAttention::head(h)): the same weights
+// multiplied both ways agree to rounding, not bit for bit.
 //
 // Micro-tile: Ra rows of A by Rb rows of B in Ra Rb accumulators (4 x 6 with 32 vector
 // registers, 2 x 6 with 16), each A packet used Rb times and each B packet Ra times. A is taken in
-// blocks of up to 128 rows (1 MiB of them), the depth in ranges of 1024 (512 with 16 registers): a range of a tile of Rb rows of B stays in L1
-// while the block's rows of A go by from L2, the tiles' partial sums waiting between ranges (which
-// changes no bit). The threads split A's rows in a prefill, B's in a decoding step.
+// blocks of up to 128 rows (1 MiB of them), the depth in ranges of 1024 (512 with 16 registers):
+// a range of a tile of Rb rows of B stays in L1 while the block's rows of A go by from L2, the
+// tiles' partial sums waiting between ranges (which changes no bit). The threads split A's rows
+// in a prefill, B's in a decoding step.
 #pragma once
 
 #include <algorithm>
@@ -101,9 +104,10 @@ EIGEN_ALWAYS_INLINE Scalar widened_entry(const BStored* row, const float* scale,
   else return from_stored<Scalar>(x);
 }
 
-/// The sums of four packets (each summed the one way, Eigen's predux order with AVX512DQ: the
-/// halves of 512 bits added, then those of 256, then (x0 + x2) + (x1 + x3)), four at a time: the
-/// same additions in vector lanes, so a tile's 24 sums cost 6 passes of shuffles rather than 24.
+/// The sums of four packets, each summed the one way (the halves of 512 bits added, then those of
+/// 256, then (x0 + x2) + (x1 + x3): the order of Eigen's predux with AVX, and with AVX-512 where
+/// AVX512DQ is on), four at a time: the same additions in vector lanes, so a tile's 24 sums cost 6
+/// passes of shuffles rather than 24.
 template <class Packet, class Scalar>
 EIGEN_ALWAYS_INLINE void sum_four(const Packet& a, const Packet& b, const Packet& c, const Packet& d, Scalar* out) {
 #if defined(EIGEN_VECTORIZE_AVX512)

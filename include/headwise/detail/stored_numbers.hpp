@@ -59,11 +59,25 @@ T fp8_nearest(double v) {
   return T{static_cast<std::uint8_t>(sign | static_cast<unsigned>(exponent + bias) << mantissa | m)};
 }
 
+/// x in float, rounded to odd: the float toward zero from x with its last bit set where x is not a
+/// float. Rounding that to BF16 or F16 (at least 2 bits fewer) is x rounded to nearest even once,
+/// where rounding x to nearest float first could round twice.
+inline float rounded_to_odd(double x) {
+  float f = static_cast<float>(x);
+  if (!std::isfinite(x) || static_cast<double>(f) == x) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+  return Eigen::numext::bit_cast<float>(Eigen::numext::bit_cast<std::uint32_t>(f) | 1u);
+}
+
 /// x converted to the stored type (round to nearest even); an int8 entry is already quantized.
 template <class Stored, class Scalar>
 Stored to_stored(Scalar x) {
-  if constexpr (std::is_same_v<Stored, Eigen::bfloat16> || std::is_same_v<Stored, Eigen::half>) return Stored(static_cast<float>(x));
-  else return static_cast<Stored>(x);
+  if constexpr (std::is_same_v<Stored, Eigen::bfloat16> || std::is_same_v<Stored, Eigen::half>) {
+    if constexpr (std::is_same_v<Scalar, double>) return Stored(rounded_to_odd(x));
+    else return Stored(static_cast<float>(x));
+  } else {
+    return static_cast<Stored>(x);
+  }
 }
 
 /// A stored entry widened to Scalar (an int8 entry before its scale, an FP8 one its F16 reading).

@@ -37,9 +37,10 @@ Attribution<Scalar> attribution_patching(const Layer& layer, const Matrix<Scalar
     detail::invalid(where, "clean is ", clean.rows(), "x", clean.cols(), ", corrupted ", corrupted.rows(), "x",
                     corrupted.cols(), " and direction ", direction.rows(), "x", direction.cols(), ": expected (n, ",
                     layer.d_model(), ") each");
-  const Index H = layer.n_heads(), d = layer.w_o().rows() / H;  // the width of a head's Z
+  const Matrix<Scalar> w_o = layer.w_o();  // (widened once, for a layer that keeps it stored)
+  const Index H = layer.n_heads(), d = w_o.rows() / H;  // the width of a head's Z
   const Matrix<Scalar> z_clean = layer.head_outputs(clean, options), z_corrupt = layer.head_outputs(corrupted, options);
-  HeadSum<Scalar> sum(layer.w_o(), layer.b_o(), H);  // the backward from the metric to Z
+  HeadSum<Scalar> sum(w_o, layer.b_o(), H);  // the backward from the metric to Z
   sum.forward(z_clean);
   Attribution<Scalar> a;
   a.grad_z = sum.backward(direction).dz;

@@ -73,7 +73,7 @@ ForwardRecord<Scalar> inspect(const MultiHeadLatentAttention<Scalar>& layer,
 /// n_heads() and w_o_block(h) (MultiHeadAttention, MultiHeadLatentAttention).
 template <class Layer, class Scalar>
 Matrix<Scalar> contribution_norms(const Layer& layer, const Matrix<Scalar>& z) {
-  const Index n_heads = layer.n_heads(), d = layer.w_o().rows() / n_heads;
+  const Index n_heads = layer.n_heads(), d = layer.w_o_block(0).rows();  // (one head's block, not all of W_O)
   if (z.cols() != n_heads * d)
     detail::invalid("contribution_norms", "z has ", z.cols(), " columns, expected n_heads d_head = ", n_heads * d);
   Matrix<Scalar> norms(n_heads, z.rows());

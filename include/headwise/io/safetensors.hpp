@@ -364,10 +364,12 @@ class SafetensorsFile {
     const StoredShape shape{dimension(t, 0), dimension(t, 1)};
     const std::optional<WeightType> readable = read_in_place<Scalar>(t.dtype);
     const unsigned char* p = bytes_.data + data_begin_ + t.begin;
-    if (readable && reinterpret_cast<std::uintptr_t>(p) % weight_type_size(*readable) == 0)
-      return StoredMatrix::view(bytes_.owner, p, *readable, shape);
-    // (BF16 and F16 widen to float exactly, so the copy has the file's bits)
-    return StoredMatrix::from(matrix<Scalar>(tensor), readable ? *readable : std::is_same_v<Scalar, float> ? WeightType::f32 : WeightType::f64);
+    if (!readable) return StoredMatrix::from(matrix<Scalar>(tensor), std::is_same_v<Scalar, float> ? WeightType::f32 : WeightType::f64);
+    if (reinterpret_cast<std::uintptr_t>(p) % weight_type_size(*readable) == 0) return StoredMatrix::view(bytes_.owner, p, *readable, shape);
+    // not aligned: the file's bytes copied as they are into an aligned buffer
+    auto copy = std::make_shared<std::vector<unsigned char>>(p, p + t.end - t.begin);
+    const void* data = copy->data();
+    return StoredMatrix::view(std::move(copy), data, *readable, shape);
   }
   /// A 2-D FP8 `tensor` (F8_E4M3, F8_E5M2) in place with its block scales, for a float product:
   /// every code checked once (a NaN or infinite one is refused by its position).
