@@ -12,8 +12,10 @@
 // GFLOPs counted as the useful work: per token 2 x (the layer's weights: 4 d² attention
 // projections + 2 d 4d MLP) x layers + 2 d vocab for the LM head, plus the causal attention
 // 2 x 2 x (n (n + 1) / 2) x d per layer; a decoding step at context n: its one token's share.
-#include <map>
+#include <optional>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -182,14 +184,18 @@ double llama_step_weight_bytes(const headwise::model::DecoderModel<float>& m) {
   return bytes;
 }
 
+/// The model of `weights` (0: F32, 1: BF16, 2: BF16 with BF16 caches, 3: FP8), one at a time:
+/// the last one asked for is kept, the one before freed first (an F32 model is 5.5 GB).
 const headwise::model::DecoderModel<float>& llama_1b_shaped(Index weights) {
-  static std::map<Index, headwise::model::DecoderModel<float>> models;
-  if (!models.count(weights))
-    models.emplace(weights, make_llama_1b_shaped(weights == 0   ? headwise::WeightType::f32
-                                                 : weights == 3 ? headwise::WeightType::f8_e4m3
-                                                                : headwise::WeightType::bf16,
-                                                 weights == 2 ? headwise::KvStorage::bf16 : headwise::KvStorage::as_computed));
-  return models.at(weights);
+  static std::optional<std::pair<Index, headwise::model::DecoderModel<float>>> kept;
+  if (!kept || kept->first != weights) {
+    kept.reset();
+    kept.emplace(weights, make_llama_1b_shaped(weights == 0   ? headwise::WeightType::f32
+                                               : weights == 3 ? headwise::WeightType::f8_e4m3
+                                                              : headwise::WeightType::bf16,
+                                               weights == 2 ? headwise::KvStorage::bf16 : headwise::KvStorage::as_computed));
+  }
+  return kept->second;
 }
 
 /// The useful FLOPs of tokens at positions [first, first + n): per token 2 x the weights it is
@@ -202,20 +208,26 @@ double llama_flops(Index first, Index n) {
   return 2.0 * weights * double(n) + 4.0 * double(l_layers) * q * keys;
 }
 
-/// weights 0: F32, 1: BF16, 3: FP8 (E4M3, 128 x 128 blocks); threads. The prefill of 512 tokens, logits for each.
+/// weights 0: F32, 1: BF16, 3: FP8 (E4M3, 128 x 128 blocks); threads; logits 0: for every token, 1:
+/// for the last only (RunOptions::logits_to_keep, what generation needs). The prefill of 512 tokens.
 void BM_LlamaPrefill(benchmark::State& state) {
   const auto& model = llama_1b_shaped(state.range(0));
   headwise::model::RunOptions<float> options;
   options.threads = static_cast<int>(state.range(1));
+  options.logits_to_keep = state.range(2);
   const std::vector<Index> ids = tokens(l_context);
   for (auto _ : state) benchmark::DoNotOptimize(model.run(ids, options).logits.data());
+  // (the LM head's FLOPs only for the tokens whose logits are made)
+  const double head = 2.0 * double(l_d) * double(l_vocab) * double(l_context - (options.logits_to_keep ? options.logits_to_keep : l_context));
   state.counters["tokens/s"] = benchmark::Counter(double(l_context), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOPs"] = benchmark::Counter(llama_flops(0, l_context) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(state.range(0) == 0 ? "F32" : state.range(0) == 3 ? "FP8" : "BF16");
+  state.counters["GFLOPs"] = benchmark::Counter((llama_flops(0, l_context) - head) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(state.range(0) == 0 ? "F32" : state.range(0) == 3 ? "FP8" : "BF16") +
+                 (options.logits_to_keep ? ", the last token's logits" : ", every token's logits"));
 }
 
 /// Eigen's float GEMM at the prefill's MLP product (512 x 2048 by 2048 x 8192): the ceiling.
 void BM_LlamaGemmCeiling(benchmark::State& state) {
+  const int eigen_threads = Eigen::nbThreads();
   Eigen::setNbThreads(static_cast<int>(state.range(0)));
   std::mt19937 rng(4);
   const Mat x = random_matrix(l_context, l_d, rng, 1.0f), w = random_matrix(l_d, l_inner, rng, 0.02f);
@@ -224,6 +236,7 @@ void BM_LlamaGemmCeiling(benchmark::State& state) {
     y.noalias() = x * w;
     benchmark::DoNotOptimize(y.data());
   }
+  Eigen::setNbThreads(eigen_threads);
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * l_context * l_d * l_inner * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -246,9 +259,22 @@ void BM_LlamaDecodeStep(benchmark::State& state) {
 }
 BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LlamaGemmCeiling)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_LlamaPrefill)->ArgNames({"weights", "threads"})->ArgsProduct({{0, 1, 3}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
-BENCHMARK(BM_LlamaDecodeStep)->ArgNames({"weights", "context", "threads"})->ArgsProduct({{0, 1, 3}, {512, 4096}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
-BENCHMARK(BM_LlamaDecodeStep)->ArgNames({"weights", "context", "threads"})->ArgsProduct({{2}, {4096}, {1, 2}})->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
+// (Each type's runs together: the model is built once for them, llama_1b_shaped keeping one.)
+void llama_prefill_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"weights", "threads", "logits"});
+  for (const Index weights : {0, 1, 3})
+    for (const Index threads : {1, 2})
+      for (const Index logits : {0, 1}) b->Args({weights, threads, logits});
+}
+void llama_decode_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"weights", "context", "threads"});
+  for (const Index weights : {0, 1, 3, 2})
+    for (const Index context : {512, 4096})
+      for (const Index threads : {1, 2})
+        if (weights != 2 || context == 4096) b->Args({weights, context, threads});
+}
+BENCHMARK(BM_LlamaPrefill)->Apply(llama_prefill_args)->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
+BENCHMARK(BM_LlamaDecodeStep)->Apply(llama_decode_args)->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
 
 }  // namespace
 

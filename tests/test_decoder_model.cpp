@@ -201,6 +201,9 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   CHECK_THROWS_WITH(model.run({1, 2}, negative), Catch::Contains("first_position must be >= 0, got -1"));
   negative.first_position = 1023;
   CHECK_THROWS_WITH(model.run({1, 2}, negative), Catch::Contains("1025 tokens, more than the model's 1024 positions"));
+  model::RunOptions<float> keep_negative;
+  keep_negative.logits_to_keep = -1;
+  CHECK_THROWS_WITH(model.run({1, 2}, keep_negative), Catch::Contains("logits_to_keep must be >= 0 (0: every token), got -1"));
   CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gemma4-tiny")),
                     Catch::Contains("model_type \"gemma4_text\" has attention headwise loads, but the model code lacks per-layer inputs"));
   CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gpt-oss-tiny")),
@@ -327,6 +330,14 @@ TEMPLATE_TEST_CASE("Decoding token by token equals the whole forward's logits bi
     decoded.topRows(prompt) = model.decode(std::vector<Index>(ids.begin(), ids.begin() + prompt), caches);
     for (std::size_t t = prompt; t < ids.size(); ++t) decoded.row(Index(t)) = model.decode({ids[t]}, caches);
     CHECK_THAT(headwise_test::as_double(decoded), headwise_test::IsExactly(whole));
+    // Logits for the last tokens only (Hugging Face's logits_to_keep): the forward's last rows.
+    for (const Index keep : {Index(1), Index(3), Index(ids.size()) + 2}) {
+      CAPTURE(keep);
+      typename model::RunOptions<TestType> last;
+      last.logits_to_keep = keep;
+      CHECK_THAT(headwise_test::as_double(model.run(ids, last).logits),
+                 headwise_test::IsExactly(whole.bottomRows(std::min(keep, whole.rows()))));
+    }
     // Greedy generation: each new token the argmax of the forward over everything before it.
     const std::vector<Index> generated = model.generate(std::vector<Index>(ids.begin(), ids.begin() + prompt), 4);
     std::vector<Index> sequence(ids.begin(), ids.begin() + prompt);

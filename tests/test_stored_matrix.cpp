@@ -254,6 +254,27 @@ TEST_CASE("Stored weights in place: a view of memory someone else keeps alive", 
   CHECK(w.data() == buffer->data());  // read where it is, not copied
 }
 
+TEST_CASE("Float weights in place off the packet's alignment: the bits of aligned ones", "[stored_matrix]") {
+  // A mapped tensor lies where its file puts it (8-byte aligned in safetensors): a prefill copies
+  // its ranges to aligned memory first, a decoding step reads it as it is; the same products.
+  std::mt19937 rng(11);
+  const Index n = 9, in = 2100, out = 13;
+  const Matrix<float> x = headwise_test::random_matrix<float>(n, in, rng);
+  const StoredMatrix owned = StoredMatrix::from(headwise_test::random_matrix<double>(out, in, rng), WeightType::f32);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(owned.data()) % 64 == 0);  // (owned bytes are aligned for the widest packet)
+  auto buffer = std::make_shared<std::vector<float>>(std::size_t(out * in + 16));
+  for (const Index shift : {1, 2, 3}) {
+    CAPTURE(shift);
+    float* at = buffer->data() + shift;
+    std::copy_n(static_cast<const float*>(owned.data()), out * in, at);
+    const StoredMatrix moved = StoredMatrix::view(buffer, at, WeightType::f32, {out, in});
+    const Matrix<float> expected = headwise::times_transposed<float>(x, owned, 1);
+    CHECK_THAT(as_double(headwise::times_transposed<float>(x, moved, 1)), IsExactly(expected));
+    CHECK_THAT(as_double(headwise::times_transposed<float>(x, moved, 2)), IsExactly(expected));
+    for (Index i = 0; i < n; ++i) CHECK_THAT(as_double(headwise::times_transposed<float>(x.row(i), moved, 1)), IsExactly(expected.row(i)));
+  }
+}
+
 TEST_CASE("Stored weights: wrong shapes, types and alignments are refused by name", "[stored_matrix][errors]") {
   const StoredMatrix w = StoredMatrix::from(Eigen::MatrixXd::Ones(4, 3), WeightType::bf16);
   CHECK_THROWS_WITH(headwise::times_transposed<float>(Matrix<float>::Ones(2, 4), w),

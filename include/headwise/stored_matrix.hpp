@@ -26,6 +26,10 @@
 #include "headwise/types.hpp"
 
 namespace headwise {
+namespace detail {
+/// Bytes aligned for the widest packet (a product's loads of a row then stay within cache lines).
+using AlignedBytes = std::vector<unsigned char, Eigen::aligned_allocator<unsigned char>>;
+}  // namespace detail
 
 /// The type a StoredMatrix keeps its entries in.
 enum class WeightType { f32, f64, bf16, f16, f8_e4m3, f8_e5m2 };
@@ -100,7 +104,7 @@ class StoredMatrix {
     if (is_fp8(type)) detail::invalid("StoredMatrix::from", weight_type_name(type), " entries need their block scales (BlockScales)");
     StoredMatrix s;
     s.type_ = type, s.shape_ = {m.rows(), m.cols()};
-    auto bytes = std::make_shared<std::vector<unsigned char>>(std::size_t(m.size()) * weight_type_size(type));
+    auto bytes = std::make_shared<detail::AlignedBytes>(std::size_t(m.size()) * weight_type_size(type));
     unsigned char* out = bytes->data();
     const auto put = [&](auto tag) {
       using T = decltype(tag);
@@ -128,7 +132,7 @@ class StoredMatrix {
     StoredMatrix s;
     s.type_ = type, s.shape_ = {m.rows(), m.cols()};
     s.set_scales(scales, "StoredMatrix::from");
-    auto bytes = std::make_shared<std::vector<unsigned char>>(std::size_t(m.size()));
+    auto bytes = std::make_shared<detail::AlignedBytes>(std::size_t(m.size()));
     with_fp8_type(type, [&](auto tag) {
       using T = decltype(tag);
       for (Index r = 0; r < m.rows(); ++r)

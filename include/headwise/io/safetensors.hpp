@@ -366,8 +366,8 @@ class SafetensorsFile {
     const unsigned char* p = bytes_.data + data_begin_ + t.begin;
     if (!readable) return StoredMatrix::from(matrix<Scalar>(tensor), std::is_same_v<Scalar, float> ? WeightType::f32 : WeightType::f64);
     if (reinterpret_cast<std::uintptr_t>(p) % weight_type_size(*readable) == 0) return StoredMatrix::view(bytes_.owner, p, *readable, shape);
-    // not aligned: the file's bytes copied as they are into an aligned buffer
-    auto copy = std::make_shared<std::vector<unsigned char>>(p, p + t.end - t.begin);
+    // not aligned to its entries: the file's bytes copied as they are into an aligned buffer
+    auto copy = std::make_shared<headwise::detail::AlignedBytes>(p, p + t.end - t.begin);
     const void* data = copy->data();
     return StoredMatrix::view(std::move(copy), data, *readable, shape);
   }

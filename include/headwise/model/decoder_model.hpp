@@ -216,11 +216,14 @@ struct RunOptions {
   /// no earlier keys: the tokens from there of a longer text whose earlier tokens are not attended.
   Index first_position = 0;
   int threads = 0;  ///< threads for every product and attention call; 0: the default (detail::thread_count)
+  /// Logits for the last this many tokens only (0: every token), as Hugging Face's logits_to_keep:
+  /// generation needs the last one, and the LM head is a fifth of a small model's prefill.
+  Index logits_to_keep = 0;
 };
 
 template <class Scalar>
 struct ModelRun {
-  Matrix<Scalar> logits;                         ///< (n, vocab)
+  Matrix<Scalar> logits;                         ///< (n, vocab), or the last RunOptions::logits_to_keep rows
   std::map<std::string, Matrix<Scalar>> hooks;   ///< what RunOptions::hooks asked for
   std::map<std::string, Index> heads;            ///< per recorded per-head hook, its heads side by side
   std::map<Index, Routing<Scalar>> routing;      ///< sparse blocks, when "blocks.L.mlp.routing" is asked for
@@ -307,6 +310,8 @@ class HEADWISE_ISA_TAG DecoderModel {
   Matrix<Scalar> embed(const std::vector<Index>& ids, Index first = 0) const;
 
  private:
+  /// decode without the LM head: the final norm's output for ids, their keys and values appended to caches.
+  Matrix<Scalar> decode_stream(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads) const;
   /// x + post(attn), then the MLP half of the block (decoding's path; run_block records hooks).
   Matrix<Scalar> finish_block(const Block<Scalar>& b, Matrix<Scalar> x, Matrix<Scalar> attn, int threads) const {
     x += normed(b.post_attention_norm, std::move(attn));
@@ -429,6 +434,8 @@ class HEADWISE_ISA_TAG DecoderModel {
                           "(change attn_in, or a head's Z at attn.hook_z)");
     }
     if (options.first_position < 0) detail::invalid("DecoderModel::run", "first_position must be >= 0, got ", options.first_position);
+    if (options.logits_to_keep < 0)
+      detail::invalid("DecoderModel::run", "logits_to_keep must be >= 0 (0: every token), got ", options.logits_to_keep);
     detail::thread_count(options.threads, "DecoderModel::run");
   }
 };
@@ -456,7 +463,8 @@ ModelRun<Scalar> DecoderModel<Scalar>::run(const std::vector<Index>& ids, const 
   Matrix<Scalar> x = embed(ids, options.first_position);
   for (Index l = 0; l < n_layers(); ++l) x = run_block(l, std::move(x), options, out);
   Matrix<Scalar> last = at({"ln_final.out"}, final_norm.apply(x), options, out);
-  out.logits = head_of(last, options.threads);
+  const Index kept = options.logits_to_keep == 0 ? last.rows() : std::min(options.logits_to_keep, last.rows());
+  out.logits = head_of(last.bottomRows(kept), options.threads);
   return out;
 }
 
@@ -469,6 +477,11 @@ std::vector<KvCache<Scalar>> DecoderModel<Scalar>::make_caches(Index capacity) c
 
 template <class Scalar>
 Matrix<Scalar> DecoderModel<Scalar>::decode(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads) const {
+  return head_of(decode_stream(ids, caches, threads), threads);
+}
+
+template <class Scalar>
+Matrix<Scalar> DecoderModel<Scalar>::decode_stream(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads) const {
   if (static_cast<Index>(caches.size()) != n_layers())
     detail::invalid("DecoderModel::decode", caches.size(), " caches for ", n_layers(), " layers (make_caches)");
   const Index first = caches.empty() ? 0 : caches.front().size();
@@ -482,7 +495,7 @@ Matrix<Scalar> DecoderModel<Scalar>::decode(const std::vector<Index>& ids, std::
     Matrix<Scalar> attn = b.attention.forward_incremental(normed(b.attention_norm, x), caches[static_cast<std::size_t>(l)], options);
     x = finish_block(b, std::move(x), std::move(attn), threads);
   }
-  return head_of(final_norm.apply(x), threads);
+  return final_norm.apply(x);
 }
 
 template <class Scalar>
@@ -493,7 +506,8 @@ std::vector<Index> DecoderModel<Scalar>::generate(const std::vector<Index>& prom
   std::vector<KvCache<Scalar>> caches = make_caches(static_cast<Index>(prompt.size()) + count);
   std::mt19937_64 rng(sampling.seed);
   std::vector<Index> out;
-  Matrix<Scalar> logits = decode(prompt, caches);
+  const Matrix<Scalar> stream = decode_stream(prompt, caches, 0);
+  Matrix<Scalar> logits = head_of(stream.bottomRows(1), 0);  // (the prompt's last token's logits only)
   for (Index i = 0; i < count; ++i) {
     out.push_back(choose(logits.row(logits.rows() - 1), sampling, rng));
     if (i + 1 < count) logits = decode({out.back()}, caches);
