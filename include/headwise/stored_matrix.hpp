@@ -27,7 +27,8 @@
 
 namespace headwise {
 namespace detail {
-/// Bytes aligned for the widest packet (a product's loads of a row then stay within cache lines).
+/// Bytes aligned for the widest packet this build uses (EIGEN_MAX_ALIGN_BYTES: 64 with AVX-512, 32
+/// with AVX2): a product's loads of a row then stay within cache lines.
 using AlignedBytes = std::vector<unsigned char, Eigen::aligned_allocator<unsigned char>>;
 }  // namespace detail
 
