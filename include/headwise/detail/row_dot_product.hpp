@@ -15,10 +15,10 @@
 //
 // Micro-tile: Ra rows of A by Rb rows of B in Ra Rb accumulators (4 x 6 with 32 vector
 // registers, 2 x 6 with 16), each A packet used Rb times and each B packet Ra times. A is taken in
-// blocks of up to 128 rows (1 MiB of them; 4 MiB on AMD with AVX-512: a_block_bytes), the depth in ranges of 1024 (512 with 16 registers):
-// a range of a tile of Rb rows of B stays in L1 while the block's rows of A go by from L2, the
-// tiles' partial sums waiting between ranges (which changes no bit). The threads split A's rows
-// in a prefill, B's in a decoding step.
+// blocks of up to 128 rows (1 MiB of them; 4 MiB on AMD with AVX-512: a_block_bytes), the depth
+// in ranges of 1024 (512 with 16 registers): a range of a tile of Rb rows of B stays in L1 while
+// the block's rows of A go by from L2 (or L3), the tiles' partial sums waiting between ranges
+// (which changes no bit). The threads split A's rows in a prefill, B's in a decoding step.
 #pragma once
 
 #include <algorithm>
@@ -73,11 +73,11 @@ struct RowDotShape {
 
 /// The bytes of A's rows a block holds at most (all their depth: each tile of B goes through all
 /// of them), which bounds the rows per block where rows are long (an MLP's down projection, depth
-/// 8192: each block is a pass over B, and a narrow B is widened once per block). On the Xeons, 1 MiB
-/// (the rows stay in L2): at depth 8192, 32 rows ran at 1.35x the speed of 128, whose 4 MiB came
-/// from their L3 for every tile. On AMD with AVX-512 (Zen 4 and 5; measured on Zen 5), 4 MiB: its L3
-/// serves the rows fast enough that fewer passes win (Zen 5, depth 8192, 128 rows against 32: 1.20x for
-/// float B, 1.35x for BF16). The blocking changes no bit.
+/// 8192: each block is a pass over B, and a narrow B is widened once per block). On the Xeons,
+/// 1 MiB (the rows stay in L2): at depth 8192, 32 rows ran at 1.35x the speed of 128, whose 4 MiB
+/// came from their L3 for every tile. On AMD with AVX-512 (Zen 4 and 5; measured on Zen 5), 4 MiB:
+/// its L3 serves the rows fast enough that fewer passes win (Zen 5, depth 8192, 128 rows against
+/// 32: 1.20x for float B, 1.35x for BF16). The blocking changes no bit.
 inline Index a_block_bytes() {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && defined(EIGEN_VECTORIZE_AVX512)
   static const Index bytes = [] {
