@@ -24,14 +24,16 @@ using headwise_test::IsExactly;
 using headwise_test::IsNear;
 
 namespace {
-// Shapes through every tile height (rows of x: 1..9 against 4 x 6 or 2 x 6 tiles), B's row tail
-// (out not a multiple of 6), the depth's partial last packet (in not a multiple of 8 or 16) and
-// depths of several ranges (2100: three of 1024 or five of 512, partial sums kept between them),
-// and rows long enough that fewer rows of A go in a block (9000: 28 floats or 12 doubles).
+// Shapes through every path and tile height (rows of x: 1..4 against one row of B at a time, 5..9
+// and 70 against 2 x 6 or 1 x 6 tiles), B's row tail (out not a multiple of 6), the depth's
+// partial last packet (in not a multiple of 8 or 16), the depth's packets leaving 0 or 1 after the
+// last whole step of the two chains, depths of several ranges (2100: three of 1024 or five of 512,
+// partial sums kept between them), and rows long enough that fewer rows of A go in a block (9000:
+// 28 floats or 12 doubles).
 struct Shape {
   Index n, in, out;
 };
-const std::vector<Shape> shapes = {{1, 64, 48}, {1, 37, 13}, {3, 100, 7}, {5, 16, 1}, {9, 129, 31}, {12, 7, 25}, {2, 1, 6}, {6, 2100, 13}, {70, 9000, 9}};
+const std::vector<Shape> shapes = {{1, 64, 48}, {1, 37, 13}, {3, 100, 7}, {5, 16, 1}, {9, 129, 31}, {12, 7, 25}, {2, 1, 6}, {6, 2100, 13}, {4, 80, 7}, {70, 9000, 9}};
 
 template <class Scalar>
 void check_types(const std::vector<WeightType>& types) {
@@ -210,6 +212,45 @@ TEST_CASE("A dot product's lanes are added in the one documented order, four sum
   } else {
     SUCCEED("no 8- or 16-lane float packets in this build");
   }
+}
+
+TEST_CASE("Every entry of x W^T is summed in the one documented order, decoding or not", "[stored_matrix]") {
+  // row_dot_product.hpp: packet q of a row (P entries) goes to chain q mod 2, each lane of a chain
+  // a fused multiply-add chain in ascending k from 0, the last packet zero-padded; the two chains
+  // added lane by lane, then the lanes as sum_four adds them. Written out here in
+  // scalar code (std::fma: builds whose packets fuse their multiply-adds) for F32 and BF16 weights,
+  // one row of x (a decoding step) and many (a prefill).
+  using Shape = headwise::detail::RowDotShape<float>;
+  constexpr Index P = Shape::packet, C = Shape::chains;
+#if defined(EIGEN_VECTORIZE_FMA)
+  static_assert(P >= 4 && C == 2, "written for packets of 4 or more lanes and two chains");
+  std::mt19937 rng(17);
+  for (const Index in : {Index(1), P - 1, 3 * P, 5 * P + 3, 4 * C * P, Index(2100)})
+    for (const WeightType type : {WeightType::f32, WeightType::bf16}) {
+      CAPTURE(in, headwise::weight_type_name(type));
+      const Matrix<float> x = headwise_test::random_matrix<float>(9, in, rng);
+      const StoredMatrix w = StoredMatrix::from(headwise_test::random_matrix<double>(8, in, rng), type);
+      const Matrix<float> b = w.to_matrix<float>();  // (BF16 widens exactly)
+      Matrix<float> expected(x.rows(), b.rows());
+      for (Index i = 0; i < x.rows(); ++i)
+        for (Index j = 0; j < b.rows(); ++j) {
+          std::vector<float> chain(static_cast<std::size_t>(C * P), 0.0f);
+          for (Index k = 0; k < (in + P - 1) / P * P; ++k) {
+            float& lane = chain[std::size_t(k / P % C * P + k % P)];
+            lane = k < in ? std::fma(x(i, k), b(j, k), lane) : std::fma(0.0f, 0.0f, lane);
+          }
+          float lanes[P];
+          for (Index l = 0; l < P; ++l) lanes[l] = chain[l] + chain[P + l];
+          for (Index half = P / 2; half >= 4; half /= 2)
+            for (Index l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+          expected(i, j) = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+        }
+      CHECK_THAT(as_double(headwise::times_transposed<float>(x, w, 1)), IsExactly(expected));
+      for (Index i = 0; i < x.rows(); ++i) CHECK_THAT(as_double(headwise::times_transposed<float>(x.row(i), w, 2)), IsExactly(expected.row(i)));
+    }
+#else
+  SUCCEED("no fused multiply-adds in this build's packets (" << P << " lanes, " << C << " chains)");
+#endif
 }
 
 TEST_CASE("Conversion to BF16 and F16 rounds to nearest, ties to even", "[stored_matrix]") {

@@ -3,22 +3,28 @@
 // FP8 packet then times its row's block scale), read in place: nothing is packed or copied, so a
 // decoding step streams each weight byte once.
 //
-// Every element C(i, j) is the dot product of row i of A and row j of B computed one way: P
-// partial sums (one per SIMD lane, lane l summing k ≡ l mod P in ascending k, the last packet of
-// a row zero-padded), added up at the end in one fixed order (sum_four). The same instructions
-// whatever the shapes, the micro-tile or the thread count, so a row of C never depends on the
-// other rows: decoding token by token gives the bits of the forward over the whole prompt. This
-// is the order of every product by a StoredMatrix (times_transposed: the models' projections, MLPs
-// and LM heads). detail/tile_product.hpp's chains are another (the attention's own products, the
-// backward, latent attention, a Linear such as MultiHeadAttention::head(h)): the same weights
-// multiplied both ways agree to rounding, not bit for bit.
+// Every element C(i, j) is the dot product of row i of A and row j of B computed one way: 2 P
+// partial sums in two chains of packets (packet q of a row, entries [q P, q P + P), goes to chain
+// q mod 2; lane l of a chain sums its entries in ascending k, the last packet of a row
+// zero-padded), the chains added lane by lane, then the lanes in one fixed order (sum_four). The
+// same instructions whatever the shapes, the micro-tile or the thread count, so a row of C never
+// depends on the other rows: decoding token by token gives the bits of the forward over the whole
+// prompt. This is the order of every product by a StoredMatrix (times_transposed: the models'
+// projections, MLPs and LM heads). detail/tile_product.hpp's chains are another (the attention's
+// own products, the backward, latent attention, a Linear such as MultiHeadAttention::head(h)):
+// the same weights multiplied both ways agree to rounding, not bit for bit.
 //
-// Micro-tile: Ra rows of A by Rb rows of B in Ra Rb accumulators (4 x 6 with 32 vector
-// registers, 2 x 6 with 16), each A packet used Rb times and each B packet Ra times. A is taken in
-// blocks of up to 128 rows (1 MiB of them; 4 MiB on AMD with AVX-512: a_block_bytes), the depth
-// in ranges of 1024 (512 with 16 registers): a range of a tile of Rb rows of B stays in L1 while
-// the block's rows of A go by from L2 (or L3), the tiles' partial sums waiting between ranges
-// (which changes no bit). The threads split A's rows in a prefill, B's in a decoding step.
+// A decoding step (up to 4 rows of A) reads B one row at a time, both chains in registers: one
+// sequential stream per thread, which the hardware prefetchers follow best (Zen 5, one thread,
+// against the tiles of 6 rows of B this replaced: float 1.06x, BF16 1.31x; bench/RESULTS.md).
+//
+// A prefill's micro-tile: Ra rows of A by Rb rows of B by both chains in 2 Ra Rb accumulators
+// (2 x 6 x 2 with 32 vector registers, 1 x 6 x 2 with 16), each A packet used Rb times and each
+// B packet Ra times. A is taken in blocks of up to 128 rows (1 MiB of them; 4 MiB on AMD with
+// AVX-512: a_block_bytes), the depth in ranges of 1024 (512 with 16 registers): a range of a tile
+// of Rb rows of B stays in L1 while the block's rows of A go by from L2 (or L3), the tiles'
+// partial sums waiting between ranges (which changes no bit). The threads split A's rows in a
+// prefill, B's in a decoding step.
 #pragma once
 
 #include <algorithm>
@@ -60,8 +66,10 @@ struct RowDotShape {
   using Packet = typename Eigen::internal::packet_traits<Scalar>::type;
   static constexpr Index packet = Eigen::internal::unpacket_traits<Packet>::size;
   static constexpr int registers = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
-  static constexpr Index a_rows = registers >= 32 ? 4 : 2;  // Ra
-  static constexpr Index b_rows = 6;                        // Rb: Ra Rb accumulators + Ra + 1 registers
+  static constexpr Index chains = 2;                        // C
+  static constexpr Index a_rows = registers >= 32 ? 2 : 1;  // Ra
+  static constexpr Index b_rows = 6;                        // Rb: C Ra Rb accumulators + Ra + 1 registers
+  static constexpr Index decoding_rows = 4;                 // rows of A read against one row of B at a time, at most
   // k per range (a multiple of P): a range of Rb rows of B stays in L1, 24 KiB of floats with
   // AVX-512 (48 KiB L1s; 1.16x the speed of 512 at d_model 768 on the Xeon), 12 KiB otherwise
   // (AVX2 parts with 32 KiB)
@@ -168,52 +176,106 @@ EIGEN_ALWAYS_INLINE void sum_packets(const Packet* acc, Index count, Scalar* sum
   }
 }
 
-/// A range [begin, end) of the depth k, of depth in all: a tile's chains start at 0 and end in
-/// C, and between two ranges their P partial sums wait in `partial` (the same multiply-adds in the
-/// same order as in one pass: the blocking changes no bit).
+/// A range [begin, end) of the depth k, of depth in all (begin a multiple of C P): a tile's chains
+/// start at 0 and end in C, and between two ranges their partial sums wait in `partial` (the same
+/// multiply-adds in the same order as in one pass: the blocking changes no bit).
 struct DepthRange {
   Index begin, end, depth;
 };
 
-/// Row r of A (a + r lda) . row w of B (b + w ldb, its scales from s.data + w s.stride) over
-/// `range` for Ra rows of A and Rb rows of B (the compiled tile heights), continuing the partial
-/// sums in partial[r Rb + w]; at the end of the depth, the last partial packet (zero-padded) and
-/// the sums into c[r ldc + w].
-template <class Scalar, class BStored, Index Ra, Index Rb, class Packet>
-void dot_tile(const DepthRange& range, const Scalar* a, Index lda, const BStored* b, Index ldb, const RowScales& s, Packet* partial,
-              Scalar* c, Index ldc) {
-  using namespace Eigen::internal;
+/// FP8: the block of columns entry k is in (its scale's index in the row), followed along
+/// ascending k.
+struct ScaleBlock {
+  Index width, index, end;
+  ScaleBlock(Index k, Index block) : width(std::max<Index>(block, 1)), index(k / width), end((index + 1) * width) {}
+  Index at(Index k) {
+    while (k >= end) ++index, end += width;
+    return index;
+  }
+};
+
+/// One step of k for count dot products: packets k + c P (chain c) for each chain c, into
+/// acc[c count + i]; count = Ra Rb, rows of A at a + r lda, of B at b + w ldb (FP8: times their
+/// blocks' scales, s.data + w s.stride + the block).
+template <class Scalar, class BStored, Index Ra, Index Rb, class Packet, Index... chain>
+EIGEN_ALWAYS_INLINE void chain_step(std::integer_sequence<Index, chain...>, Packet* acc, Index k, const Scalar* a, Index lda,
+                                    const BStored* b, Index ldb, const RowScales& s, ScaleBlock& block) {
   constexpr Index P = RowDotShape<Scalar>::packet;
-  const auto rows_a = std::make_integer_sequence<Index, Ra>{};
-  const auto rows_b = std::make_integer_sequence<Index, Rb>{};
-  Packet acc[std::size_t(Ra * Rb)];
-  for (Index i = 0; i < Ra * Rb; ++i) acc[i] = range.begin == 0 ? pset1<Packet>(Scalar(0)) : partial[i];
+  const auto scale = [&](Index at) -> const float* {
+    if constexpr (is_fp8_entry<BStored>) return s.data + block.at(at);
+    else return nullptr;
+  };
+  (dot_step<Scalar, BStored, Rb>(std::make_integer_sequence<Index, Ra>{}, std::make_integer_sequence<Index, Rb>{}, acc + chain * Ra * Rb,
+                                 a + k + chain * P, lda, b + k + chain * P, ldb, scale(k + chain * P), s.stride),
+   ...);
+}
+
+/// The packets [k, stop) of Ra rows of A by Rb rows of B (k a multiple of C P): whole steps of the
+/// C chains, then the last packets (fewer than C, chains 0 ..).
+template <class Scalar, class BStored, Index Ra, Index Rb, class Packet>
+EIGEN_ALWAYS_INLINE void chain_steps(Index k, Index stop, Packet* acc, const Scalar* a, Index lda, const BStored* b, Index ldb,
+                                     const RowScales& s) {
+  constexpr Index P = RowDotShape<Scalar>::packet, C = RowDotShape<Scalar>::chains;
+  static_assert(C == 2, "the last packets are written for two chains");
+  ScaleBlock block(k, s.block);
+  for (; k + C * P <= stop; k += C * P) chain_step<Scalar, BStored, Ra, Rb>(std::make_integer_sequence<Index, C>{}, acc, k, a, lda, b, ldb, s, block);
+  if (k < stop) chain_step<Scalar, BStored, Ra, Rb>(std::integer_sequence<Index, 0>{}, acc, k, a, lda, b, ldb, s, block);
+}
+
+/// The last packet of rows [0, Ra) of A (a + r lda) and of rows [0, Rb) of B (b + w ldb, widened
+/// entry by entry, the scales from s.data + w s.stride), zero-padded beyond the depth, into
+/// acc[r Rb + w] (the chain of packet whole / P).
+template <class Scalar, class BStored, Index Ra, Index Rb, class Packet>
+void dot_last_packet(Index whole, Index depth, const Scalar* a, Index lda, const BStored* b, Index ldb, const RowScales& s, Packet* acc) {
+  constexpr Index P = RowDotShape<Scalar>::packet;
+  alignas(64) Scalar ta[std::size_t(Ra * P)] = {}, tb[std::size_t(Rb * P)] = {};
+  for (Index r = 0; r < Ra; ++r) std::copy(a + r * lda + whole, a + r * lda + depth, ta + r * P);
+  for (Index w = 0; w < Rb; ++w)
+    for (Index k = whole; k < depth; ++k) tb[w * P + k - whole] = widened_entry<Scalar>(b + w * ldb, s.data + w * s.stride, s.block, k);
+  dot_step<Scalar, Scalar, Rb>(std::make_integer_sequence<Index, Ra>{}, std::make_integer_sequence<Index, Rb>{}, acc, ta, P, tb, P, nullptr, 0);
+}
+
+/// to[i] = from[i], to[i] = x for each i: spelled out, so that a tile's accumulators stay in
+/// registers (a loop here became a memcpy through the stack).
+template <class Packet, Index... i>
+EIGEN_ALWAYS_INLINE void copy_packets(std::integer_sequence<Index, i...>, const Packet* from, Packet* to) {
+  ((to[i] = from[i]), ...);
+}
+template <class Packet, Index... i>
+EIGEN_ALWAYS_INLINE void fill_packets(std::integer_sequence<Index, i...>, Packet* to, const Packet& x) {
+  ((to[i] = x), ...);
+}
+
+/// Rows [0, rows) of A (a + r lda, rows a multiple of Ra) . rows [0, Rb) of B (b + w ldb, their
+/// scales from s.data + w s.stride) over `range`, Ra rows of A at a time (the compiled tile
+/// heights), continuing the partial sums of row r and chain c in partial[r C Rb + c Ra Rb + w]
+/// (per tile of Ra rows: chain, then row, then row of B); at the end of the depth, the last packet
+/// (zero-padded), the chains added and the sums into c[r ldc + w].
+template <class Scalar, class BStored, Index Ra, Index Rb, class Packet>
+void dot_tiles(const DepthRange& range, const Scalar* a, Index lda, Index rows, const BStored* b, Index ldb, const RowScales& s,
+               Packet* partial, Scalar* c, Index ldc) {
+  using namespace Eigen::internal;
+  constexpr Index P = RowDotShape<Scalar>::packet, C = RowDotShape<Scalar>::chains, n = Ra * Rb;
+  const auto all = std::make_integer_sequence<Index, C * n>{};
   const Index whole = range.depth / P * P, stop = std::min(range.end, whole);
-  constexpr Index ahead = 512 / sizeof(BStored);  // entries of each row of B asked for early (a decoding step streams B)
-  Index block = 0, block_end = 0;                  // FP8: the block of columns k is in, and where it ends
-  if constexpr (is_fp8_entry<BStored>) block = range.begin / s.block, block_end = (block + 1) * s.block;
-  for (Index k = range.begin; k < stop; k += P) {
-    if constexpr (Ra <= 2)
-      for (Index w = 0; w < Rb; ++w) prefetch(reinterpret_cast<const char*>(b + w * ldb + k + ahead));
-    if constexpr (is_fp8_entry<BStored>)
-      if (k == block_end) ++block, block_end += s.block;
-    dot_step<Scalar, BStored, Rb>(rows_a, rows_b, acc, a + k, lda, b + k, ldb, s.data + block, s.stride);
+  for (Index i = 0; i < rows; i += Ra) {
+    const Scalar* ai = a + i * lda;
+    Packet* kept = partial + i * C * Rb;
+    Packet acc[std::size_t(C * n)];
+    if (range.begin == 0) fill_packets(all, acc, pset1<Packet>(Scalar(0)));
+    else copy_packets(all, kept, acc);
+    chain_steps<Scalar, BStored, Ra, Rb>(range.begin, stop, acc, ai, lda, b, ldb, s);
+    if (range.end < range.depth) {
+      copy_packets(all, acc, kept);
+      continue;
+    }
+    if (whole < range.depth) dot_last_packet<Scalar, BStored, Ra, Rb>(whole, range.depth, ai, lda, b, ldb, s, acc + whole / P % C * n);
+    for (Index k = 0; k < n; ++k) acc[k] = padd(acc[k], acc[n + k]);  // the chains, lane by lane
+    Scalar sums[std::size_t(n)];
+    sum_packets(acc, n, sums);
+    for (Index r = 0; r < Ra; ++r)
+      for (Index w = 0; w < Rb; ++w) c[(i + r) * ldc + w] = sums[r * Rb + w];
   }
-  if (range.end < range.depth) {
-    for (Index i = 0; i < Ra * Rb; ++i) partial[i] = acc[i];
-    return;
-  }
-  if (whole < range.depth) {  // the last partial packet of each row, zero-padded (B widened entry by entry)
-    alignas(64) Scalar ta[std::size_t(Ra * P)] = {}, tb[std::size_t(Rb * P)] = {};
-    for (Index r = 0; r < Ra; ++r) std::copy(a + r * lda + whole, a + r * lda + range.depth, ta + r * P);
-    for (Index w = 0; w < Rb; ++w)
-      for (Index k = whole; k < range.depth; ++k) tb[w * P + k - whole] = widened_entry<Scalar>(b + w * ldb, s.data + w * s.stride, s.block, k);
-    dot_step<Scalar, Scalar, Rb>(rows_a, rows_b, acc, ta, P, tb, P, nullptr, 0);
-  }
-  Scalar sums[std::size_t(Ra * Rb)];
-  sum_packets(acc, Ra * Rb, sums);
-  for (Index r = 0; r < Ra; ++r)
-    for (Index w = 0; w < Rb; ++w) c[r * ldc + w] = sums[r * Rb + w];
 }
 
 /// Rows [0, rows) of B (b + w ldb, their scales from s.data + w s.stride) over `range`, widened
@@ -253,37 +315,59 @@ struct DotBlock {
   Index row, rows, column, column_end;
 };
 
-/// C's block = A Bᵀ there: for each tile of Rb rows of B (then one by one at the end), the depth
-/// in ranges of `depth_block`, each over all of the block's rows of A in slivers of the compiled
-/// heights (Ra and the powers of two below it): a range of the B tile stays in L1 and the block's
-/// rows of A in L2. A narrower B is widened in registers for a few rows of A (a decoding step),
-/// and range by range into a float copy in L1 for more (a prefill: once for all the rows, instead
-/// of once per sliver on the multiply-add's ports), aligned to the packet: a float B whose rows are
-/// not (a tensor mapped where its file put it) is copied there too.
+/// A decoding step's block of C (at most decoding_rows rows of A): each row of B in turn against
+/// all of them (a tile of Ra x 1 over the whole depth), widened in registers.
+template <class Scalar, class BStored>
+void dot_block_decoding(RowMajorView<const Scalar> a, const StoredRows<BStored>& stored, RowMajorView<Scalar> c, DotBlock block) {
+  using Packet = typename RowDotShape<Scalar>::Packet;
+  const Scalar* ai = a.data + block.row * a.stride;
+  const DepthRange all{0, a.cols, a.cols};
+  for (Index j = block.column; j < block.column_end; ++j) {
+    RowScales sj = stored.scales;
+    if constexpr (is_fp8_entry<BStored>) sj.data += j * sj.stride;
+    const BStored* bj = stored.rows.data + j * stored.rows.stride;
+    Scalar* cj = c.data + block.row * c.stride + j;
+    const auto rows = [&](auto ra) {
+      constexpr Index Ra = decltype(ra)::value;
+      dot_tiles<Scalar, BStored, Ra, 1>(all, ai, a.stride, Ra, bj, 0, sj, static_cast<Packet*>(nullptr), cj, c.stride);
+    };
+    static_assert(RowDotShape<Scalar>::decoding_rows == 4, "written for up to four rows");
+    if (block.rows == 1) rows(std::integral_constant<Index, 1>{});
+    else if (block.rows == 2) rows(std::integral_constant<Index, 2>{});
+    else if (block.rows == 3) rows(std::integral_constant<Index, 3>{});
+    else rows(std::integral_constant<Index, 4>{});
+  }
+}
+
+/// C's block = A Bᵀ there. For a few rows of A (a decoding step), dot_block_decoding. For more (a
+/// prefill): for each tile of Rb rows of B (then one by one at the end), the depth in ranges of
+/// `depth_block`, each over all of the block's rows of A in slivers of the compiled heights (Ra
+/// and the powers of two below it): a range of the B tile stays in L1 and the block's rows of A in
+/// L2. A narrower B is widened range by range into a float copy in L1 (once for all the rows,
+/// instead of once per sliver on the multiply-add's ports), aligned to the packet: a float B whose
+/// rows are not (a tensor mapped where its file put it) is copied there too.
 template <class Scalar, class BStored>
 void dot_block(RowMajorView<const Scalar> a, const StoredRows<BStored>& stored, RowMajorView<Scalar> c, DotBlock block) {
   using Shape = RowDotShape<Scalar>;
   using Packet = typename Shape::Packet;
-  constexpr Index Rb = Shape::b_rows;
-  constexpr bool narrow = !std::is_same_v<Scalar, BStored>;
-  thread_local std::vector<Packet> partial;  // (no allocation per decoding step)
+  constexpr Index Rb = Shape::b_rows, C = Shape::chains;
+  if (block.rows <= Shape::decoding_rows) return dot_block_decoding<Scalar, BStored>(a, stored, c, block);
+  thread_local std::vector<Packet> partial;  // (no allocation per step)
   thread_local std::vector<Scalar, Eigen::aligned_allocator<Scalar>> widened;
-  partial.resize(static_cast<std::size_t>(block.rows * Rb));
-  const bool widen_first = (narrow || !packet_aligned<Scalar>(stored.rows)) && block.rows > Shape::a_rows;
+  partial.resize(static_cast<std::size_t>(block.rows * Rb * C));
+  const bool widen_first = !std::is_same_v<Scalar, BStored> || !packet_aligned<Scalar>(stored.rows);
   if (widen_first) widened.resize(static_cast<std::size_t>(Rb * a.cols));
   const RowMajorView<const BStored>& b = stored.rows;
   const auto slivers = [&](auto tile, DepthRange range, Index j, const auto* bj, Index ldb, const RowScales& sj) {
-    constexpr Index nb = decltype(tile)::value;
+    constexpr Index nb = decltype(tile)::value, Ra = Shape::a_rows;
     using B = std::remove_const_t<std::remove_pointer_t<decltype(bj)>>;
-    for (Index i = block.row; i < block.row + block.rows;) {
-      const Index left = block.row + block.rows - i;
-      const Scalar* ai = a.data + i * a.stride;
-      Scalar* cij = c.data + i * c.stride + j;
-      Packet* p = partial.data() + (i - block.row) * Rb;
-      if (left >= Shape::a_rows) dot_tile<Scalar, B, Shape::a_rows, nb>(range, ai, a.stride, bj, ldb, sj, p, cij, c.stride), i += Shape::a_rows;
-      else if (Shape::a_rows > 2 && left >= 2) dot_tile<Scalar, B, 2, nb>(range, ai, a.stride, bj, ldb, sj, p, cij, c.stride), i += 2;
-      else dot_tile<Scalar, B, 1, nb>(range, ai, a.stride, bj, ldb, sj, p, cij, c.stride), i += 1;
-    }
+    const Index whole = block.rows / Ra * Ra;  // in tiles of Ra rows, the rest (fewer) one by one
+    const Scalar* ai = a.data + block.row * a.stride;
+    Scalar* cij = c.data + block.row * c.stride + j;
+    dot_tiles<Scalar, B, Ra, nb>(range, ai, a.stride, whole, bj, ldb, sj, partial.data(), cij, c.stride);
+    if (whole < block.rows)
+      dot_tiles<Scalar, B, 1, nb>(range, ai + whole * a.stride, a.stride, block.rows - whole, bj, ldb, sj, partial.data() + whole * Rb * C,
+                                  cij + whole * c.stride, c.stride);
   };
   const auto rows_of_b = [&](auto tile, Index j) {
     constexpr Index nb = decltype(tile)::value;
