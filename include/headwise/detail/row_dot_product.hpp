@@ -17,7 +17,8 @@
 // A decoding step (up to 4 rows of A) reads B one row at a time, both chains in registers: one
 // sequential stream per thread, which the hardware prefetchers follow best (Zen 5, one thread,
 // against the tiles of 6 rows of B this replaced: the product 1.11x for float, 1.39x for BF16; a
-// whole model's step 1.20x and 1.17x; bench/RESULTS.md).
+// whole model's step 1.20x and 1.17x; bench/RESULTS.md). A row of BF16, F16 or FP8 weights is
+// also asked for 4 KiB ahead (decoding_prefetch_bytes: BF16's step 1.10-1.31x again).
 //
 // A prefill's micro-tile: Ra rows of A by Rb rows of B by both chains in 2 Ra Rb accumulators
 // (2 x 6 x 2 with 32 vector registers, 1 x 6 x 2 with 16), each A packet used Rb times and each
