@@ -222,12 +222,14 @@ constexpr Index decoding_prefetch_bytes() {
   return sizeof(BStored) < sizeof(float) ? 4096 : 0;
 }
 
-/// A hint that the line at p is read soon (nothing where the compiler has no such builtin).
-EIGEN_ALWAYS_INLINE void prefetch_line(const char* p) {
+/// A hint that the line `bytes` after p is read soon (nothing where the compiler has no such
+/// builtin). The address is computed as an integer: near a matrix's end it lies past the array,
+/// where pointer arithmetic would be undefined (a prefetch of it never faults).
+EIGEN_ALWAYS_INLINE void prefetch_line(const void* p, Index bytes) {
 #if defined(__GNUC__)
-  __builtin_prefetch(p);
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + std::uintptr_t(bytes)));
 #else
-  (void)p;
+  (void)p, (void)bytes;
 #endif
 }
 
@@ -244,7 +246,7 @@ EIGEN_ALWAYS_INLINE void chain_steps(Index k, Index stop, Packet* acc, const Sca
   for (; k + C * P <= stop; k += C * P) {
     if constexpr (ahead > 0)
       for (Index w = 0; w < Rb; ++w)
-        for (Index at = 0; at < step_bytes; at += line) prefetch_line(reinterpret_cast<const char*>(b + w * ldb + k) + ahead + at);
+        for (Index at = 0; at < step_bytes; at += line) prefetch_line(b + w * ldb + k, ahead + at);
     chain_step<Scalar, BStored, Ra, Rb>(std::make_integer_sequence<Index, C>{}, acc, k, a, lda, b, ldb, s, block);
   }
   if (k < stop) chain_step<Scalar, BStored, Ra, Rb>(std::integer_sequence<Index, 0>{}, acc, k, a, lda, b, ldb, s, block);
