@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -87,13 +88,15 @@ BENCHMARK(BM_DecodeStepGqa)
 // A decoding step at Llama 3 8B's shapes (32 query heads, 8 key/value heads of 128) with the
 // keys and values stored as computed (float32), BF16, F16 or int8 (one scale per token and head):
 // the bytes a step reads shrink to a half or a quarter (int8's scales: 8 bytes a token and head
-// more), widened to float in registers as the kernel loads them.
+// more), widened to float in registers as the kernel loads them (arithmetic 0), or, for int8,
+// multiplied as integers (arithmetic 1: KvArithmetic::stored, the query rounded to int8).
 void BM_DecodeStepStorage(benchmark::State& state) {
   const Index context = state.range(0), G = 8, H = 32, d = 128;
   const auto storage = static_cast<headwise::KvStorage>(state.range(2));
+  const auto arithmetic = static_cast<headwise::KvArithmetic>(state.range(3));
   headwise::AttentionOptions options;
   options.threads = static_cast<int>(state.range(1));
-  headwise::PackedKeysValues<float> cache(context, G, d, d, {headwise::ValueStorage::own, storage});
+  headwise::PackedKeysValues<float> cache(context, G, d, d, {headwise::ValueStorage::own, storage, arithmetic});
   const Index rows = std::min<Index>(4096, context);
   const Mat keys = random_matrix(rows, G * d, 1), values = random_matrix(rows, G * d, 2);
   for (Index t = 0; t < context; t += rows) {
@@ -112,11 +115,16 @@ void BM_DecodeStepStorage(benchmark::State& state) {
   const double bytes = 2.0 * double(context) * double(G) * (double(d) * element + (storage == headwise::KvStorage::int8 ? 4.0 : 0.0));
   state.counters["KV_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["KV_MiB"] = bytes / (1 << 20);
-  state.SetLabel(headwise::storage_name(storage));
+  state.SetLabel(std::string(headwise::storage_name(storage)) + ", " + headwise::arithmetic_name(arithmetic));
 }
 BENCHMARK(BM_DecodeStepStorage)
-    ->ArgNames({"context", "threads", "storage"})
-    ->ArgsProduct({{4096, 32768, 131072}, {1, 2}, {0, 1, 2, 3}})  // storage: 0 float32, 1 BF16, 2 F16, 3 int8
+    ->ArgNames({"context", "threads", "storage", "arithmetic"})
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (const Index context : {4096, 32768, 131072})
+        for (const Index threads : {1, 2})
+          for (const Index storage : {0, 1, 2, 3, 4})  // 0 float32, 1 BF16, 2 F16, 3 int8 widened, 4 int8 stored
+            b->Args({context, threads, std::min<Index>(storage, 3), storage == 4 ? 1 : 0});
+    })
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

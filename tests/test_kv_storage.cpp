@@ -18,28 +18,12 @@
 
 using namespace headwise;
 using headwise_test::IsNear;
+using headwise_test::mean_kl;
+using headwise_test::weights_of;
 
 namespace {
 constexpr KvStorage narrow_types[] = {KvStorage::bf16, KvStorage::f16, KvStorage::int8};
 
-/// The layer's weights, back out of its fused W_QKV.
-MultiHeadWeights<float> weights_of(const MultiHeadAttention<float>& layer) {
-  const QkvLayout l = layer.layout();
-  MultiHeadWeights<float> w;
-  w.w_q = l.part(layer.w_qkv(), QkvPart::query), w.w_k = l.part(layer.w_qkv(), QkvPart::key), w.w_v = l.part(layer.w_qkv(), QkvPart::value);
-  w.b_q = l.part(layer.b_qkv(), QkvPart::query), w.b_k = l.part(layer.b_qkv(), QkvPart::key), w.b_v = l.part(layer.b_qkv(), QkvPart::value);
-  w.w_o = layer.w_o(), w.b_o = layer.b_o();
-  return w;
-}
-
-/// The mean over rows of KL(p || q) between two patterns (rows summing to 1).
-double mean_kl(const Matrix<double>& p, const Matrix<double>& q) {
-  double total = 0;
-  for (Index i = 0; i < p.rows(); ++i)
-    for (Index j = 0; j < p.cols(); ++j)
-      if (p(i, j) > 0) total += p(i, j) * std::log(p(i, j) / std::max(q(i, j), 1e-300));
-  return total / double(p.rows());
-}
 }  // namespace
 
 TEST_CASE("stored keys and values: the kernel reads BF16 and F16 as the float32 store of the same numbers, int8 to rounding",

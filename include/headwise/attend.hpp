@@ -311,9 +311,10 @@ void check_batch(const AttentionBatch<Scalar>& batch, const AttentionCall& call,
     if (kv.d_head() != first.d_head() || kv.d_v() != first.d_v())
       invalid(where, "sequence ", i, " holds heads of d_head ", kv.d_head(), " and d_v ", kv.d_v(), ", sequence 0 of ", first.d_head(),
               " and ", first.d_v(), ": a batch's sequences share their heads");
-    if (kv.storage() != first.storage() || kv.values_are_keys() != first.values_are_keys())
-      invalid(where, "sequence ", i, " stores keys and values ", storage_name(kv.storage()), ", sequence 0 ", storage_name(first.storage()),
-              ": a batch reads one storage");
+    if (kv.storage() != first.storage() || kv.values_are_keys() != first.values_are_keys() ||
+        kv.format().arithmetic != first.format().arithmetic)
+      invalid(where, "sequence ", i, " stores keys and values ", storage_name(kv.storage()), " (", arithmetic_name(kv.format().arithmetic),
+              "), sequence 0 ", storage_name(first.storage()), " (", arithmetic_name(first.format().arithmetic), "): a batch reads one storage");
     if (batch.sequences[i].q.cols() != call.heads.query * kv.d_head())
       invalid(where, "the queries of sequence ", i, " have ", batch.sequences[i].q.cols(), " columns, expected n_heads d_head = ",
               call.heads.query, " x ", kv.d_head());
@@ -384,7 +385,8 @@ class BatchCalls {
 
   /// Runs the kernel once over the whole batch, for the stored type its sequences share.
   std::vector<AttentionResult<Scalar>> run() {
-    with_stored_type<Scalar>(batch_.sequences[0].kv.storage(), [&](auto tag) {
+    const KvBlocks<Scalar>& kv = batch_.sequences[0].kv;
+    with_kernel_type<Scalar>(kv.storage(), kv.format().arithmetic, [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
       run_fused_batch<Stored, Scalar, NoPhaseObserver>(fused_, threads_);
     });

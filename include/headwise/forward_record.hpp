@@ -43,6 +43,7 @@ struct ForwardRecord {
   AttentionOptions options;                          ///< the options of the run, the layer's own included
   Index n_heads = 0, n_kv_heads = 0, d_head = 0;
   Index d_v = 0;  ///< the width of a head's Z (d_head, but v_head_dim in a latent attention layer)
+  KvArithmetic arithmetic = KvArithmetic::widened;  ///< how the kernel multiplied by the stored keys (layer_config.hpp)
 
   /// A record that keeps everything.
   static ForwardRecord everything() {
@@ -62,6 +63,9 @@ struct ForwardRecord {
     checked(h, where);
     if (q.rows() != attention.z.rows() || attention.logsumexp.cols() != attention.z.rows() || k.rows() != attention.z.rows())
       detail::invalid(where, "the record kept no queries, keys or logsumexp (keep_queries, keep_keys_values, keep_logsumexp)");
+    if (arithmetic == KvArithmetic::stored)
+      detail::invalid(where, "the layer multiplied int8 keys under the stored arithmetic (integer products of rounded queries): ",
+                      "its pattern is not q . k; inspect a widened layer (kv_arithmetic = widened) for the pattern");
     const Index n = q.rows(), g = h / (n_heads / n_kv_heads);
     const Scalar inv_divisor = static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, d_head, where));
     const ScoreRule<Scalar> rule(options, n, n, n_heads, where);

@@ -55,6 +55,9 @@ void check_kv_shape(const Store& store, const KvShape& shape, const char* what, 
   if (store.storage() != shape.format.storage)
     invalid(where, "the ", what, " stores keys and values ", storage_name(store.storage()), ", this layer ",
             storage_name(shape.format.storage), " (config().kv_storage; the layer's make_cache or make_paged_cache gives its own)");
+  if (store.arithmetic() != shape.format.arithmetic)
+    invalid(where, "the ", what, " keeps keys and values for the ", arithmetic_name(store.arithmetic()), " arithmetic, this layer the ",
+            arithmetic_name(shape.format.arithmetic), " (config().kv_arithmetic; the layer's make_cache or make_paged_cache gives its own)");
 }
 
 inline std::string window_words(const char* some, const char* none, const std::optional<Index>& size) {
@@ -111,6 +114,8 @@ class HEADWISE_ISA_TAG KvCache {
   bool values_are_keys() const { return store_.values_are_keys(); }
   /// The number type its keys and values are stored in.
   KvStorage storage() const { return store_.storage(); }
+  /// How the kernel multiplies by what is stored (KvArithmetic).
+  KvArithmetic arithmetic() const { return store_.format().arithmetic; }
   /// What filled the cache through a layer's forward_incremental; unset while it is empty, or if
   /// only append() filled it.
   const std::optional<KvCacheOrigin>& origin() const { return origin_; }

@@ -4,6 +4,11 @@
 // fused kernel reads what is stored and widens it to float in registers, so the forward over a
 // prompt and decoding token by token attend to the same stored numbers and give the same bits.
 // BF16, F16 and int8 are for float32 layers (a float64 layer stores what it computes).
+//
+// How the kernel multiplies by what is stored is the arithmetic (KvArithmetic): widened (the
+// default and the reference: every stored entry widened to float32 in registers, then float
+// multiply-adds) or stored, for int8 keys and values: integer dot products, as the CPU's int8
+// instructions (VNNI) compute them (detail/int8_products.hpp says what is rounded, and how).
 #pragma once
 
 #include <algorithm>
@@ -11,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/stored_numbers.hpp"
@@ -19,6 +25,11 @@
 namespace headwise {
 
 enum class KvStorage { as_computed, bf16, f16, int8 };
+
+/// How the fused kernel multiplies by stored keys and values (see the top of this file).
+enum class KvArithmetic { widened, stored };
+
+inline const char* arithmetic_name(KvArithmetic a) { return a == KvArithmetic::widened ? "widened" : "stored"; }
 
 inline const char* storage_name(KvStorage s) {
   switch (s) {
@@ -76,6 +87,10 @@ inline std::int8_t quantize_int8(float x, float scale) {
 struct AnyStorage {};
 struct AsComputedOnly {};
 
+/// The kernel's stored type for int8 keys and values under KvArithmetic::stored: the numbers are
+/// int8 (laid out in quads, detail/int8_products.hpp), multiplied as integers.
+struct Int8Products {};
+
 /// Calls f(tag) with tag a value of StoredTypeOf<Scalar, storage> (a null pointer of it): the one
 /// dispatch from a store's run-time storage to the kernel's compile-time one.
 template <class Scalar, class Reach = AnyStorage, class F>
@@ -90,6 +105,15 @@ decltype(auto) with_stored_type(KvStorage storage, F&& f) {
     if (storage == KvStorage::int8) return f(static_cast<const std::int8_t*>(nullptr));
   }
   return f(static_cast<const Scalar*>(nullptr));
+}
+
+/// with_stored_type for the kernel: as it, except that int8 under the stored arithmetic is
+/// Int8Products (the stored type is int8 either way; the arithmetic is the kernel's choice).
+template <class Scalar, class Reach = AnyStorage, class F>
+decltype(auto) with_kernel_type(KvStorage storage, KvArithmetic arithmetic, F&& f) {
+  if constexpr (std::is_same_v<Reach, AnyStorage> && std::is_same_v<Scalar, float>)
+    if (storage == KvStorage::int8 && arithmetic == KvArithmetic::stored) return f(static_cast<const Int8Products*>(nullptr));
+  return with_stored_type<Scalar, Reach>(storage, std::forward<F>(f));
 }
 
 }  // namespace detail

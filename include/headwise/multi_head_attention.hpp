@@ -116,7 +116,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     return KvCache<Scalar>(capacity, n_kv_heads_, d_head_, d_head_, store_format());
   }
   /// How this layer stores keys and values: their own panels, config().kv_storage's number type.
-  StoreFormat store_format() const { return {ValueStorage::own, config_.kv_storage}; }
+  StoreFormat store_format() const { return {ValueStorage::own, config_.kv_storage, config_.kv_arithmetic}; }
   /// What it keeps per token in a cache: n_kv_heads() heads of keys and values d_head() wide.
   KvShape kv_shape() const { return {n_kv_heads_, d_head_, d_head_, store_format()}; }
 
@@ -243,6 +243,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// The config checked as a call with no mask would check it (the projections check theirs).
   void check_config(const char* where) {
     detail::check_storage<Scalar>(config_.kv_storage, where);
+    detail::check_arithmetic(where, store_format(), d_head_);
     const AttentionOptions options = options_for({});
     resolve_divisor<Scalar>(options, d_head_, where);
     static_cast<void>(ScoreRule<Scalar>(options, 0, 0, n_heads_, where));
@@ -444,6 +445,7 @@ void MultiHeadAttention<Scalar>::attend_heads(const Eigen::Ref<const Matrix<Scal
   constexpr const char* where = "MultiHeadAttention::forward";
   record.options = checked_call(x, options, where);
   record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
+  record.arithmetic = config_.kv_arithmetic;
   const Index first = first_position_of(record.options, where);
   PackedKeysValues<Scalar> own(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
   record.attention = attend_rows(x, own, record.options, &record, RowPositions{first, first + x.rows()}, where);

@@ -72,6 +72,7 @@ class HEADWISE_ISA_TAG PagedKvCache {
                       shape_.block_tokens);
     if (shape_.kv.n_kv_heads <= 0 || shape_.kv.d_head <= 0 || shape_.kv.d_v <= 0)
       detail::invalid(where, "n_kv_heads, d_head and d_v must be > 0, got ", shape_.kv.n_kv_heads, ", ", shape_.kv.d_head, " and ", shape_.kv.d_v);
+    detail::check_arithmetic(where, shape_.kv.format, shape_.kv.d_head);
     const Index B = shape_.block_tokens, padded = detail::round_up_within(shape_.kv.d_v, lanes, detail::max_elements<Scalar>());
     if (padded < 0) detail::invalid(where, "d_v ", shape_.kv.d_v, " is too large");
     layout_.key_head = detail::checked_size<Scalar>(where, "a block's keys", shape_.kv.d_head, B);
@@ -102,6 +103,8 @@ class HEADWISE_ISA_TAG PagedKvCache {
   Index d_v() const { return shape_.kv.d_v; }
   Index block_tokens() const { return shape_.block_tokens; }
   KvStorage storage() const { return shape_.kv.format.storage; }
+  /// How the kernel multiplies by what is stored (KvArithmetic).
+  KvArithmetic arithmetic() const { return shape_.kv.format.arithmetic; }
   bool values_are_keys() const { return shape_.kv.format.values == ValueStorage::key_prefix; }
   Index block_count() const { return shape_.blocks; }
   Index free_blocks() const { return static_cast<Index>(free_.size()); }
@@ -371,7 +374,7 @@ class HEADWISE_ISA_TAG PagedKvCache {
       const detail::HeadPanels<Stored> to{keys_.template get<Stored>().data() + b * layout_.key_block + h * layout_.key_head,
                                           v ? values_.template get<Stored>().data() + b * layout_.value_block + h * layout_.value_head : nullptr,
                                           shape_.block_tokens * lanes, scaled ? key_scales_.data() + scales : nullptr,
-                                          scaled ? value_scales_.data() + scales : nullptr};
+                                          scaled ? value_scales_.data() + scales : nullptr, shape_.kv.format.quads()};
       if (!v) return detail::pack_head_rows<Scalar, Stored>(to, row, k_h, nullptr);
       const Eigen::Ref<const Matrix<Scalar>> v_h = v->block(t, h * d_v(), run, d_v());
       detail::pack_head_rows<Scalar, Stored>(to, row, k_h, &v_h);

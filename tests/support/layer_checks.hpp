@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -16,6 +17,28 @@
 #include "support/matchers.hpp"
 
 namespace headwise_test {
+
+/// A layer's weights, back out of its fused W_QKV (to build the same layer with another config).
+template <class Scalar>
+headwise::MultiHeadWeights<Scalar> weights_of(const headwise::MultiHeadAttention<Scalar>& layer) {
+  using headwise::QkvPart;
+  const headwise::QkvLayout l = layer.layout();
+  headwise::MultiHeadWeights<Scalar> w;
+  w.w_q = l.part(layer.w_qkv(), QkvPart::query), w.w_k = l.part(layer.w_qkv(), QkvPart::key), w.w_v = l.part(layer.w_qkv(), QkvPart::value);
+  w.b_q = l.part(layer.b_qkv(), QkvPart::query), w.b_k = l.part(layer.b_qkv(), QkvPart::key), w.b_v = l.part(layer.b_qkv(), QkvPart::value);
+  w.w_o = layer.w_o(), w.b_o = layer.b_o();
+  return w;
+}
+
+/// The mean over rows of KL(p || q) between two patterns (rows summing to 1): the serving world's
+/// measure of what a narrower arithmetic does to the weights.
+inline double mean_kl(const headwise::Matrix<double>& p, const headwise::Matrix<double>& q) {
+  double total = 0;
+  for (headwise::Index i = 0; i < p.rows(); ++i)
+    for (headwise::Index j = 0; j < p.cols(); ++j)
+      if (p(i, j) > 0) total += p(i, j) * std::log(p(i, j) / std::max(q(i, j), 1e-300));
+  return total / double(p.rows());
+}
 
 /// A [heads, T, d] tensor as (T, heads d).
 template <class Scalar>

@@ -47,6 +47,7 @@
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
+#include "headwise/kernels/int8_tiles.hpp"
 #include "headwise/kernels/kv_blocks.hpp"
 #include "headwise/kernels/online_softmax_state.hpp"
 #include "headwise/kernels/row_statistics.hpp"
@@ -147,6 +148,13 @@ struct FusedScratch {
   std::vector<Scalar> raw;        // statistics only: one row of scaled scores, kept before exp
   std::vector<Scalar> v;          // values that are the keys' (PackedKeysValues::values_are_keys): a key tile's, as value panels
   RowStateStore<Scalar> states;   // 0: the rows' state over the shards so far, 1: the current shard's
+  // int8 under the stored arithmetic (kernels/int8_tiles.hpp): the query tile in int8, its rows'
+  // scales and sums; a sliver's integer sums over a panel; its weights in uint8, their scales, and
+  // one row of them as floats on the way.
+  std::vector<std::int8_t> q8;
+  std::vector<float> q_scale, p_scale, weights;
+  std::vector<std::int32_t> q_sum, sums;
+  std::vector<std::uint8_t> p8;
 
   /// Allocates for tiles of up to `rows` query rows (a multiple of R) and tk keys; throws
   /// std::invalid_argument naming the sizes if they do not fit or cannot be allocated.
@@ -162,6 +170,13 @@ struct FusedScratch {
     if (call.statistics) detail::allocate(raw, std::max(rows, call.tk), Scalar(0), where, "row statistics");
     if (call.kv.values_are_keys())
       detail::allocate(v, checked_size<Scalar>(where, "a value tile", call.tk, call.dv_padded()), Scalar(0), where, "a value tile");
+    if (!call.kv.format().quads()) return;
+    constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+    detail::allocate(q8, checked_size<Scalar>(where, "a query tile", rows, d_head), std::int8_t(0), where, "a query tile");
+    detail::allocate(q_scale, rows, 0.0f, where, "a query tile"), detail::allocate(q_sum, rows, std::int32_t(0), where, "a query tile");
+    detail::allocate(sums, R * W, std::int32_t(0), where, "a score tile"), detail::allocate(p_scale, R, 0.0f, where, "a score tile");
+    detail::allocate(weights, call.tk, 0.0f, where, "a score tile");
+    detail::allocate(p8, checked_size<Scalar>(where, "a score tile", R, call.tk + int8_quad), std::uint8_t(0), where, "a score tile");
   }
 };
 
@@ -282,7 +297,7 @@ inline void scale_columns(Scalar* s, Index nr, Index ld, const float* scales) {
 /// before a window) is never computed. Row r of S at w.s + r tk. Each panel's product is its own
 /// (a panel never crosses a block).
 template <class Stored, class Scalar>
-void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
+void widened_score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const Index d_head = call.kv.d_head();
   if (rows <= pair_rows<Scalar>) {  // one short sliver (a decoding step): two panels at a time where both are seen, in one block
@@ -404,7 +419,7 @@ void values_from_keys(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, In
 /// values are the keys', from w.v). A sliver's keys that lie in two blocks are two runs of one
 /// product, the second continuing the first's chains: the bits of one run.
 template <class Stored, class Scalar>
-void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
+void widened_value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
                 Index cols, Index g) {
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const bool own = !call.kv.values_are_keys();
@@ -433,6 +448,19 @@ void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const Ro
                                                  dv_padded);
     }
   }
+}
+
+/// The score and value tiles of the kernel's stored type: widened, or int8 as integers.
+template <class Stored, class Scalar>
+void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
+  if constexpr (std::is_same_v<Stored, Int8Products>) int8_score_tile(call, w, rows, j0, g);
+  else widened_score_tile<Stored>(call, w, rows, j0, cols, g);
+}
+template <class Stored, class Scalar>
+void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
+                Index cols, Index g) {
+  if constexpr (std::is_same_v<Stored, Int8Products>) int8_value_tile(call, w, st, rows, j0, g);
+  else widened_value_tile<Stored>(call, w, st, rows, j0, cols, g);
 }
 
 /// The statistics of row i (state row r) from its running values: p = exp(s - lse); exp(-inf -
@@ -506,6 +534,7 @@ void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Ind
   clock.enter(FusedPhase::query);
   auto scaled = w.scaled.topRows(rows);
   scaled.noalias() = call.q.block(i0, h * d_head, rows, d_head) * call.inv_divisor;
+  if (call.kv.format().quads()) return quantize_query_tile(w, rows, d_head);  // (the stored arithmetic: int8 rows)
   pack_a<Scalar>(rows, d_head, {w.scaled.data(), d_head}, w.q.data());
 }
 

@@ -236,7 +236,7 @@ FusedTiles tiles_for(const FusedTiles& asked, Index n_q, Index n_k) {
 /// kernel's one compile-time choice. Returns each thread's observer.
 template <class Scalar, class Observer = NoPhaseObserver, class Reach = AnyStorage>
 std::vector<Observer> run_fused(const FusedCall<Scalar>& call, int threads, bool split_keys) {
-  return with_stored_type<Scalar, Reach>(call.kv.storage(), [&](auto tag) {
+  return with_kernel_type<Scalar, Reach>(call.kv.storage(), call.kv.format().arithmetic, [&](auto tag) {
     using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     return run_fused_jobs<Stored, Scalar, Observer>(call, threads, split_keys);
   });

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/int8_products.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/kv_storage.hpp"
 #include "headwise/types.hpp"
@@ -27,12 +28,32 @@ namespace headwise {
 /// components (the latent of multi-head latent attention is both key and value: stored once).
 enum class ValueStorage { own, key_prefix };
 
-/// How a store keeps what is appended: the values on their own or inside the keys, and the number
-/// type (KvStorage: as computed, BF16, F16, int8 with a scale per token and head).
+/// How a store keeps what is appended: the values on their own or inside the keys, the number
+/// type (KvStorage: as computed, BF16, F16, int8 with a scale per token and head), and how the
+/// kernel multiplies by it (KvArithmetic: widened, or stored: int8 as integers, its panels laid out
+/// in quads for that, detail/int8_products.hpp).
 struct StoreFormat {
   ValueStorage values = ValueStorage::own;
   KvStorage storage = KvStorage::as_computed;
+  KvArithmetic arithmetic = KvArithmetic::widened;
+
+  /// True if the panels hold their entries in quads (int8 under the stored arithmetic).
+  bool quads() const { return storage == KvStorage::int8 && arithmetic == KvArithmetic::stored; }
 };
+
+namespace detail {
+/// Throws unless a store of keys of width d_head can be kept as `format` says (the number type's
+/// own limits are check_storage's).
+inline void check_arithmetic(const char* where, const StoreFormat& format, Index d_head) {
+  if (format.arithmetic == KvArithmetic::widened) return;
+  if (format.storage != KvStorage::int8)
+    invalid(where, "the stored arithmetic multiplies int8 keys and values as integers; keys and values in ",
+            storage_name(format.storage), " are multiplied widened (KvArithmetic::widened)");
+  if (d_head % int8_quad != 0 || d_head > max_int8_depth)
+    invalid(where, "int8 keys under the stored arithmetic need d_head a multiple of ", int8_quad, " (the integer products take ",
+            int8_quad, " components at a time) and at most ", max_int8_depth, ", got ", d_head);
+}
+}  // namespace detail
 
 /// What every block of a store shares: the heads' shape, the format, the block size, and where
 /// the numbers are. Block b's head g begins at keys + b key_block + g key_head (in the stored
@@ -114,7 +135,9 @@ class KvBlocks {
     if (values_are_keys()) return stored_key(g, j, c);
     return detail::with_stored_type<Scalar>(storage(), [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      const Scalar x = detail::from_stored<Scalar>(value_row<Stored>(g, j)[(c / lanes) * value_panel_stride() + c % lanes]);
+      const Stored* quad = value_row<Stored>(g, j / detail::int8_quad * detail::int8_quad);  // the rows of j's quad
+      const Index at = detail::panel_offset(pool_.format.quads(), j % detail::int8_quad, c % lanes, lanes);
+      const Scalar x = detail::from_stored<Scalar>(quad[(c / lanes) * value_panel_stride() + at]);
       return storage() == KvStorage::int8 ? x * static_cast<Scalar>(*value_scales(g, j)) : x;
     });
   }
@@ -126,7 +149,7 @@ class KvBlocks {
   Scalar stored_key(Index g, Index j, Index c) const {
     return detail::with_stored_type<Scalar>(storage(), [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      const Scalar x = detail::from_stored<Scalar>(key_panel<Stored>(g, j / lanes * lanes)[c * lanes + j % lanes]);
+      const Scalar x = detail::from_stored<Scalar>(key_panel<Stored>(g, j / lanes * lanes)[detail::panel_offset(pool_.format.quads(), c, j % lanes, lanes)]);
       return storage() == KvStorage::int8 ? x * static_cast<Scalar>(*key_scales(g, j)) : x;
     });
   }

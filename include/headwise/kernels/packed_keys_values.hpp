@@ -83,7 +83,8 @@ struct StoredBuffers {
 
 /// Where one head's tokens of one block go: its key panels (panel p at keys + p d_head W), its
 /// value panels (panel q at values + q value_stride, row j at + j W; null where the values are the
-/// keys'), and its tokens' int8 scales (entry j: token j's).
+/// keys'), its tokens' int8 scales (entry j: token j's), and whether the panels are in quads
+/// (StoreFormat::quads: int8 under the stored arithmetic, detail/int8_products.hpp).
 template <class Stored>
 struct HeadPanels {
   Stored* keys;
@@ -91,6 +92,7 @@ struct HeadPanels {
   Index value_stride;
   float* key_scales;
   float* value_scales;
+  bool quads = false;
 };
 
 /// Entry j of an int8 store's scales; null for the other types (which keep none).
@@ -123,9 +125,17 @@ void pack_head_rows(const HeadPanels<Stored>& to, Index first, const Eigen::Ref<
     const Index pos = first + t, column = pos % W, width = std::min(W - column, k.rows() - t);
     Panel panel(to.keys + (pos / W) * d_head * W, d_head, W);
     if (column == 0 && width < W) panel.setConstant(to_stored<Stored>(Scalar(0)));
-    if constexpr (std::is_same_v<Stored, Scalar>) panel.middleCols(column, width) = k.middleRows(t, width).transpose();
-    else
+    if constexpr (std::is_same_v<Stored, Scalar>) {
+      panel.middleCols(column, width) = k.middleRows(t, width).transpose();
+    } else if (to.quads) {  // component c of key w at panel_offset(c, w)
+      Eigen::Matrix<Stored, Eigen::Dynamic, 1> key(d_head);
+      for (Index w = 0; w < width; ++w) {
+        store_token(key, k.row(t + w), scale_at(to.key_scales, pos + w));
+        for (Index c = 0; c < d_head; ++c) panel.data()[panel_offset(true, c, column + w, W)] = key(c);
+      }
+    } else {
       for (Index w = 0; w < width; ++w) store_token(panel.col(column + w), k.row(t + w), scale_at(to.key_scales, pos + w));
+    }
     t += width;
   }
   if (!v) return;
@@ -141,9 +151,18 @@ void pack_head_rows(const HeadPanels<Stored>& to, Index first, const Eigen::Ref<
     Eigen::Matrix<Stored, 1, Eigen::Dynamic> row(padded);
     for (Index t = 0; t < v->rows(); ++t) {
       row.setConstant(to_stored<Stored>(Scalar(0)));
-      store_token(row.head(d_v), v->row(t), scale_at(to.value_scales, first + t));
-      for (Index c0 = 0; c0 < padded; c0 += W)
-        std::copy(row.data() + c0, row.data() + c0 + W, to.values + (c0 / W) * to.value_stride + (first + t) * W);
+      const Index pos = first + t;
+      store_token(row.head(d_v), v->row(t), scale_at(to.value_scales, pos));
+      for (Index c0 = 0; c0 < padded; c0 += W) {
+        Stored* panel = to.values + (c0 / W) * to.value_stride;
+        if (!to.quads) {
+          std::copy(row.data() + c0, row.data() + c0 + W, panel + pos * W);
+          continue;
+        }
+        Stored* quad = panel + pos / int8_quad * int8_quad * W;  // token pos's column w at panel_offset(pos % 4, w)
+        if (pos % int8_quad == 0) std::fill(quad, quad + int8_quad * W, Stored(0));  // (the quad's later tokens: zeros until appended)
+        for (Index w = 0; w < W; ++w) quad[panel_offset(true, pos % int8_quad, w, W)] = row(c0 + w);
+      }
     }
   }
 }
@@ -255,7 +274,7 @@ class HEADWISE_ISA_TAG PackedKeysValues {
       const detail::HeadPanels<Stored> to{key_buffer<Stored>().data() + h * key_head_size_,
                                           v ? value_buffer<Stored>().data() + h * value_head_size_ : nullptr,
                                           value_panel_stride(), scaled ? key_scales_.data() + h * rows_ : nullptr,
-                                          scaled ? value_scales_.data() + h * rows_ : nullptr};
+                                          scaled ? value_scales_.data() + h * rows_ : nullptr, format_.quads()};
       if (!v) return detail::pack_head_rows<Scalar, Stored>(to, size_, k_h, nullptr);
       const Eigen::Ref<const Matrix<Scalar>> v_h = v->middleCols(h * d_v_, d_v_);
       detail::pack_head_rows<Scalar, Stored>(to, size_, k_h, &v_h);
@@ -272,10 +291,11 @@ class HEADWISE_ISA_TAG PackedKeysValues {
     if (const Index column = size_ % lanes; column != 0)
       detail::with_stored_type<Scalar, Reach>(format_.storage, [&](auto tag) {
         using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-        for (Index h = 0; h < n_kv_heads_; ++h)
-          PanelOf<Stored>(key_buffer<Stored>().data() + h * key_head_size_ + (size_ / lanes) * key_panel_stride(), d_head_, lanes)
-              .rightCols(lanes - column)
-              .setConstant(detail::to_stored<Stored>(Scalar(0)));
+        for (Index h = 0; h < n_kv_heads_; ++h) {
+          Stored* panel = key_buffer<Stored>().data() + h * key_head_size_ + (size_ / lanes) * key_panel_stride();
+          for (Index c = 0; c < d_head_; ++c)
+            for (Index w = column; w < lanes; ++w) panel[detail::panel_offset(format_.quads(), c, w, lanes)] = detail::to_stored<Stored>(Scalar(0));
+        }
       });
     detail::refuse_unstorable<Scalar>(where, "k", k, d_head_, size_, format_.storage);
     if (v) detail::refuse_unstorable<Scalar>(where, "v", *v, d_v_, size_, format_.storage);
@@ -335,6 +355,7 @@ PackedKeysValues<Scalar>::PackedKeysValues(Index capacity, Index n_kv_heads, Ind
   if (d_head <= 0 || d_v <= 0) detail::invalid(where, "d_head and d_v must be > 0, got ", d_head, " and ", d_v);
   if (format.values == ValueStorage::key_prefix && d_v > d_head)
     detail::invalid(where, "values as the keys' first d_v components need d_v <= d_head, got ", d_v, " > ", d_head);
+  detail::check_arithmetic(where, format, d_head);
   // Every size is checked before anything is allocated: a capacity near 2^63 must be refused,
   // not wrap around to a small buffer that appending would overrun.
   rows_ = detail::round_up_within(capacity, lanes, detail::max_elements<Scalar>());

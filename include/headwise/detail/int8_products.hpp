@@ -1,0 +1,227 @@
+// Internal: the fused kernel's products under KvArithmetic::stored with int8 keys and values
+// (kv_storage.hpp): integer dot products, as the CPU's VNNI instructions compute them.
+//
+// What is rounded, and how (the whole of the policy; everything else is as widened):
+//   queries  each row of the scaled query tile Qs (one head) to int8 with one float32 scale,
+//            s_q = max |Qs_row| / 127, q = Qs / s_q rounded to nearest (ties to even) in [-127, 127]
+//            (the keys' own rule, kv_storage.hpp); a non-finite row gets s_q = NaN, so its scores are NaN
+//   scores   S_ij = (float(Σ_c q_ic k_jc) s_kj) s_qi: the integer sum is exact (|Σ| < 2^31 for
+//            d_head <= max_int8_depth), its conversion to float exact below 2^24 (d_head <= 1040)
+//   weights  P = exp(S - m) as widened; for the product with V, within each run of keys (a key tile's
+//            keys in one block) row i's P_ij s_vj (s_vj: value j's scale) to uint8 with one scale,
+//            s_p = max_j P_ij s_vj / 255, u = nearest((P_ij s_vj) (255 / max)), ties to even, in [0, 255]
+//   values   acc_i += s_p float(Σ_j u_ij v_jc) (one multiply-add per entry of the run's sum)
+// Integer sums are exact, so their order is free: every result is the same whatever the thread
+// count, the split of keys, the sliver a row is computed in, and whether the build uses VNNI
+// (AVX512-VNNI, AVX-VNNI) or the portable loops below, which compute the same integers.
+//
+// Layout (int8 stores under the stored arithmetic, one format of a store: StoreFormat): a key panel
+// of W keys holds component c of key w at (c / 4) 4W + 4w + c % 4 (four components of a key in
+// one 32-bit lane, as vpdpbusd reads them), so d_head must be a multiple of 4; a value panel of W
+// columns holds token j's column w at (j / 4) 4W + 4w + j % 4 (four tokens of a column in a lane).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "headwise/detail/tile_product.hpp"
+#include "headwise/types.hpp"
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(EIGEN_VECTORIZE_AVX512)
+#define HEADWISE_INT8_VNNI 512
+#include <immintrin.h>
+#elif defined(__AVXVNNI__) && defined(EIGEN_VECTORIZE_AVX) && !defined(EIGEN_VECTORIZE_AVX512)
+#define HEADWISE_INT8_VNNI 256
+#include <immintrin.h>
+#endif
+
+namespace headwise::detail {
+
+/// Entries of a key (a column's tokens) that share one 32-bit lane.
+constexpr Index int8_quad = 4;
+/// The largest d_head the stored arithmetic takes: its integer sums, Σ (k + 128) q over d_head
+/// components of at most 255 x 127 each, stay below 2^31.
+constexpr Index max_int8_depth = 65536;
+
+/// Where entry (row, lane) of a W-wide panel lies: row-major, or in quads of rows (see the top).
+inline Index panel_offset(bool quads, Index row, Index lane, Index W) {
+  return quads ? (row / int8_quad) * int8_quad * W + lane * int8_quad + row % int8_quad : row * W + lane;
+}
+
+/// One query row (d entries, scaled) to int8: out, its scale (NaN if the row is not finite) and
+/// the sum of its integers. By packets (Eigen's rint: to nearest, ties to even).
+template <class Scalar>
+inline void quantize_query_row(const Scalar* row, Index d, std::int8_t* out, float& scale, std::int32_t& sum) {
+  const Eigen::Array<float, 1, Eigen::Dynamic> x = Eigen::Map<const Eigen::Array<Scalar, 1, Eigen::Dynamic>>(row, d).template cast<float>();
+  const float largest = d ? x.abs().template maxCoeff<Eigen::PropagateNaN>() : 0.0f;
+  sum = 0;
+  if (!std::isfinite(largest) || largest == 0.0f) {
+    std::fill(out, out + d, std::int8_t(0));
+    scale = std::isfinite(largest) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  scale = largest / 127.0f;
+  const Eigen::Array<float, 1, Eigen::Dynamic> q = (x / scale).rint().max(-127.0f).min(127.0f);
+  Eigen::Map<Eigen::Array<std::int8_t, 1, Eigen::Dynamic>>(out, d) = q.template cast<std::int8_t>();
+  sum = static_cast<std::int32_t>(q.sum());  // (exact: integers below 2^24)
+}
+
+/// f(std::integral_constant<Index, i>) for i = 0 .. N - 1, spelled out (constant indices keep an
+/// array of vectors in registers).
+template <class F, Index... i>
+inline void for_each_index_of(std::integer_sequence<Index, i...>, F& f) {
+  (f(std::integral_constant<Index, i>{}), ...);
+}
+template <Index N, class F>
+inline void for_each_index(F&& f) {
+  for_each_index_of(std::make_integer_sequence<Index, N>{}, f);
+}
+
+#if defined(HEADWISE_INT8_VNNI)
+#if HEADWISE_INT8_VNNI == 512
+using Int8Vector = __m512i;
+inline Int8Vector int8_load(const void* p) { return _mm512_loadu_si512(p); }
+inline Int8Vector int8_zero() { return _mm512_setzero_si512(); }
+inline Int8Vector int8_broadcast(std::int32_t x) { return _mm512_set1_epi32(x); }
+inline Int8Vector int8_flip(Int8Vector x) { return _mm512_xor_si512(x, _mm512_set1_epi8(static_cast<char>(0x80))); }
+inline Int8Vector int8_dot(Int8Vector acc, Int8Vector u8, Int8Vector s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
+inline Int8Vector int8_add(Int8Vector x, Int8Vector y) { return _mm512_add_epi32(x, y); }
+inline void int8_store(std::int32_t* p, Int8Vector x) { _mm512_storeu_si512(p, x); }
+#else
+using Int8Vector = __m256i;
+inline Int8Vector int8_load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline Int8Vector int8_zero() { return _mm256_setzero_si256(); }
+inline Int8Vector int8_broadcast(std::int32_t x) { return _mm256_set1_epi32(x); }
+inline Int8Vector int8_flip(Int8Vector x) { return _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))); }
+inline Int8Vector int8_dot(Int8Vector acc, Int8Vector u8, Int8Vector s8) { return _mm256_dpbusd_avx_epi32(acc, u8, s8); }
+inline Int8Vector int8_add(Int8Vector x, Int8Vector y) { return _mm256_add_epi32(x, y); }
+inline void int8_store(std::int32_t* p, Int8Vector x) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), x); }
+#endif
+/// A quad row of a panel (W lanes of 4 bytes) is two vectors.
+template <class Scalar>
+constexpr bool int8_vnni_fits = sizeof(Int8Vector) * 2 == TileShape<Scalar>::lanes * int8_quad;
+
+inline std::int32_t int8_lane(const void* p) {
+  std::int32_t x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+
+/// The body of int8_panel_sums for rows r...: out[r][w] = Σ_q lane w of quad row q of the panel
+/// (4W bytes each) times the 4 bytes of row r of a at a + r lda + 4q. Keys: the panel is the
+/// keys, flipped to unsigned (k + 128), a the int8 query; values: a the uint8 weights, the panel
+/// the int8 values. S chains over the quads (quad q in chain q % S, added at the end: integers,
+/// exact in any order): a short sliver (a decoding step) keeps 2 S products in flight.
+template <bool Keys, Index S, Index... r>
+inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, const std::uint8_t* a, Index lda,
+                               const std::int8_t* panel, Index prefetch_quads, std::int32_t* out, Index ldo) {
+  constexpr Index V = sizeof(Int8Vector) / 4, row_bytes = 2 * sizeof(Int8Vector);  // lanes per vector; bytes per quad row
+  Int8Vector acc[sizeof...(r)][static_cast<std::size_t>(2 * S)];
+  for (auto& row : acc)
+    for (auto& x : row) x = int8_zero();
+  const auto step = [&](Index q, auto chain) {
+    constexpr Index c = decltype(chain)::value;
+    const std::int8_t* at = panel + q * row_bytes;
+    if (prefetch_quads) {  // (the address as an integer: past the panel's end, pointer arithmetic would be undefined)
+      const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(at) + static_cast<std::uintptr_t>(prefetch_quads * row_bytes);
+      for (std::uintptr_t line = 0; line < std::uintptr_t(row_bytes); line += 64) Eigen::internal::prefetch(reinterpret_cast<const char*>(ahead + line));
+    }
+    Int8Vector p0 = int8_load(at), p1 = int8_load(at + sizeof(Int8Vector));
+    if constexpr (Keys) p0 = int8_flip(p0), p1 = int8_flip(p1);
+    const auto dot = [&](Index row) {
+      const Int8Vector x = int8_broadcast(int8_lane(a + row * lda + q * int8_quad));
+      if constexpr (Keys) acc[row][2 * c] = int8_dot(acc[row][2 * c], p0, x), acc[row][2 * c + 1] = int8_dot(acc[row][2 * c + 1], p1, x);
+      else acc[row][2 * c] = int8_dot(acc[row][2 * c], x, p0), acc[row][2 * c + 1] = int8_dot(acc[row][2 * c + 1], x, p1);
+    };
+    (dot(r), ...);
+  };
+  Index q = 0;
+  for (; q + S <= quads; q += S) for_each_index<S>([&](auto c) { step(q + decltype(c)::value, c); });
+  for (; q < quads; ++q) step(q, std::integral_constant<Index, 0>{});
+  const auto finish = [&](Index row) {
+    for_each_index<S - 1>([&](auto c) {
+      acc[row][0] = int8_add(acc[row][0], acc[row][2 * c + 2]), acc[row][1] = int8_add(acc[row][1], acc[row][2 * c + 3]);
+    });
+    int8_store(out + row * ldo, acc[row][0]);
+    int8_store(out + row * ldo + V, acc[row][1]);
+  };
+  (finish(r), ...);
+}
+#endif
+
+/// out[r][w] (rows x W int32, leading dimension ldo) = Σ over `quads` quads of row r of a (lda
+/// bytes apart) by lane w of the panel. Keys: a is the int8 query and the panel
+/// signed, summed as Σ (k + 128) q (the VNNI product takes one unsigned operand: the caller
+/// subtracts 128 Σ q); otherwise (values) a is the uint8 weights, the panel signed, Σ u v.
+/// prefetch_quads: quad rows ahead to ask for (0: none).
+template <class Scalar, bool Keys>
+inline void int8_panel_sums(Index rows, Index quads, const std::uint8_t* a, Index lda, const std::int8_t* panel,
+                            Index prefetch_quads, std::int32_t* out, Index ldo) {
+  constexpr Index W = TileShape<Scalar>::lanes;
+#if defined(HEADWISE_INT8_VNNI)
+  if constexpr (int8_vnni_fits<Scalar>) {
+    by_compiled_heights<static_cast<int>(TileShape<Scalar>::rows)>(rows, 0, [&](auto height, Index row) {
+      constexpr Index rows_here = decltype(height)::value, chains = rows_here == 1 ? 4 : rows_here == 2 ? 2 : 1;
+      int8_panel_sums_of<Keys, chains>(std::make_integer_sequence<Index, rows_here>{}, quads, a + row * lda, lda, panel,
+                                       prefetch_quads, out + row * ldo, ldo);
+    });
+    return;
+  }
+#endif
+  static_cast<void>(prefetch_quads);
+  for (Index r = 0; r < rows; ++r) {  // the same integers, without VNNI
+    std::int32_t* o = out + r * ldo;
+    std::fill(o, o + W, 0);
+    for (Index q = 0; q < quads; ++q)
+      for (Index w = 0; w < W; ++w)
+        for (Index e = 0; e < int8_quad; ++e) {
+          const std::int32_t x = Keys ? static_cast<std::int8_t>(a[r * lda + q * int8_quad + e]) : a[r * lda + q * int8_quad + e];
+          const std::int32_t p = panel[(q * W + w) * int8_quad + e];
+          o[w] += x * (Keys ? p + 128 : p);
+        }
+  }
+}
+
+/// Row r's scores over one key panel from its integer sums: s[w] = (float(sum[w] - 128 q_sum)
+/// k_scale[w]) q_scale, by packets.
+template <class Scalar>
+inline void int8_scores(const std::int32_t* sums, std::int32_t q_sum, float q_scale, const float* k_scales, Scalar* s) {
+  using namespace Eigen::internal;
+  using Packet = typename TileShape<Scalar>::Packet;
+  constexpr Index P = TileShape<Scalar>::packet, W = TileShape<Scalar>::lanes;
+  if constexpr (std::is_same_v<Scalar, float>) {
+    alignas(64) float dots[static_cast<std::size_t>(W)];
+    for (Index w = 0; w < W; ++w) dots[w] = static_cast<float>(sums[w] - 128 * q_sum);
+    const Packet qs = pset1<Packet>(q_scale);
+    for (Index p = 0; p < W; p += P) pstoreu(s + p, pmul(pmul(pload<Packet>(dots + p), ploadu<Packet>(k_scales + p)), qs));
+  } else {
+    static_cast<void>(sums), static_cast<void>(q_sum), static_cast<void>(q_scale), static_cast<void>(k_scales), static_cast<void>(s);
+  }
+}
+
+/// Row p[begin, end) of weights (a run of keys, from a quad boundary `base` <= begin) times the
+/// values' scales, to uint8 in u[0, stop - base) with stop `end` rounded up to a quad (zero
+/// outside [begin, end)); `scaled` holds end - begin floats of scratch. Returns the scale s_p (0
+/// if every weight is 0, NaN if one is NaN).
+template <class Scalar>
+inline float int8_weights(const Scalar* p, Index base, Index begin, Index end, const float* v_scales, float* scaled,
+                          std::uint8_t* u) {
+  using Row = Eigen::Array<float, 1, Eigen::Dynamic>;
+  const Index n = end - begin, stop = (end + int8_quad - 1) / int8_quad * int8_quad;
+  Eigen::Map<Row> x(scaled, n);
+  x = Eigen::Map<const Eigen::Array<Scalar, 1, Eigen::Dynamic>>(p + begin, n).template cast<float>() *
+      Eigen::Map<const Row>(v_scales + (begin - base), n);
+  std::fill(u, u + (stop - base), std::uint8_t(0));
+  const float largest = n ? x.template maxCoeff<Eigen::PropagateNaN>() : 0.0f;
+  if (std::isnan(largest)) return largest;
+  if (largest == 0.0f) return 0.0f;
+  x = (x * (255.0f / largest)).rint().min(255.0f).max(0.0f);
+  for (Index j = 0; j < n; ++j) u[begin - base + j] = static_cast<std::uint8_t>(x[j]);
+  return largest / 255.0f;
+}
+
+}  // namespace headwise::detail

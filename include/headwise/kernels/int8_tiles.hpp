@@ -1,0 +1,105 @@
+// The fused kernel's score and value tiles for int8 keys and values under the stored arithmetic
+// (KvArithmetic::stored): the integer products of detail/int8_products.hpp, which says what is
+// rounded. kernels/fused_attention.hpp calls these in place of its widened score_tile and
+// value_tile when the kernel's stored type is detail::Int8Products; the loop around them (masks,
+// the online softmax, shards, merges) is the same.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "headwise/detail/int8_products.hpp"
+#include "headwise/detail/tile_product.hpp"
+#include "headwise/types.hpp"
+
+namespace headwise::detail {
+
+/// Quad rows of a panel asked for ahead while a short sliver (a decoding step) streams it: the
+/// keys 16 KiB ahead (with AVX-512: the next key tile's panels, which follow in memory), the values
+/// 4 KiB (the next key tile's rows of the same value panel). Measured at 32768 tokens, Llama 3 8B's
+/// heads, one thread (Zen 5): 2 KiB ahead for both 4.7 ms a step, these 3.6 ms, keys 32 KiB ahead
+/// or values 8 KiB no faster, hints to L2 (T1, T2) no faster.
+constexpr Index int8_key_prefetch_quads = 128, int8_value_prefetch_quads = 32;
+/// The most tokens one integer sum of weights times values covers: Σ u v of 255 x 127 each stays
+/// below 2^31. Runs of keys are cut at multiples of it (fixed positions: the same cuts for any call).
+constexpr Index int8_run_tokens = 65536;
+
+/// The query tile's rows (scaled, w.scaled) to int8 with their scales and sums (the rows of head h
+/// of this tile; detail/int8_products.hpp).
+template <class Scratch>
+void quantize_query_tile(Scratch& w, Index rows, Index d_head) {
+  for (Index r = 0; r < rows; ++r)
+    quantize_query_row(w.scaled.row(r).data(), d_head, w.q8.data() + r * d_head, w.q_scale[static_cast<std::size_t>(r)],
+                       w.q_sum[static_cast<std::size_t>(r)]);
+}
+
+/// S = Qs K[j0 : j0 + cols]ᵀ as integers rescaled, sliver by sliver, each only over the key panels
+/// its rows see (w.spans); row r of S at w.s + r tk.
+template <class Call, class Scratch>
+void int8_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index g) {
+  using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
+  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+  const Index d = call.kv.d_head(), quads = d / int8_quad;
+  const Index ahead = rows <= pair_rows<Scalar> ? int8_key_prefetch_quads : 0;
+  for (Index r0 = 0; r0 < rows; r0 += R) {
+    const Index nr = std::min(R, rows - r0);
+    const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
+    for (Index c0 = span.begin / W * W; c0 < span.end; c0 += W) {
+      const auto* query = reinterpret_cast<const std::uint8_t*>(w.q8.data() + r0 * d);
+      int8_panel_sums<Scalar, /*Keys=*/true>(nr, quads, query, d, call.kv.template key_panel<std::int8_t>(g, j0 + c0), ahead,
+                                             w.sums.data(), W);
+      const float* scales = call.kv.key_scales(g, j0 + c0);
+      for (Index r = 0; r < nr; ++r)
+        int8_scores(w.sums.data() + r * W, w.q_sum[static_cast<std::size_t>(r0 + r)], w.q_scale[static_cast<std::size_t>(r0 + r)],
+                    scales, w.s.data() + (r0 + r) * call.tk + c0);
+    }
+  }
+}
+
+/// acc[0, W) += scale float(sums[0, W)) by packets; a NaN scale (a NaN weight) makes them NaN.
+template <class Scalar>
+inline void add_scaled_sums(Scalar* acc, const std::int32_t* sums, float scale) {
+  using namespace Eigen::internal;
+  using Packet = typename TileShape<Scalar>::Packet;
+  constexpr Index P = TileShape<Scalar>::packet, W = TileShape<Scalar>::lanes;
+  if (std::isnan(scale)) return std::fill(acc, acc + W, std::numeric_limits<Scalar>::quiet_NaN());
+  alignas(64) Scalar sum[static_cast<std::size_t>(W)];
+  for (Index c = 0; c < W; ++c) sum[c] = static_cast<Scalar>(sums[c]);
+  const Packet s = pset1<Packet>(static_cast<Scalar>(scale));
+  for (Index c = 0; c < W; c += P) pstoreu(acc + c, pmadd(s, pload<Packet>(sum + c), ploadu<Packet>(acc + c)));
+}
+
+/// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver over the keys its rows see
+/// (w.spans): run by run of keys in one block (and one int8_run_tokens), each row's weights times
+/// the values' scales to uint8 (int8_weights), their integer products with the values, rescaled.
+template <class Call, class Scratch, class State>
+void int8_value_tile(const Call& call, Scratch& w, const State& st, Index rows, Index j0, Index g) {
+  using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
+  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+  const Index dv_padded = call.dv_padded(), stride = call.kv.value_panel_stride(), ld = call.tk + int8_quad;
+  const Index ahead = rows <= pair_rows<Scalar> ? int8_value_prefetch_quads : 0;
+  for (Index r0 = 0; r0 < rows; r0 += R) {
+    const Index nr = std::min(R, rows - r0);
+    const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
+    for (Index a = span.begin, b; a < span.end; a = b) {
+      const Index run_end = ((j0 + a) / int8_run_tokens + 1) * int8_run_tokens;
+      b = std::min({span.end, call.kv.block_end(j0 + a) - j0, run_end - j0});
+      const Index base = a / int8_quad * int8_quad, quads = (b - base + int8_quad - 1) / int8_quad;
+      const float* scales = call.kv.value_scales(g, j0 + base);
+      for (Index r = 0; r < nr; ++r)
+        w.p_scale[static_cast<std::size_t>(r)] =
+            int8_weights(w.s.data() + (r0 + r) * call.tk, base, a, b, scales, w.weights.data(), w.p8.data() + r * ld);
+      const std::int8_t* values = call.kv.template value_row<std::int8_t>(g, j0 + base);
+      for (Index c0 = 0; c0 < dv_padded; c0 += W) {
+        int8_panel_sums<Scalar, /*Keys=*/false>(nr, quads, w.p8.data(), ld, values + c0 / W * stride, ahead, w.sums.data(), W);
+        for (Index r = 0; r < nr; ++r)
+          if (const float scale = w.p_scale[static_cast<std::size_t>(r)]; scale != 0.0f)  // (0: the row sees none of these keys)
+            add_scaled_sums(st.acc + (r0 + r) * dv_padded + c0, w.sums.data() + r * W, scale);
+      }
+    }
+  }
+}
+
+}  // namespace headwise::detail
