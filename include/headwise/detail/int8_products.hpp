@@ -17,8 +17,10 @@
 //
 // Layout (int8 stores under the stored arithmetic, one format of a store: StoreFormat): a key panel
 // of W keys holds component c of key w at (c / 4) 4W + 4w + c % 4 (four components of a key in
-// one 32-bit lane, as vpdpbusd reads them), so d_head must be a multiple of 4; a value panel of W
-// columns holds token j's column w at (j / 4) 4W + 4w + j % 4 (four tokens of a column in a lane).
+// one 32-bit lane, as vpdpbusd reads them), so d_head must be a multiple of 4, each as k + 128, an
+// unsigned byte (flip_sign: vpdpbusd's unsigned operand; the sums are Σ (k + 128) q, less 128 Σ q);
+// a value panel of W columns holds token j's column w at (j / 4) 4W + 4w + j % 4 (four tokens of a
+// column in a lane), as int8.
 #pragma once
 
 #include <algorithm>
@@ -31,9 +33,11 @@
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
+#if defined(EIGEN_VECTORIZE_AVX512)
+#include <immintrin.h>
+#endif
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(EIGEN_VECTORIZE_AVX512)
 #define HEADWISE_INT8_VNNI 512
-#include <immintrin.h>
 #elif defined(__AVXVNNI__) && defined(EIGEN_VECTORIZE_AVX) && !defined(EIGEN_VECTORIZE_AVX512)
 #define HEADWISE_INT8_VNNI 256
 #include <immintrin.h>
@@ -46,6 +50,9 @@ constexpr Index int8_quad = 4;
 /// The largest d_head the stored arithmetic takes: its integer sums, Σ (k + 128) q over d_head
 /// components of at most 255 x 127 each, stay below 2^31.
 constexpr Index max_int8_depth = 65536;
+
+/// An int8 key as the stored arithmetic's key panels hold it, k + 128 in a byte (and back).
+inline std::int8_t flip_sign(std::int8_t x) { return static_cast<std::int8_t>(static_cast<std::uint8_t>(x) ^ 0x80u); }
 
 /// Where entry (row, lane) of a W-wide panel lies: row-major, or in quads of rows (see the top).
 inline Index panel_offset(bool quads, Index row, Index lane, Index W) {
@@ -87,7 +94,6 @@ using Int8Vector = __m512i;
 inline Int8Vector int8_load(const void* p) { return _mm512_loadu_si512(p); }
 inline Int8Vector int8_zero() { return _mm512_setzero_si512(); }
 inline Int8Vector int8_broadcast(std::int32_t x) { return _mm512_set1_epi32(x); }
-inline Int8Vector int8_flip(Int8Vector x) { return _mm512_xor_si512(x, _mm512_set1_epi8(static_cast<char>(0x80))); }
 inline Int8Vector int8_dot(Int8Vector acc, Int8Vector u8, Int8Vector s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
 inline Int8Vector int8_add(Int8Vector x, Int8Vector y) { return _mm512_add_epi32(x, y); }
 inline void int8_store(std::int32_t* p, Int8Vector x) { _mm512_storeu_si512(p, x); }
@@ -96,7 +102,6 @@ using Int8Vector = __m256i;
 inline Int8Vector int8_load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline Int8Vector int8_zero() { return _mm256_setzero_si256(); }
 inline Int8Vector int8_broadcast(std::int32_t x) { return _mm256_set1_epi32(x); }
-inline Int8Vector int8_flip(Int8Vector x) { return _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))); }
 inline Int8Vector int8_dot(Int8Vector acc, Int8Vector u8, Int8Vector s8) { return _mm256_dpbusd_avx_epi32(acc, u8, s8); }
 inline Int8Vector int8_add(Int8Vector x, Int8Vector y) { return _mm256_add_epi32(x, y); }
 inline void int8_store(std::int32_t* p, Int8Vector x) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), x); }
@@ -113,7 +118,7 @@ inline std::int32_t int8_lane(const void* p) {
 
 /// The body of int8_panel_sums for rows r...: out[r][w] = Σ_q lane w of quad row q of the panel
 /// (4W bytes each) times the 4 bytes of row r of a at a + r lda + 4q. Keys: the panel is the
-/// keys, flipped to unsigned (k + 128), a the int8 query; values: a the uint8 weights, the panel
+/// keys as unsigned k + 128 (flip_sign), a the int8 query; values: a the uint8 weights, the panel
 /// the int8 values. S chains over the quads (quad q in chain q % S, added at the end: integers,
 /// exact in any order): a short sliver (a decoding step) keeps 2 S products in flight.
 template <bool Keys, Index S, Index... r>
@@ -130,8 +135,7 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
       const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(at) + static_cast<std::uintptr_t>(prefetch_quads * row_bytes);
       for (std::uintptr_t line = 0; line < std::uintptr_t(row_bytes); line += 64) Eigen::internal::prefetch(reinterpret_cast<const char*>(ahead + line));
     }
-    Int8Vector p0 = int8_load(at), p1 = int8_load(at + sizeof(Int8Vector));
-    if constexpr (Keys) p0 = int8_flip(p0), p1 = int8_flip(p1);
+    const Int8Vector p0 = int8_load(at), p1 = int8_load(at + sizeof(Int8Vector));
     const auto dot = [&](Index row) {
       const Int8Vector x = int8_broadcast(int8_lane(a + row * lda + q * int8_quad));
       if constexpr (Keys) acc[row][2 * c] = int8_dot(acc[row][2 * c], p0, x), acc[row][2 * c + 1] = int8_dot(acc[row][2 * c + 1], p1, x);
@@ -165,7 +169,7 @@ inline void int8_panel_sums(Index rows, Index quads, const std::uint8_t* a, Inde
 #if defined(HEADWISE_INT8_VNNI)
   if constexpr (int8_vnni_fits<Scalar>) {
     by_compiled_heights<static_cast<int>(TileShape<Scalar>::rows)>(rows, 0, [&](auto height, Index row) {
-      constexpr Index rows_here = decltype(height)::value, chains = rows_here == 1 ? 4 : rows_here == 2 ? 2 : 1;
+      constexpr Index rows_here = decltype(height)::value, chains = rows_here <= 2 ? 4 : rows_here <= 4 ? 2 : 1;
       int8_panel_sums_of<Keys, chains>(std::make_integer_sequence<Index, rows_here>{}, quads, a + row * lda, lda, panel,
                                        prefetch_quads, out + row * ldo, ldo);
     });
@@ -180,8 +184,8 @@ inline void int8_panel_sums(Index rows, Index quads, const std::uint8_t* a, Inde
       for (Index w = 0; w < W; ++w)
         for (Index e = 0; e < int8_quad; ++e) {
           const std::int32_t x = Keys ? static_cast<std::int8_t>(a[r * lda + q * int8_quad + e]) : a[r * lda + q * int8_quad + e];
-          const std::int32_t p = panel[(q * W + w) * int8_quad + e];
-          o[w] += x * (Keys ? p + 128 : p);
+          const std::int8_t stored = panel[(q * W + w) * int8_quad + e];
+          o[w] += x * (Keys ? std::int32_t(static_cast<std::uint8_t>(stored)) : std::int32_t(stored));
         }
   }
 }
@@ -210,17 +214,43 @@ inline void int8_scores(const std::int32_t* sums, std::int32_t q_sum, float q_sc
 template <class Scalar>
 inline float int8_weights(const Scalar* p, Index base, Index begin, Index end, const float* v_scales, float* scaled,
                           std::uint8_t* u) {
-  using Row = Eigen::Array<float, 1, Eigen::Dynamic>;
+  using namespace Eigen::internal;
+  using Packet = typename TileShape<float>::Packet;
+  constexpr Index P = TileShape<float>::packet;
   const Index n = end - begin, stop = (end + int8_quad - 1) / int8_quad * int8_quad;
-  Eigen::Map<Row> x(scaled, n);
-  x = Eigen::Map<const Eigen::Array<Scalar, 1, Eigen::Dynamic>>(p + begin, n).template cast<float>() *
-      Eigen::Map<const Row>(v_scales + (begin - base), n);
+  const float* s = v_scales + (begin - base);
   std::fill(u, u + (stop - base), std::uint8_t(0));
-  const float largest = n ? x.template maxCoeff<Eigen::PropagateNaN>() : 0.0f;
-  if (std::isnan(largest)) return largest;
+  // The products by packets, their largest and their sum (NaN if one is: weights are at most 1
+  // and scales finite, so a NaN weight is the one way to a NaN here).
+  Packet best = pset1<Packet>(0.0f), total = pset1<Packet>(0.0f);
+  Index j = 0;
+  if constexpr (std::is_same_v<Scalar, float>)
+    for (; j + P <= n; j += P) {
+      const Packet x = pmul(ploadu<Packet>(p + begin + j), ploadu<Packet>(s + j));
+      pstoreu(scaled + j, x);
+      best = pmax(best, x), total = padd(total, x);
+    }
+  float largest = predux_max(best), sum = predux(total);
+  for (; j < n; ++j) {
+    scaled[j] = static_cast<float>(p[begin + j]) * s[j];
+    largest = std::max(largest, scaled[j]), sum += scaled[j];
+  }
+  if (std::isnan(sum)) return sum;
   if (largest == 0.0f) return 0.0f;
-  x = (x * (255.0f / largest)).rint().min(255.0f).max(0.0f);
-  for (Index j = 0; j < n; ++j) u[begin - base + j] = static_cast<std::uint8_t>(x[j]);
+  const float inverse = 255.0f / largest;
+  std::uint8_t* out = u + (begin - base);
+#if defined(EIGEN_VECTORIZE_AVX512)
+  // (cvtps2dq rounds as the MXCSR says, to nearest with ties to even, as nearbyint; cvtusdb
+  // saturates at 255, as the clamp below)
+  const __m512 f = _mm512_set1_ps(inverse);
+  for (Index c = 0; c < n; c += 16) {
+    const __mmask16 lanes = n - c >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - c)) - 1u);
+    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, scaled + c), f));
+    _mm512_mask_cvtusepi32_storeu_epi8(out + c, lanes, _mm512_max_epi32(q, _mm512_setzero_si512()));
+  }
+#else
+  for (Index c = 0; c < n; ++c) out[c] = static_cast<std::uint8_t>(std::max(0.0f, std::min(255.0f, std::nearbyint(scaled[c] * inverse))));
+#endif
   return largest / 255.0f;
 }
 

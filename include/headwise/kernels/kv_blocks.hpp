@@ -149,7 +149,10 @@ class KvBlocks {
   Scalar stored_key(Index g, Index j, Index c) const {
     return detail::with_stored_type<Scalar>(storage(), [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      const Scalar x = detail::from_stored<Scalar>(key_panel<Stored>(g, j / lanes * lanes)[detail::panel_offset(pool_.format.quads(), c, j % lanes, lanes)]);
+      Stored entry = key_panel<Stored>(g, j / lanes * lanes)[detail::panel_offset(pool_.format.quads(), c, j % lanes, lanes)];
+      if constexpr (std::is_same_v<Stored, std::int8_t>)
+        if (pool_.format.quads()) entry = detail::flip_sign(entry);  // (held as k + 128)
+      const Scalar x = detail::from_stored<Scalar>(entry);
       return storage() == KvStorage::int8 ? x * static_cast<Scalar>(*key_scales(g, j)) : x;
     });
   }

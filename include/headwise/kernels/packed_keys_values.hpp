@@ -111,6 +111,13 @@ void store_token(Out&& out, const In& x, float* scale) {
   }
 }
 
+/// A key of 0 as a key panel holds it (the stored arithmetic's int8 keys: 128, flip_sign).
+template <class Stored>
+Stored zero_key(bool quads) {
+  if constexpr (std::is_same_v<Stored, std::int8_t>) return quads ? flip_sign(0) : Stored(0);
+  else return to_stored<Stored>(0.0f);
+}
+
 /// Writes tokens first .. first + m - 1 of one head into its panels: keys k (m, d_head) and, unless
 /// null, values v (m, d_v), converted to Stored. A key panel is zeroed as its first token arrives
 /// (the kernel reads a panel's columns past the tokens held, and masks them: they must hold
@@ -124,17 +131,20 @@ void pack_head_rows(const HeadPanels<Stored>& to, Index first, const Eigen::Ref<
   for (Index t = 0; t < k.rows();) {
     const Index pos = first + t, column = pos % W, width = std::min(W - column, k.rows() - t);
     Panel panel(to.keys + (pos / W) * d_head * W, d_head, W);
-    if (column == 0 && width < W) panel.setConstant(to_stored<Stored>(Scalar(0)));
+    if (column == 0 && width < W) panel.setConstant(zero_key<Stored>(to.quads));
     if constexpr (std::is_same_v<Stored, Scalar>) {
       panel.middleCols(column, width) = k.middleRows(t, width).transpose();
-    } else if (to.quads) {  // component c of key w at panel_offset(c, w)
-      Eigen::Matrix<Stored, Eigen::Dynamic, 1> key(d_head);
-      for (Index w = 0; w < width; ++w) {
-        store_token(key, k.row(t + w), scale_at(to.key_scales, pos + w));
-        for (Index c = 0; c < d_head; ++c) panel.data()[panel_offset(true, c, column + w, W)] = key(c);
-      }
     } else {
-      for (Index w = 0; w < width; ++w) store_token(panel.col(column + w), k.row(t + w), scale_at(to.key_scales, pos + w));
+      Eigen::Matrix<Stored, Eigen::Dynamic, 1> key(to.quads ? d_head : 0);
+      for (Index w = 0; w < width; ++w) {
+        if constexpr (std::is_same_v<Stored, std::int8_t>)
+          if (to.quads) {  // component c of key w at panel_offset(c, w), as k + 128
+            store_token(key, k.row(t + w), scale_at(to.key_scales, pos + w));
+            for (Index c = 0; c < d_head; ++c) panel.data()[panel_offset(true, c, column + w, W)] = flip_sign(key(c));
+            continue;
+          }
+        store_token(panel.col(column + w), k.row(t + w), scale_at(to.key_scales, pos + w));
+      }
     }
     t += width;
   }
@@ -294,7 +304,7 @@ class HEADWISE_ISA_TAG PackedKeysValues {
         for (Index h = 0; h < n_kv_heads_; ++h) {
           Stored* panel = key_buffer<Stored>().data() + h * key_head_size_ + (size_ / lanes) * key_panel_stride();
           for (Index c = 0; c < d_head_; ++c)
-            for (Index w = column; w < lanes; ++w) panel[detail::panel_offset(format_.quads(), c, w, lanes)] = detail::to_stored<Stored>(Scalar(0));
+            for (Index w = column; w < lanes; ++w) panel[detail::panel_offset(format_.quads(), c, w, lanes)] = detail::zero_key<Stored>(format_.quads());
         }
       });
     detail::refuse_unstorable<Scalar>(where, "k", k, d_head_, size_, format_.storage);
