@@ -23,6 +23,7 @@
 
 #include "headwise/headwise.hpp"
 #include "headwise/stored_matrix.hpp"
+#include "fma_peak.hpp"
 #include "stream_triad.hpp"
 
 namespace {
@@ -40,6 +41,7 @@ Mat random_matrix(Index rows, Index cols, unsigned seed) {
 }
 
 BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_FmaPeak)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // One decoding step of the fused core: 1 query of n_heads heads against `context` cached tokens of
 // n_kv_heads heads of width d_head. split 1: the keys split into shards attended in parallel and
