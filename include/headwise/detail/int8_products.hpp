@@ -7,10 +7,11 @@
 //            (the keys' own rule, kv_storage.hpp); a non-finite row gets s_q = NaN, so its scores are NaN
 //   scores   S_ij = (float(Σ_c q_ic k_jc) s_kj) s_qi: the integer sum is exact (|Σ| < 2^31 for
 //            d_head <= max_int8_depth), its conversion to float exact below 2^24 (d_head <= 1040)
-//   weights  P = exp(S - m) as widened; for the product with V, within each run of keys (a key tile's
-//            keys in one block) row i's P_ij s_vj (s_vj: value j's scale) to uint8 with one scale,
+//   weights  P = exp(S - m) as widened; for the product with V, within each key tile (cut at
+//            multiples of 65536 keys) row i's P_ij s_vj (s_vj: value j's scale) to uint8 with one scale,
 //            s_p = max_j P_ij s_vj / 255, u = nearest((P_ij s_vj) (255 / max)), ties to even, in [0, 255]
-//   values   acc_i += s_p float(Σ_j u_ij v_jc) (one multiply-add per entry of the run's sum)
+//   values   acc_i += s_p float(Σ_j u_ij v_jc) (one multiply-add per entry of the tile's sum, its
+//            integers summed over the blocks the tile's keys lie in: the same bits however they lie)
 // Integer sums are exact, so their order is free: every result is the same whatever the thread
 // count, the split of keys, the sliver a row is computed in, and whether the build uses VNNI
 // (AVX512-VNNI, AVX-VNNI) or the portable loops below, which compute the same integers.
@@ -207,38 +208,34 @@ inline void int8_scores(const std::int32_t* sums, std::int32_t q_sum, float q_sc
   }
 }
 
-/// Row p[begin, end) of weights (a run of keys, from a quad boundary `base` <= begin) times the
-/// values' scales, to uint8 in u[0, stop - base) with stop `end` rounded up to a quad (zero
-/// outside [begin, end)); `scaled` holds end - begin floats of scratch. Returns the scale s_p (0
-/// if every weight is 0, NaN if one is NaN).
+/// Weights p[0, n) times the values' scales s[0, n) into scaled[0, n); returns their largest and
+/// their sum (NaN if one is: weights are at most 1 and scales finite, so a NaN weight is the one
+/// way to a NaN here). By packets.
 template <class Scalar>
-inline float int8_weights(const Scalar* p, Index base, Index begin, Index end, const float* v_scales, float* scaled,
-                          std::uint8_t* u) {
+inline std::pair<float, float> weights_times_scales(const Scalar* p, Index n, const float* s, float* scaled) {
   using namespace Eigen::internal;
   using Packet = typename TileShape<float>::Packet;
   constexpr Index P = TileShape<float>::packet;
-  const Index n = end - begin, stop = (end + int8_quad - 1) / int8_quad * int8_quad;
-  const float* s = v_scales + (begin - base);
-  std::fill(u, u + (stop - base), std::uint8_t(0));
-  // The products by packets, their largest and their sum (NaN if one is: weights are at most 1
-  // and scales finite, so a NaN weight is the one way to a NaN here).
   Packet best = pset1<Packet>(0.0f), total = pset1<Packet>(0.0f);
   Index j = 0;
   if constexpr (std::is_same_v<Scalar, float>)
     for (; j + P <= n; j += P) {
-      const Packet x = pmul(ploadu<Packet>(p + begin + j), ploadu<Packet>(s + j));
+      const Packet x = pmul(ploadu<Packet>(p + j), ploadu<Packet>(s + j));
       pstoreu(scaled + j, x);
       best = pmax(best, x), total = padd(total, x);
     }
   float largest = predux_max(best), sum = predux(total);
   for (; j < n; ++j) {
-    scaled[j] = static_cast<float>(p[begin + j]) * s[j];
+    scaled[j] = static_cast<float>(p[j]) * s[j];
     largest = std::max(largest, scaled[j]), sum += scaled[j];
   }
-  if (std::isnan(sum)) return sum;
-  if (largest == 0.0f) return 0.0f;
+  return {largest, sum};
+}
+
+/// scaled[0, n) (the largest of them `largest` > 0) to uint8: out[j] = nearest(scaled[j] (255 /
+/// largest)), ties to even, in [0, 255].
+inline void round_weights(const float* scaled, Index n, float largest, std::uint8_t* out) {
   const float inverse = 255.0f / largest;
-  std::uint8_t* out = u + (begin - base);
 #if defined(EIGEN_VECTORIZE_AVX512)
   // (cvtps2dq rounds as the MXCSR says, to nearest with ties to even, as nearbyint; cvtusdb
   // saturates at 255, as the clamp below)
@@ -251,7 +248,6 @@ inline float int8_weights(const Scalar* p, Index base, Index begin, Index end, c
 #else
   for (Index c = 0; c < n; ++c) out[c] = static_cast<std::uint8_t>(std::max(0.0f, std::min(255.0f, std::nearbyint(scaled[c] * inverse))));
 #endif
-  return largest / 255.0f;
 }
 
 }  // namespace headwise::detail

@@ -149,8 +149,8 @@ struct FusedScratch {
   std::vector<Scalar> v;          // values that are the keys' (PackedKeysValues::values_are_keys): a key tile's, as value panels
   RowStateStore<Scalar> states;   // 0: the rows' state over the shards so far, 1: the current shard's
   // int8 under the stored arithmetic (kernels/int8_tiles.hpp): the query tile in int8, its rows'
-  // scales and sums; a sliver's integer sums over a panel; its weights in uint8, their scales, and
-  // one row of them as floats on the way.
+  // scales and sums; a sliver's integer sums over a panel (a block's, and the tile's); its weights
+  // in uint8, their scales, and one row of them as floats on the way.
   std::vector<std::int8_t> q8;
   std::vector<float> q_scale, p_scale, weights;
   std::vector<std::int32_t> q_sum, sums;
@@ -174,7 +174,7 @@ struct FusedScratch {
     constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
     detail::allocate(q8, checked_size<Scalar>(where, "a query tile", rows, d_head), std::int8_t(0), where, "a query tile");
     detail::allocate(q_scale, rows, 0.0f, where, "a query tile"), detail::allocate(q_sum, rows, std::int32_t(0), where, "a query tile");
-    detail::allocate(sums, R * W, std::int32_t(0), where, "a score tile"), detail::allocate(p_scale, R, 0.0f, where, "a score tile");
+    detail::allocate(sums, 2 * R * W, std::int32_t(0), where, "a score tile"), detail::allocate(p_scale, R, 0.0f, where, "a score tile");
     detail::allocate(weights, call.tk, 0.0f, where, "a score tile");
     detail::allocate(p8, checked_size<Scalar>(where, "a score tile", R, call.tk + int8_quad), std::uint8_t(0), where, "a score tile");
   }

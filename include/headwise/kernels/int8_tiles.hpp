@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 
 #include "headwise/detail/int8_products.hpp"
@@ -23,7 +24,7 @@ namespace headwise::detail {
 /// or values 8 KiB no faster, hints to L2 (T1, T2) no faster.
 constexpr Index int8_key_prefetch_quads = 128, int8_value_prefetch_quads = 32;
 /// The most tokens one integer sum of weights times values covers: Σ u v of 255 x 127 each stays
-/// below 2^31. Runs of keys are cut at multiples of it (fixed positions: the same cuts for any call).
+/// below 2^31. A key tile's keys are cut at multiples of it (fixed positions: the same cuts for any call).
 constexpr Index int8_run_tokens = 65536;
 
 /// The query tile's rows (scaled, w.scaled) to int8 with their scales and sums (the rows of head h
@@ -71,32 +72,55 @@ inline void add_scaled_sums(Scalar* acc, const std::int32_t* sums, float scale) 
   for (Index c = 0; c < W; c += P) pstoreu(acc + c, pmadd(s, pload<Packet>(sum + c), ploadu<Packet>(acc + c)));
 }
 
+/// Row r of the sliver's weights over the keys [a, b) of the tile (its P row at p, relative to
+/// j0) times the values' scales, block by block, rounded to uint8 at u (from the quad boundary
+/// below a); returns their scale s_p (0: the row sees none of these keys; NaN: a NaN weight).
+template <class Call, class Scratch, class Scalar>
+float int8_weight_row(const Call& call, Scratch& w, const Scalar* p, Index a, Index b, Index j0, Index g, std::uint8_t* u) {
+  const Index base = a / int8_quad * int8_quad, stop = (b + int8_quad - 1) / int8_quad * int8_quad;
+  std::fill(u, u + (stop - base), std::uint8_t(0));
+  float largest = 0, sum = 0;
+  for (Index pa = a, pb; pa < b; pa = pb) {  // block by block: each block's scales lie together
+    pb = std::min(b, call.kv.block_end(j0 + pa) - j0);
+    const auto [most, total] = weights_times_scales(p + pa, pb - pa, call.kv.value_scales(g, j0 + pa), w.weights.data() + (pa - a));
+    largest = std::max(largest, most), sum += total;
+  }
+  if (std::isnan(sum)) return sum;
+  if (largest == 0.0f) return 0.0f;
+  round_weights(w.weights.data(), b - a, largest, u + (a - base));
+  return largest / 255.0f;
+}
+
 /// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver over the keys its rows see
-/// (w.spans): run by run of keys in one block (and one int8_run_tokens), each row's weights times
-/// the values' scales to uint8 (int8_weights), their integer products with the values, rescaled.
+/// (w.spans; cut at multiples of int8_run_tokens): each row's weights times the values' scales to
+/// uint8 (int8_weight_row), their integer products with the values summed over the blocks the keys
+/// lie in, rescaled once. The bits do not depend on where the blocks lie.
 template <class Call, class Scratch, class State>
 void int8_value_tile(const Call& call, Scratch& w, const State& st, Index rows, Index j0, Index g) {
   using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const Index dv_padded = call.dv_padded(), stride = call.kv.value_panel_stride(), ld = call.tk + int8_quad;
   const Index ahead = rows <= pair_rows<Scalar> ? int8_value_prefetch_quads : 0;
+  std::int32_t *piece = w.sums.data(), *total = w.sums.data() + R * W;
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
     const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
     for (Index a = span.begin, b; a < span.end; a = b) {
-      const Index run_end = ((j0 + a) / int8_run_tokens + 1) * int8_run_tokens;
-      b = std::min({span.end, call.kv.block_end(j0 + a) - j0, run_end - j0});
-      const Index base = a / int8_quad * int8_quad, quads = (b - base + int8_quad - 1) / int8_quad;
-      const float* scales = call.kv.value_scales(g, j0 + base);
+      b = std::min(span.end, ((j0 + a) / int8_run_tokens + 1) * int8_run_tokens - j0);
+      const Index base = a / int8_quad * int8_quad;
       for (Index r = 0; r < nr; ++r)
-        w.p_scale[static_cast<std::size_t>(r)] =
-            int8_weights(w.s.data() + (r0 + r) * call.tk, base, a, b, scales, w.weights.data(), w.p8.data() + r * ld);
-      const std::int8_t* values = call.kv.template value_row<std::int8_t>(g, j0 + base);
+        w.p_scale[static_cast<std::size_t>(r)] = int8_weight_row(call, w, w.s.data() + (r0 + r) * call.tk, a, b, j0, g, w.p8.data() + r * ld);
       for (Index c0 = 0; c0 < dv_padded; c0 += W) {
-        int8_panel_sums<Scalar, /*Keys=*/false>(nr, quads, w.p8.data(), ld, values + c0 / W * stride, ahead, w.sums.data(), W);
+        for (Index qa = base, qb; qa < b; qa = qb) {  // block by block (a block holds whole quads)
+          qb = std::min(b, call.kv.block_end(j0 + qa) - j0);
+          const std::int8_t* values = call.kv.template value_row<std::int8_t>(g, j0 + qa) + c0 / W * stride;
+          int8_panel_sums<Scalar, /*Keys=*/false>(nr, (qb - qa + int8_quad - 1) / int8_quad, w.p8.data() + (qa - base), ld, values,
+                                                  ahead, qa == base ? total : piece, W);
+          if (qa != base) std::transform(total, total + nr * W, piece, total, std::plus<>());
+        }
         for (Index r = 0; r < nr; ++r)
           if (const float scale = w.p_scale[static_cast<std::size_t>(r)]; scale != 0.0f)  // (0: the row sees none of these keys)
-            add_scaled_sums(st.acc + (r0 + r) * dv_padded + c0, w.sums.data() + r * W, scale);
+            add_scaled_sums(st.acc + (r0 + r) * dv_padded + c0, total + r * W, scale);
       }
     }
   }
