@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <memory>
@@ -20,6 +21,9 @@
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <unistd.h>
+#if defined(__linux__) && !defined(__EMSCRIPTEN__)
+#include <sys/mman.h>
+#endif
 #endif
 
 #include "headwise/detail/errors.hpp"
@@ -81,10 +85,35 @@ inline double physical_memory_bytes() {
   return 0;
 }
 
+/// A KV store's buffers of at least this many bytes are asked for in transparent huge pages
+/// (Linux, where the system's setting is `madvise` or `always`): a decoding step streams them, and
+/// with 4 KiB pages its reads of keys and values miss the TLB (Zen 5, int8 at 131072 tokens, one
+/// thread: 16.5 ms a step with 4 KiB pages, 12.9 with 2 MiB ones). The memory a store touches then
+/// grows 2 MiB at a time.
+constexpr std::size_t huge_page_threshold = std::size_t(32) << 20, huge_page_bytes = std::size_t(2) << 20;
+
 /// An allocator that leaves new elements of a trivial type uninitialised (vector::resize does not
 /// zero them): for a store that is filled as it is used, so that making it costs no pass over it.
+/// Buffers of huge_page_threshold bytes or more are aligned to 2 MiB and advised into huge pages.
 template <class T>
 struct UninitializedAllocator : std::allocator<T> {
+  T* allocate(std::size_t n) {
+#if defined(__linux__) && !defined(__EMSCRIPTEN__) && defined(MADV_HUGEPAGE)
+    if (n >= huge_page_threshold / sizeof(T)) {
+      void* p = nullptr;
+      if (posix_memalign(&p, huge_page_bytes, n * sizeof(T)) != 0) throw std::bad_alloc();
+      static_cast<void>(madvise(p, n * sizeof(T), MADV_HUGEPAGE));  // (a hint: refused, the pages stay small)
+      return static_cast<T*>(p);
+    }
+#endif
+    return std::allocator<T>::allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) {
+#if defined(__linux__) && !defined(__EMSCRIPTEN__) && defined(MADV_HUGEPAGE)
+    if (n >= huge_page_threshold / sizeof(T)) return std::free(p);
+#endif
+    std::allocator<T>::deallocate(p, n);
+  }
   template <class U>
   struct rebind {
     using other = UninitializedAllocator<U>;
