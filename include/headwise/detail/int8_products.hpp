@@ -34,7 +34,7 @@
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
-#if defined(EIGEN_VECTORIZE_AVX512)
+#if defined(EIGEN_VECTORIZE_AVX512) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(EIGEN_VECTORIZE_AVX512)
@@ -158,6 +158,37 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
 }
 #endif
 
+#if defined(__AVX2__) && !defined(EIGEN_VECTORIZE_AVX512)
+/// int8_panel_sums on AVX2 without VNNI, for panels of 16 lanes (a quad row: 64 bytes, four
+/// 16-byte pieces of 4 lanes): each piece widened to 16 int16, multiplied by the row's 4 bytes
+/// (widened, repeated) with pmaddwd into 8 int32 (a lane's two pair sums), the pairs added at the
+/// end. Exact: |255 x 127 x 2| fits int32, as every sum below 2^31 does.
+template <bool Keys>
+inline void int8_panel_sums_avx2(Index rows, Index quads, const std::uint8_t* a, Index lda, const std::int8_t* panel,
+                                 std::int32_t* out, Index ldo) {
+  for (Index r = 0; r < rows; ++r) {
+    __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (Index q = 0; q < quads; ++q) {
+      const std::uint8_t* x = a + r * lda + q * int8_quad;
+      const auto widen = [](std::uint8_t b) { return Keys ? std::uint16_t(std::int16_t(static_cast<std::int8_t>(b))) : std::uint16_t(b); };
+      const long long pattern = static_cast<long long>(std::uint64_t(widen(x[0])) | std::uint64_t(widen(x[1])) << 16 |
+                                                       std::uint64_t(widen(x[2])) << 32 | std::uint64_t(widen(x[3])) << 48);
+      const __m256i factors = _mm256_set1_epi64x(pattern);
+      for (int c = 0; c < 4; ++c) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(panel + q * 64 + c * 16));
+        const __m256i entries = Keys ? _mm256_cvtepu8_epi16(bytes) : _mm256_cvtepi8_epi16(bytes);
+        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(entries, factors));
+      }
+    }
+    alignas(32) std::int32_t pairs[8];
+    for (int c = 0; c < 4; ++c) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), acc[c]);
+      for (int j = 0; j < 4; ++j) out[r * ldo + 4 * c + j] = pairs[2 * j] + pairs[2 * j + 1];
+    }
+  }
+}
+#endif
+
 /// out[r][w] (rows x W int32, leading dimension ldo) = Σ over `quads` quads of row r of a (lda
 /// bytes apart) by lane w of the panel. Keys: a is the int8 query and the panel
 /// signed, summed as Σ (k + 128) q (the VNNI product takes one unsigned operand: the caller
@@ -178,7 +209,13 @@ inline void int8_panel_sums(Index rows, Index quads, const std::uint8_t* a, Inde
   }
 #endif
   static_cast<void>(prefetch_quads);
-  for (Index r = 0; r < rows; ++r) {  // the same integers, without VNNI
+#if defined(__AVX2__) && !defined(EIGEN_VECTORIZE_AVX512)
+  if constexpr (W == 16) {  // AVX2 without VNNI: the same integers by int16 products (pmaddwd), exact
+    int8_panel_sums_avx2<Keys>(rows, quads, a, lda, panel, out, ldo);
+    return;
+  }
+#endif
+  for (Index r = 0; r < rows; ++r) {  // the same integers, without VNNI (one entry at a time)
     std::int32_t* o = out + r * ldo;
     std::fill(o, o + W, 0);
     for (Index q = 0; q < quads; ++q)
