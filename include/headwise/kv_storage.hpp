@@ -7,8 +7,10 @@
 //
 // How the kernel multiplies by what is stored is the arithmetic (KvArithmetic): widened (the
 // default and the reference: every stored entry widened to float32 in registers, then float
-// multiply-adds) or stored, for int8 keys and values: integer dot products, as the CPU's int8
-// instructions (VNNI) compute them (detail/int8_products.hpp says what is rounded, and how).
+// multiply-adds) or stored: int8 keys and values by integer dot products, as the CPU's int8
+// instructions (VNNI) compute them, BF16 ones by BF16 pair products accumulated in float32, as
+// AVX512-BF16's vdpbf16ps computes them (detail/int8_products.hpp and detail/bf16_products.hpp say
+// what is rounded, and how).
 #pragma once
 
 #include <algorithm>
@@ -90,6 +92,9 @@ struct AsComputedOnly {};
 /// The kernel's stored type for int8 keys and values under KvArithmetic::stored: the numbers are
 /// int8 (laid out in quads, detail/int8_products.hpp), multiplied as integers.
 struct Int8Products {};
+/// The kernel's stored type for BF16 keys and values under KvArithmetic::stored: the numbers are
+/// BF16 (laid out in pairs, detail/bf16_products.hpp), multiplied as BF16 pairs.
+struct Bf16Products {};
 
 /// Calls f(tag) with tag a value of StoredTypeOf<Scalar, storage> (a null pointer of it): the one
 /// dispatch from a store's run-time storage to the kernel's compile-time one.
@@ -107,12 +112,15 @@ decltype(auto) with_stored_type(KvStorage storage, F&& f) {
   return f(static_cast<const Scalar*>(nullptr));
 }
 
-/// with_stored_type for the kernel: as it, except that int8 under the stored arithmetic is
-/// Int8Products (the stored type is int8 either way; the arithmetic is the kernel's choice).
+/// with_stored_type for the kernel: as it, except that int8 and BF16 under the stored arithmetic
+/// are Int8Products and Bf16Products (the stored type is the same either way; the arithmetic is the
+/// kernel's choice).
 template <class Scalar, class Reach = AnyStorage, class F>
 decltype(auto) with_kernel_type(KvStorage storage, KvArithmetic arithmetic, F&& f) {
-  if constexpr (std::is_same_v<Reach, AnyStorage> && std::is_same_v<Scalar, float>)
+  if constexpr (std::is_same_v<Reach, AnyStorage> && std::is_same_v<Scalar, float>) {
     if (storage == KvStorage::int8 && arithmetic == KvArithmetic::stored) return f(static_cast<const Int8Products*>(nullptr));
+    if (storage == KvStorage::bf16 && arithmetic == KvArithmetic::stored) return f(static_cast<const Bf16Products*>(nullptr));
+  }
   return with_stored_type<Scalar, Reach>(storage, std::forward<F>(f));
 }
 

@@ -374,7 +374,7 @@ class HEADWISE_ISA_TAG PagedKvCache {
       const detail::HeadPanels<Stored> to{keys_.template get<Stored>().data() + b * layout_.key_block + h * layout_.key_head,
                                           v ? values_.template get<Stored>().data() + b * layout_.value_block + h * layout_.value_head : nullptr,
                                           shape_.block_tokens * lanes, scaled ? key_scales_.data() + scales : nullptr,
-                                          scaled ? value_scales_.data() + scales : nullptr, shape_.kv.format.quads()};
+                                          scaled ? value_scales_.data() + scales : nullptr, shape_.kv.format.lane_entries()};
       if (!v) return detail::pack_head_rows<Scalar, Stored>(to, row, k_h, nullptr);
       const Eigen::Ref<const Matrix<Scalar>> v_h = v->block(t, h * d_v(), run, d_v());
       detail::pack_head_rows<Scalar, Stored>(to, row, k_h, &v_h);

@@ -55,11 +55,6 @@ constexpr Index max_int8_depth = 65536;
 /// An int8 key as the stored arithmetic's key panels hold it, k + 128 in a byte (and back).
 inline std::int8_t flip_sign(std::int8_t x) { return static_cast<std::int8_t>(static_cast<std::uint8_t>(x) ^ 0x80u); }
 
-/// Where entry (row, lane) of a W-wide panel lies: row-major, or in quads of rows (see the top).
-inline Index panel_offset(bool quads, Index row, Index lane, Index W) {
-  return quads ? (row / int8_quad) * int8_quad * W + lane * int8_quad + row % int8_quad : row * W + lane;
-}
-
 /// One query row (d entries, scaled) to int8: out, its scale (NaN if the row is not finite) and
 /// the sum of its integers. By packets (Eigen's rint: to nearest, ties to even).
 template <class Scalar>

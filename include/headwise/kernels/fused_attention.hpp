@@ -47,6 +47,7 @@
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
+#include "headwise/kernels/bf16_tiles.hpp"
 #include "headwise/kernels/int8_tiles.hpp"
 #include "headwise/kernels/kv_blocks.hpp"
 #include "headwise/kernels/online_softmax_state.hpp"
@@ -155,6 +156,9 @@ struct FusedScratch {
   std::vector<float> q_scale, p_scale, weights;
   std::vector<std::int32_t> q_sum, sums;
   std::vector<std::uint8_t> p8;
+  // BF16 under the stored arithmetic (kernels/bf16_tiles.hpp): the query tile and a sliver's
+  // weights in BF16.
+  std::vector<std::uint16_t> q16, p16;
 
   /// Allocates for tiles of up to `rows` query rows (a multiple of R) and tk keys; throws
   /// std::invalid_argument naming the sizes if they do not fit or cannot be allocated.
@@ -170,8 +174,12 @@ struct FusedScratch {
     if (call.statistics) detail::allocate(raw, std::max(rows, call.tk), Scalar(0), where, "row statistics");
     if (call.kv.values_are_keys())
       detail::allocate(v, checked_size<Scalar>(where, "a value tile", call.tk, call.dv_padded()), Scalar(0), where, "a value tile");
-    if (!call.kv.format().quads()) return;
     constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+    if (call.kv.format().lane_entries() == bf16_pair) {
+      detail::allocate(q16, checked_size<Scalar>(where, "a query tile", rows, d_head), std::uint16_t(0), where, "a query tile");
+      detail::allocate(p16, checked_size<Scalar>(where, "a score tile", R, call.tk), std::uint16_t(0), where, "a score tile");
+    }
+    if (call.kv.format().lane_entries() != int8_quad) return;
     detail::allocate(q8, checked_size<Scalar>(where, "a query tile", rows, d_head), std::int8_t(0), where, "a query tile");
     detail::allocate(q_scale, rows, 0.0f, where, "a query tile"), detail::allocate(q_sum, rows, std::int32_t(0), where, "a query tile");
     detail::allocate(sums, 2 * R * W, std::int32_t(0), where, "a score tile"), detail::allocate(p_scale, R, 0.0f, where, "a score tile");
@@ -454,16 +462,18 @@ void widened_value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, 
   }
 }
 
-/// The score and value tiles of the kernel's stored type: widened, or int8 as integers.
+/// The score and value tiles of the kernel's stored type: widened, int8 as integers, or BF16 by pairs.
 template <class Stored, class Scalar>
 void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
   if constexpr (std::is_same_v<Stored, Int8Products>) int8_score_tile(call, w, rows, j0, g);
+  else if constexpr (std::is_same_v<Stored, Bf16Products>) bf16_score_tile(call, w, rows, j0, cols, g);
   else widened_score_tile<Stored>(call, w, rows, j0, cols, g);
 }
 template <class Stored, class Scalar>
 void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
                 Index cols, Index g) {
   if constexpr (std::is_same_v<Stored, Int8Products>) int8_value_tile(call, w, st, rows, j0, g);
+  else if constexpr (std::is_same_v<Stored, Bf16Products>) bf16_value_tile(call, w, st, rows, j0, g);
   else widened_value_tile<Stored>(call, w, st, rows, j0, cols, g);
 }
 
@@ -538,7 +548,9 @@ void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Ind
   clock.enter(FusedPhase::query);
   auto scaled = w.scaled.topRows(rows);
   scaled.noalias() = call.q.block(i0, h * d_head, rows, d_head) * call.inv_divisor;
-  if (call.kv.format().quads()) return quantize_query_tile(w, rows, d_head);  // (the stored arithmetic: int8 rows)
+  const Index entries = call.kv.format().lane_entries();  // (the stored arithmetic: int8 or BF16 rows)
+  if (entries == int8_quad) return quantize_query_tile(w, rows, d_head);
+  if (entries == bf16_pair) return round_query_tile(w, rows, d_head);
   pack_a<Scalar>(rows, d_head, {w.scaled.data(), d_head}, w.q.data());
 }
 

@@ -6,7 +6,8 @@
 //
 // Layout of a block, per key/value head, as in packed_keys_values.hpp: key panels of W keys
 // (d_head x W each, row c = component c of W keys), value panels of W value columns
-// (block_tokens x W each, row j = the block's token j). Token j of the sequence lives in block
+// (block_tokens x W each, row j = the block's token j); under the stored arithmetic the rows of a
+// panel lie in groups of 4 (int8) or 2 (BF16) per lane (StoreFormat::lane_entries). Token j of the sequence lives in block
 // table[j / block_tokens - first_block], at row j % block_tokens. The kernel never lets a key tile's
 // products cross a block: a score product covers one panel, and the product with V is split at
 // block ends into consecutive runs of the same chain (detail/tile_product.hpp), so a sequence gives
@@ -14,8 +15,10 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
+#include "headwise/detail/bf16_products.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/int8_products.hpp"
 #include "headwise/detail/tile_product.hpp"
@@ -30,28 +33,41 @@ enum class ValueStorage { own, key_prefix };
 
 /// How a store keeps what is appended: the values on their own or inside the keys, the number
 /// type (KvStorage: as computed, BF16, F16, int8 with a scale per token and head), and how the
-/// kernel multiplies by it (KvArithmetic: widened, or stored: int8 as integers, its panels laid out
-/// in quads for that, detail/int8_products.hpp).
+/// kernel multiplies by it (KvArithmetic: widened, or stored: int8 as integers, BF16 by pairs, its
+/// panels laid out for that: detail/int8_products.hpp, detail/bf16_products.hpp).
 struct StoreFormat {
   ValueStorage values = ValueStorage::own;
   KvStorage storage = KvStorage::as_computed;
   KvArithmetic arithmetic = KvArithmetic::widened;
 
-  /// True if the panels hold their entries in quads (int8 under the stored arithmetic).
-  bool quads() const { return storage == KvStorage::int8 && arithmetic == KvArithmetic::stored; }
+  /// How many entries of a key (components) or of a value column (tokens) share one 32-bit lane
+  /// of a panel, as the stored arithmetic's instructions read them: 4 for int8 under it (quads), 2
+  /// for BF16 (pairs), 1 otherwise (a panel row by row).
+  Index lane_entries() const {
+    if (arithmetic != KvArithmetic::stored) return 1;
+    return storage == KvStorage::int8 ? detail::int8_quad : storage == KvStorage::bf16 ? detail::bf16_pair : 1;
+  }
 };
 
 namespace detail {
+/// Where entry (row, lane) of a W-wide panel lies: row-major (entries = 1), or in groups of
+/// `entries` rows, each lane's group together (entry (row, lane) at (row / e) e W + lane e + row % e).
+inline Index panel_offset(Index entries, Index row, Index lane, Index W) {
+  return (row / entries) * entries * W + lane * entries + row % entries;
+}
+
 /// Throws unless a store of keys of width d_head can be kept as `format` says (the number type's
 /// own limits are check_storage's).
 inline void check_arithmetic(const char* where, const StoreFormat& format, Index d_head) {
   if (format.arithmetic == KvArithmetic::widened) return;
-  if (format.storage != KvStorage::int8)
-    invalid(where, "the stored arithmetic multiplies int8 keys and values as integers; keys and values in ",
+  if (format.storage != KvStorage::int8 && format.storage != KvStorage::bf16)
+    invalid(where, "the stored arithmetic multiplies int8 keys and values as integers and BF16 ones by BF16 pairs; keys and values in ",
             storage_name(format.storage), " are multiplied widened (KvArithmetic::widened)");
-  if (d_head % int8_quad != 0 || d_head > max_int8_depth)
-    invalid(where, "int8 keys under the stored arithmetic need d_head a multiple of ", int8_quad, " (the integer products take ",
-            int8_quad, " components at a time) and at most ", max_int8_depth, ", got ", d_head);
+  const Index entries = format.lane_entries();
+  const Index deepest = format.storage == KvStorage::int8 ? max_int8_depth : std::numeric_limits<int>::max();
+  if (d_head % entries != 0 || d_head > deepest)
+    invalid(where, storage_name(format.storage), " keys under the stored arithmetic need d_head a multiple of ", entries,
+            " (the products take ", entries, " components at a time) and at most ", deepest, ", got ", d_head);
 }
 }  // namespace detail
 
@@ -135,9 +151,10 @@ class KvBlocks {
     if (values_are_keys()) return stored_key(g, j, c);
     return detail::with_stored_type<Scalar>(storage(), [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      const Stored* quad = value_row<Stored>(g, j / detail::int8_quad * detail::int8_quad);  // the rows of j's quad
-      const Index at = detail::panel_offset(pool_.format.quads(), j % detail::int8_quad, c % lanes, lanes);
-      const Scalar x = detail::from_stored<Scalar>(quad[(c / lanes) * value_panel_stride() + at]);
+      const Index e = pool_.format.lane_entries();
+      const Stored* group = value_row<Stored>(g, j / e * e);  // the rows of j's lane group
+      const Index at = detail::panel_offset(e, j % e, c % lanes, lanes);
+      const Scalar x = detail::from_stored<Scalar>(group[(c / lanes) * value_panel_stride() + at]);
       return storage() == KvStorage::int8 ? x * static_cast<Scalar>(*value_scales(g, j)) : x;
     });
   }
@@ -149,9 +166,9 @@ class KvBlocks {
   Scalar stored_key(Index g, Index j, Index c) const {
     return detail::with_stored_type<Scalar>(storage(), [&](auto tag) {
       using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      Stored entry = key_panel<Stored>(g, j / lanes * lanes)[detail::panel_offset(pool_.format.quads(), c, j % lanes, lanes)];
+      Stored entry = key_panel<Stored>(g, j / lanes * lanes)[detail::panel_offset(pool_.format.lane_entries(), c, j % lanes, lanes)];
       if constexpr (std::is_same_v<Stored, std::int8_t>)
-        if (pool_.format.quads()) entry = detail::flip_sign(entry);  // (held as k + 128)
+        if (pool_.format.lane_entries() > 1) entry = detail::flip_sign(entry);  // (held as k + 128)
       const Scalar x = detail::from_stored<Scalar>(entry);
       return storage() == KvStorage::int8 ? x * static_cast<Scalar>(*key_scales(g, j)) : x;
     });

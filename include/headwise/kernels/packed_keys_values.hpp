@@ -83,8 +83,8 @@ struct StoredBuffers {
 
 /// Where one head's tokens of one block go: its key panels (panel p at keys + p d_head W), its
 /// value panels (panel q at values + q value_stride, row j at + j W; null where the values are the
-/// keys'), its tokens' int8 scales (entry j: token j's), and whether the panels are in quads
-/// (StoreFormat::quads: int8 under the stored arithmetic, detail/int8_products.hpp).
+/// keys'), its tokens' int8 scales (entry j: token j's), and how many rows share a lane
+/// (StoreFormat::lane_entries: 4 for int8, 2 for BF16 under the stored arithmetic, else 1).
 template <class Stored>
 struct HeadPanels {
   Stored* keys;
@@ -92,7 +92,7 @@ struct HeadPanels {
   Index value_stride;
   float* key_scales;
   float* value_scales;
-  bool quads = false;
+  Index entries = 1;
 };
 
 /// Entry j of an int8 store's scales; null for the other types (which keep none).
@@ -113,8 +113,8 @@ void store_token(Out&& out, const In& x, float* scale) {
 
 /// A key of 0 as a key panel holds it (the stored arithmetic's int8 keys: 128, flip_sign).
 template <class Stored>
-Stored zero_key(bool quads) {
-  if constexpr (std::is_same_v<Stored, std::int8_t>) return quads ? flip_sign(0) : Stored(0);
+Stored zero_key(Index entries) {
+  if constexpr (std::is_same_v<Stored, std::int8_t>) return entries > 1 ? flip_sign(0) : Stored(0);
   else return to_stored<Stored>(0.0f);
 }
 
@@ -131,18 +131,21 @@ void pack_head_rows(const HeadPanels<Stored>& to, Index first, const Eigen::Ref<
   for (Index t = 0; t < k.rows();) {
     const Index pos = first + t, column = pos % W, width = std::min(W - column, k.rows() - t);
     Panel panel(to.keys + (pos / W) * d_head * W, d_head, W);
-    if (column == 0 && width < W) panel.setConstant(zero_key<Stored>(to.quads));
+    if (column == 0 && width < W) panel.setConstant(zero_key<Stored>(to.entries));
     if constexpr (std::is_same_v<Stored, Scalar>) {
       panel.middleCols(column, width) = k.middleRows(t, width).transpose();
     } else {
-      Eigen::Matrix<Stored, Eigen::Dynamic, 1> key(to.quads ? d_head : 0);
+      Eigen::Matrix<Stored, Eigen::Dynamic, 1> key(to.entries > 1 ? d_head : 0);
       for (Index w = 0; w < width; ++w) {
-        if constexpr (std::is_same_v<Stored, std::int8_t>)
-          if (to.quads) {  // component c of key w at panel_offset(c, w), as k + 128
-            store_token(key, k.row(t + w), scale_at(to.key_scales, pos + w));
-            for (Index c = 0; c < d_head; ++c) panel.data()[panel_offset(true, c, column + w, W)] = flip_sign(key(c));
-            continue;
+        if (to.entries > 1) {  // component c of key w at panel_offset(c, w) (int8: as k + 128)
+          store_token(key, k.row(t + w), scale_at(to.key_scales, pos + w));
+          for (Index c = 0; c < d_head; ++c) {
+            Stored& entry = panel.data()[panel_offset(to.entries, c, column + w, W)];
+            if constexpr (std::is_same_v<Stored, std::int8_t>) entry = flip_sign(key(c));
+            else entry = key(c);
           }
+          continue;
+        }
         store_token(panel.col(column + w), k.row(t + w), scale_at(to.key_scales, pos + w));
       }
     }
@@ -165,13 +168,14 @@ void pack_head_rows(const HeadPanels<Stored>& to, Index first, const Eigen::Ref<
       store_token(row.head(d_v), v->row(t), scale_at(to.value_scales, pos));
       for (Index c0 = 0; c0 < padded; c0 += W) {
         Stored* panel = to.values + (c0 / W) * to.value_stride;
-        if (!to.quads) {
+        const Index e = to.entries;
+        if (e == 1) {
           std::copy(row.data() + c0, row.data() + c0 + W, panel + pos * W);
           continue;
         }
-        Stored* quad = panel + pos / int8_quad * int8_quad * W;  // token pos's column w at panel_offset(pos % 4, w)
-        if (pos % int8_quad == 0) std::fill(quad, quad + int8_quad * W, Stored(0));  // (the quad's later tokens: zeros until appended)
-        for (Index w = 0; w < W; ++w) quad[panel_offset(true, pos % int8_quad, w, W)] = row(c0 + w);
+        Stored* group = panel + pos / e * e * W;  // token pos's column w at panel_offset(pos % e, w)
+        if (pos % e == 0) std::fill(group, group + e * W, to_stored<Stored>(Scalar(0)));  // (the group's later tokens: zeros until appended)
+        for (Index w = 0; w < W; ++w) group[panel_offset(e, pos % e, w, W)] = row(c0 + w);
       }
     }
   }
@@ -284,7 +288,7 @@ class HEADWISE_ISA_TAG PackedKeysValues {
       const detail::HeadPanels<Stored> to{key_buffer<Stored>().data() + h * key_head_size_,
                                           v ? value_buffer<Stored>().data() + h * value_head_size_ : nullptr,
                                           value_panel_stride(), scaled ? key_scales_.data() + h * rows_ : nullptr,
-                                          scaled ? value_scales_.data() + h * rows_ : nullptr, format_.quads()};
+                                          scaled ? value_scales_.data() + h * rows_ : nullptr, format_.lane_entries()};
       if (!v) return detail::pack_head_rows<Scalar, Stored>(to, size_, k_h, nullptr);
       const Eigen::Ref<const Matrix<Scalar>> v_h = v->middleCols(h * d_v_, d_v_);
       detail::pack_head_rows<Scalar, Stored>(to, size_, k_h, &v_h);
@@ -304,7 +308,7 @@ class HEADWISE_ISA_TAG PackedKeysValues {
         for (Index h = 0; h < n_kv_heads_; ++h) {
           Stored* panel = key_buffer<Stored>().data() + h * key_head_size_ + (size_ / lanes) * key_panel_stride();
           for (Index c = 0; c < d_head_; ++c)
-            for (Index w = column; w < lanes; ++w) panel[detail::panel_offset(format_.quads(), c, w, lanes)] = detail::zero_key<Stored>(format_.quads());
+            for (Index w = column; w < lanes; ++w) panel[detail::panel_offset(format_.lane_entries(), c, w, lanes)] = detail::zero_key<Stored>(format_.lane_entries());
         }
       });
     detail::refuse_unstorable<Scalar>(where, "k", k, d_head_, size_, format_.storage);

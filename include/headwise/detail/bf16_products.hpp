@@ -1,0 +1,138 @@
+// Internal: the fused kernel's products under KvArithmetic::stored with BF16 keys and values
+// (kv_storage.hpp): BF16 pair products accumulated in float32, as AVX512-BF16's vdpbf16ps computes
+// them.
+//
+// What is rounded, and how (the whole of the policy; everything else is as widened):
+//   queries  each row of the scaled query tile Qs (one head) to BF16, to nearest (ties to even),
+//            the rule the keys were stored by
+//   scores   S_ij = Σ over the pairs (c, c + 1) of d_head, in ascending order, of two float32
+//            multiply-adds: s += q_i,c+1 k_j,c+1, then s += q_ic k_jc (from s = 0). A product of two
+//            BF16 numbers is exact in float32, so each step rounds once, as a sum does
+//   weights  P = exp(S - m) as widened; for the product with V, to BF16 (nearest, ties to even)
+//   values   acc_ic += Σ over the pairs (j, j + 1) of the keys the row's sliver sees, ascending, of
+//            acc += p_i,j+1 v_j+1,c then acc += p_ij v_jc: one chain per entry, continued from acc
+//            (the online softmax rescales it between key tiles, as widened)
+// With AVX512-BF16 (vdpbf16ps, vcvtneps2bf16) BF16 inputs, products and sums below 2^-126 are
+// taken as zero, as the instructions define; the portable loops (other builds) keep them. Either
+// way every result is one chain per entry in a fixed order, so it is the same whatever the thread
+// count, the split of keys, the sliver a row is computed in, and where a store's blocks lie; pairs
+// of weights a sliver's row does not see are exact zeros (0 v = 0 adds nothing).
+//
+// Layout (BF16 stores under the stored arithmetic, StoreFormat::lane_entries() = 2): a key panel of
+// W keys holds component c of key w at (c / 2) 2W + 2w + c % 2 (a key's pair in one 32-bit lane, as
+// vdpbf16ps reads it), so d_head must be even; a value panel of W columns holds token j's column w
+// at (j / 2) 2W + 2w + j % 2 (two tokens of a column in a lane).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include <Eigen/Core>
+
+#include "headwise/detail/tile_product.hpp"
+#include "headwise/types.hpp"
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(EIGEN_VECTORIZE_AVX512)
+#define HEADWISE_BF16_DOT 1
+#include <immintrin.h>
+#endif
+
+namespace headwise::detail {
+
+/// Entries of a key (a column's tokens) that share one 32-bit lane.
+constexpr Index bf16_pair = 2;
+
+/// x[0, n) to BF16 bits at out, to nearest with ties to even (with AVX512-BF16: vcvtneps2bf16,
+/// which takes inputs below 2^-126 as zero; elsewhere Eigen's conversion, the stores' own).
+template <class Scalar>
+inline void round_to_bf16(const Scalar* x, Index n, std::uint16_t* out) {
+  Index j = 0;
+#if defined(HEADWISE_BF16_DOT)
+  if constexpr (std::is_same_v<Scalar, float>)
+    for (; j < n; j += 16) {
+      const __mmask16 lanes = n - j >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+      const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes, x + j));
+      _mm256_mask_storeu_epi16(out + j, lanes, (__m256i)b);  // (a vector cast: the same 256 bits)
+    }
+#endif
+  for (; j < n; ++j) out[j] = Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(static_cast<float>(x[j])));
+}
+
+#if defined(HEADWISE_BF16_DOT)
+/// The body of bf16_panel_products for rows r...: Panels panels of W lanes (the second at panel +
+/// next), each pair row 2W BF16 (two vectors); row r of a at a + r lda, its pair q at + 2q.
+template <Index Panels, bool Accumulate, Index... r>
+inline void bf16_panel_products_of(std::integer_sequence<Index, r...>, Index pairs, const std::uint16_t* a, Index lda,
+                                   const std::uint16_t* panel, Index next, Index prefetch_bytes, float* out, Index ldo) {
+  constexpr Index vectors = 2 * Panels, row_entries = 64;  // a pair row: 32 lanes of 2 BF16, two vectors
+  __m512 acc[sizeof...(r)][static_cast<std::size_t>(vectors)];
+  const auto start = [&](Index row) {
+    for (Index v = 0; v < vectors; ++v) acc[row][v] = Accumulate ? _mm512_loadu_ps(out + row * ldo + v * 16) : _mm512_setzero_ps();
+  };
+  (start(r), ...);
+  for (Index q = 0; q < pairs; ++q) {
+    __m512bh b[static_cast<std::size_t>(vectors)];
+    for (Index p = 0; p < Panels; ++p) {
+      const std::uint16_t* at = panel + p * next + q * row_entries;
+      if (prefetch_bytes) {  // (the address as an integer: past the panel's end, pointer arithmetic would be undefined)
+        const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(at) + static_cast<std::uintptr_t>(prefetch_bytes);
+        Eigen::internal::prefetch(reinterpret_cast<const char*>(ahead));
+        Eigen::internal::prefetch(reinterpret_cast<const char*>(ahead + 64));
+      }
+      const __m512i lo = _mm512_loadu_si512(at), hi = _mm512_loadu_si512(at + 32);
+      b[2 * p] = (__m512bh)lo, b[2 * p + 1] = (__m512bh)hi;
+    }
+    const auto dot = [&](Index row) {
+      std::int32_t pair;
+      std::memcpy(&pair, a + row * lda + 2 * q, sizeof pair);
+      const __m512i x = _mm512_set1_epi32(pair);
+      for (Index v = 0; v < vectors; ++v) acc[row][v] = _mm512_dpbf16_ps(acc[row][v], b[v], (__m512bh)x);
+    };
+    (dot(r), ...);
+  }
+  const auto finish = [&](Index row) {
+    for (Index v = 0; v < vectors; ++v) _mm512_storeu_ps(out + row * ldo + v * 16, acc[row][v]);
+  };
+  (finish(r), ...);
+}
+#endif
+
+/// out[r][0, Panels W) (rows x W per panel, leading dimension ldo; the second panel's at + W)
+/// = (Accumulate: out +) Σ over `pairs` pairs of row r of a (BF16, lda entries apart) times lane w
+/// of the panel's pair rows (BF16; the second panel at panel + next), each entry one chain of
+/// multiply-adds over the pairs in ascending order, the pair's second entry first (see the top).
+/// prefetch_bytes: how far ahead of each panel's row to ask for memory (0: not at all).
+template <class Scalar, Index Panels, bool Accumulate>
+inline void bf16_panel_products(Index rows, Index pairs, const std::uint16_t* a, Index lda, const std::uint16_t* panel,
+                                Index next, Index prefetch_bytes, float* out, Index ldo) {
+  constexpr Index W = TileShape<Scalar>::lanes;
+#if defined(HEADWISE_BF16_DOT)
+  if constexpr (W == 32) {
+    constexpr int tallest = Panels == 1 ? static_cast<int>(TileShape<Scalar>::rows) : static_cast<int>(pair_rows<Scalar>);
+    by_compiled_heights<tallest>(rows, 0, [&](auto height, Index row) {
+      bf16_panel_products_of<Panels, Accumulate>(std::make_integer_sequence<Index, decltype(height)::value>{}, pairs, a + row * lda,
+                                                 lda, panel, next, prefetch_bytes, out + row * ldo, ldo);
+    });
+    return;
+  }
+#endif
+  static_cast<void>(prefetch_bytes);
+  const auto widen = [](std::uint16_t bits) { return Eigen::numext::bit_cast<float>(std::uint32_t(bits) << 16); };
+  for (Index r = 0; r < rows; ++r)  // the same chains, one entry at a time
+    for (Index p = 0; p < Panels; ++p) {
+      float acc[static_cast<std::size_t>(W)];
+      for (Index w = 0; w < W; ++w) acc[w] = Accumulate ? out[r * ldo + p * W + w] : 0.0f;
+      for (Index q = 0; q < pairs; ++q) {
+        const float a0 = widen(a[r * lda + 2 * q]), a1 = widen(a[r * lda + 2 * q + 1]);
+        const std::uint16_t* row = panel + p * next + q * 2 * W;
+        for (Index w = 0; w < W; ++w) {
+          acc[w] += a1 * widen(row[2 * w + 1]);  // (exact products: one rounding each, as vdpbf16ps's)
+          acc[w] += a0 * widen(row[2 * w]);
+        }
+      }
+      for (Index w = 0; w < W; ++w) out[r * ldo + p * W + w] = acc[w];
+    }
+}
+
+}  // namespace headwise::detail
