@@ -58,11 +58,20 @@
 
 namespace headwise {
 
+/// The key tile a build takes unless told otherwise (FusedTiles::keys): 512 keys where the CPU has
+/// 32 vector registers (AVX-512, whose CPUs all have 1 MiB or more of L2 per core), 128 elsewhere.
+/// Measured on AMD EPYC (Zen 5), Llama 3 8B's heads, one thread (bench/RESULTS.md): a decoding
+/// step over 32768 tokens reads its keys and values in longer runs, 512 against 128 keys: float32
+/// 8.0 against 9.0 ms, BF16 under the stored arithmetic 4.2 against 5.3, int8 2.5 against 2.8; a
+/// 2048-token prefill 159 against 152 GFLOP/s. 128 is what was measured best on Zen 3 (AVX2, 512
+/// KiB of L2), below.
+constexpr Index default_key_tile = detail::TileShape<float>::registers >= 32 ? 512 : 128;
+
 /// How the fused kernel cuts its work. Tiles: rows of queries and of keys per tile (the key tile
 /// is rounded up to a multiple of the micro-tile width). 128 x 128 measured best at d_head 64 on AMD EPYC
 /// (Zen 3), float32, n = 2048: 37 GFLOP/s against 33 for 64 x 64 and 26 for 32 x 32 (measured with
 /// Eigen tile products, bench/RESULTS.md); larger tiles amortise the per-tile work (packing the
-/// query tile, the online-softmax bookkeeping).
+/// query tile, the online-softmax bookkeeping). With AVX-512 the key tile is 512 (default_key_tile).
 ///
 /// A query row's keys are attended in shards of `key_shard` keys (rounded up to whole key tiles;
 /// boundaries at fixed multiples of it), each from a fresh online-softmax state, and the shards'
@@ -75,7 +84,7 @@ namespace headwise {
 /// query heads of a group read them.
 struct FusedTiles {
   Index queries = 128;
-  Index keys = 128;
+  Index keys = default_key_tile;
   Index key_shard = 1024;
   bool split_keys = true;  ///< false: a one-tile call runs its shards in turn (bench_decode's baseline)
 };
