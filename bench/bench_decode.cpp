@@ -142,10 +142,13 @@ constexpr Index mla_heads = 128, mla_rank = 512, mla_rope = 64, mla_nope = 128, 
 // before and after, 2 x 128 x 128 x 512 floats) are the layer's weights, read by any form.
 void BM_DecodeStepLatent(benchmark::State& state) {
   const Index context = state.range(0), width = mla_rank + mla_rope;
+  const bool int8 = state.range(3) != 0;  // int8 under the stored arithmetic, or float32
   headwise::AttentionOptions options;
   options.threads = static_cast<int>(state.range(1));
   options.query_rows_per_position = mla_heads;
-  headwise::PackedKeysValues<float> latent(context, 1, width, mla_rank, {headwise::ValueStorage::key_prefix});
+  const headwise::StoreFormat format{headwise::ValueStorage::key_prefix, int8 ? headwise::KvStorage::int8 : headwise::KvStorage::as_computed,
+                                     int8 ? headwise::KvArithmetic::stored : headwise::KvArithmetic::widened};
+  headwise::PackedKeysValues<float> latent(context, 1, width, mla_rank, format);
   const Mat block = random_matrix(std::min<Index>(4096, context), width, 1);
   for (Index t = 0; t < context; t += block.rows()) latent.append(block.topRows(std::min(block.rows(), context - t)));
   const Mat q = random_matrix(mla_heads, width, 3) * 0.05f;
@@ -157,16 +160,19 @@ void BM_DecodeStepLatent(benchmark::State& state) {
     benchmark::DoNotOptimize(r.z.data());
     benchmark::ClobberMemory();
   }
-  const double bytes = double(context) * double(width) * sizeof(float);
+  const double bytes = double(context) * (int8 ? double(width) + 4.0 : double(width) * sizeof(float));
   state.counters["KV_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["KV_MiB"] = bytes / (1 << 20);
+  state.SetLabel(int8 ? "int8, stored" : "as computed, widened");
   // Useful FLOPs: every head's scores over every key (576 wide) and its mix of the values (512).
   const double flops = 2.0 * double(mla_heads) * double(context) * double(width + mla_rank);
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeStepLatent)
-    ->ArgNames({"context", "threads", "shard"})
-    ->ArgsProduct({{4096, 16384, 65536, 262144}, {1, 2}, {0, 2048}})  // 262144: 576 MiB, past a 300 MiB LLC; 2048: the layer's shards (0: the kernel's 1024)
+    ->ArgNames({"context", "threads", "shard", "int8"})
+    // 262144: 576 MiB, past a 300 MiB LLC; 2048: the layer's shards (0: the kernel's 1024); int8: the latent in int8 under
+    // the stored arithmetic (its useful FLOPs counted as the float32 step's)
+    ->ArgsProduct({{4096, 16384, 65536, 262144}, {1, 2}, {0, 2048}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -6,6 +6,7 @@
 // its documented rule gives (computed here, independently); and what it does not take, refused by
 // name. A kernel test: built for this machine (VNNI and AVX512-BF16 where it has them) and for
 // AVX2 (pmaddwd for the integers, the portable BF16 loops).
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -182,6 +183,69 @@ TEST_CASE("int8 and BF16 under the stored arithmetic: a layer decodes bitwise it
   CHECK(worst > 1e-8);
 }
 
+TEST_CASE("an int8 latent under the stored arithmetic: values read out of the keys are the values stored on their own, "
+          "the same bits on any thread count, split and store; float64 met within the roundings measured",
+          "[storage][kernel][arithmetic][latent]") {
+  std::mt19937 rng(17);
+  const Index n = 300, rows = 8, d = 72, dv = 64;  // a latent of one key/value head: 8 heads folded into rows, keys 72 wide, values the first 64
+  Matrix<float> k = headwise_test::random_matrix<float>(n, d, rng);
+  k.col(0) = k.cwiseAbs().rowwise().maxCoeff() * 1.5f;  // (each key's largest entry among its values: their int8 scale is the key's)
+  const Matrix<float> q = headwise_test::random_matrix<float>(n * rows, d, rng) * 2.0f;
+  const StoreFormat latent_format{ValueStorage::key_prefix, KvStorage::int8, KvArithmetic::stored};
+  PackedKeysValues<float> latent(n, 1, d, dv, latent_format), own(n, 1, d, dv, {ValueStorage::own, KvStorage::int8, KvArithmetic::stored});
+  for (Index t = 0; t < n; t += 70) {
+    const Index m = std::min<Index>(70, n - t);
+    latent.append(k.middleRows(t, m)), own.append(k.middleRows(t, m), k.middleRows(t, m).leftCols(dv));
+  }
+  PagedKvShape shape;
+  shape.block_tokens = KvBlocks<float>::lanes, shape.blocks = (n + shape.block_tokens - 1) / shape.block_tokens;
+  shape.kv = {1, d, dv, latent_format};
+  PagedKvCache<float> pool(shape);
+  const Index s = pool.add_sequence();
+  for (Index t = 0; t < n; t += 100) pool.append(s, k.middleRows(t, 100));
+
+  AttentionOptions one, two;
+  one.threads = 1, two.threads = 2;
+  one.query_rows_per_position = two.query_rows_per_position = rows;
+  AttentionCall call;
+  call.options = &one;
+  call.tiles.keys = 2 * KvBlocks<float>::lanes, call.tiles.key_shard = 128;  // (a key tile over two blocks)
+  const Matrix<float> z = attend<float>(q, latent, call).z;
+  CHECK_THAT(headwise_test::as_double(attend<float>(q, own, call).z), headwise_test::IsExactly(z));
+  call.options = &two;
+  CHECK_THAT(headwise_test::as_double(attend<float>(q, latent, call).z), headwise_test::IsExactly(z));
+  CHECK_THAT(headwise_test::as_double(attend<float>(q, pool.sequence(s), call).z), headwise_test::IsExactly(z));
+  for (const bool split : {true, false}) {
+    call.tiles.split_keys = split;
+    for (const Index i : {Index(0), Index(127), Index(128), n - 1}) {  // one position's rows: split-key decoding over up to 3 shards
+      CAPTURE(split, i);
+      PackedKeysValues<float> prefix(i + 1, 1, d, dv, latent_format);
+      prefix.append(k.topRows(i + 1));
+      CHECK_THAT(headwise_test::as_double(attend<float>(q.middleRows(i * rows, rows), prefix, call).z),
+                 headwise_test::IsExactly(Matrix<float>(z.middleRows(i * rows, rows))));
+    }
+  }
+  // float64 on the unrounded numbers: the output's error, and the worst head's (row r % rows') mean KL of a row's weights
+  // under the documented rule.
+  const double divisor = std::sqrt(double(d));
+  double error = 0, largest = 0;
+  std::vector<double> kl_sum(static_cast<std::size_t>(rows), 0.0);
+  for (Index r = 0; r < n * rows; ++r) {
+    const Index i = r / rows;
+    const Eigen::RowVectorXd scores = (k.topRows(i + 1).cast<double>() * q.row(r).cast<double>().transpose()).transpose() / divisor;
+    const Eigen::RowVectorXd e = (scores.array() - scores.maxCoeff()).exp();
+    const Eigen::RowVectorXd p = e / e.sum();
+    const Eigen::RowVectorXd z64 = p * k.topRows(i + 1).leftCols(dv).cast<double>();
+    error = std::max(error, (z.row(r).cast<double>() - z64).cwiseAbs().maxCoeff()), largest = std::max(largest, z64.cwiseAbs().maxCoeff());
+    kl_sum[static_cast<std::size_t>(r % rows)] += mean_kl(p, stored_arithmetic_weights(q.row(r), k.topRows(i + 1), divisor));
+  }
+  const double kl = *std::max_element(kl_sum.begin(), kl_sum.end()) / double(n);
+  CAPTURE(error / largest, kl);
+  CHECK(error / largest < 3e-2);  // measured 2.1e-2 of the largest output
+  CHECK(kl < 5e-4);               // measured 2.2e-4
+  CHECK(error / largest > 1e-5);  // (the numbers were rounded)
+}
+
 TEST_CASE("the stored arithmetic: what it does not take is refused by name", "[storage][errors][arithmetic]") {
   CHECK_THROWS_WITH(PackedKeysValues<float>(4, 1, 8, 8, {ValueStorage::own, KvStorage::f16, KvArithmetic::stored}),
                     Catch::Contains("keys and values in F16 are multiplied widened"));
@@ -189,6 +253,8 @@ TEST_CASE("the stored arithmetic: what it does not take is refused by name", "[s
                     Catch::Contains("BF16 keys under the stored arithmetic need d_head a multiple of 2") && Catch::Contains("got 7"));
   CHECK_THROWS_WITH(PackedKeysValues<float>(4, 1, 6, 6, {ValueStorage::own, KvStorage::int8, KvArithmetic::stored}),
                     Catch::Contains("need d_head a multiple of 4") && Catch::Contains("got 6"));
+  CHECK_THROWS_WITH(PackedKeysValues<float>(4, 1, 8, 8, {ValueStorage::key_prefix, KvStorage::bf16, KvArithmetic::stored}),
+                    Catch::Contains("values inside the keys are stored as computed, or in int8 under the stored arithmetic; not in BF16"));
   PagedKvShape shape;
   shape.blocks = 2, shape.kv = {1, 10, 10, {ValueStorage::own, KvStorage::int8, KvArithmetic::stored}};
   CHECK_THROWS_WITH(PagedKvCache<float>(shape), Catch::Contains("need d_head a multiple of 4"));

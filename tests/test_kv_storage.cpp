@@ -103,7 +103,8 @@ TEST_CASE("narrow keys and values: what does not fit is refused by name", "[stor
   CHECK_THROWS_WITH(PackedKeysValues<double>(4, 1, 8, 8, {ValueStorage::own, KvStorage::bf16}),
                     Catch::Contains("keys and values in BF16 are for float32 layers"));
   CHECK_THROWS_WITH(PackedKeysValues<float>(4, 1, 8, 8, {ValueStorage::key_prefix, KvStorage::int8}),
-                    Catch::Contains("values inside the keys are stored as computed, not in int8"));
+                    Catch::Contains("values inside the keys are stored as computed, or in int8 under the stored arithmetic; not in int8 "
+                                    "under the widened arithmetic"));
   PackedKeysValues<float> f16(4, 1, 2, 2, {ValueStorage::own, KvStorage::f16});
   Matrix<float> k(1, 2), v(1, 2);
   k << 1.0f, 1e5f;

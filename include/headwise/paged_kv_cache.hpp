@@ -64,8 +64,7 @@ class HEADWISE_ISA_TAG PagedKvCache {
     constexpr const char* where = "PagedKvCache";
     if (shape_.kv.d_v == 0) shape_.kv.d_v = shape_.kv.d_head;
     detail::check_storage<Scalar>(shape_.kv.format.storage, where);
-    if (shape_.kv.format.values == ValueStorage::key_prefix && (shape_.kv.format.storage != KvStorage::as_computed || shape_.kv.d_v > shape_.kv.d_head))
-      detail::invalid(where, "values inside the keys need d_v <= d_head and are stored as computed");
+    detail::check_values_in_keys(where, shape_.kv.format, shape_.kv.d_head, shape_.kv.d_v);
     if (shape_.blocks <= 0) detail::invalid(where, "blocks must be > 0, got ", shape_.blocks);
     if (shape_.block_tokens <= 0 || shape_.block_tokens % lanes != 0)
       detail::invalid(where, "block_tokens must be a positive multiple of the kernel's panel width ", lanes, ", got ",

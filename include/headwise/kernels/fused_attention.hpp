@@ -165,6 +165,7 @@ struct FusedScratch {
   std::vector<float> q_scale, p_scale, weights;
   std::vector<std::int32_t> q_sum, sums;
   std::vector<std::uint8_t> p8;
+  std::vector<std::int8_t> v8;  // int8 values that are the keys': a key tile's, as value panels
   // BF16 under the stored arithmetic (kernels/bf16_tiles.hpp): the query tile and a sliver's
   // weights in BF16.
   std::vector<std::uint16_t> q16, p16;
@@ -181,7 +182,7 @@ struct FusedScratch {
     scaled.resize(rows, d_head);
     states.allocate(2, rows, call.dv_padded(), call.statistics != nullptr, where);
     if (call.statistics) detail::allocate(raw, std::max(rows, call.tk), Scalar(0), where, "row statistics");
-    if (call.kv.values_are_keys())
+    if (call.kv.values_are_keys() && call.kv.storage() == KvStorage::as_computed)
       detail::allocate(v, checked_size<Scalar>(where, "a value tile", call.tk, call.dv_padded()), Scalar(0), where, "a value tile");
     constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
     if (call.kv.format().lane_entries() == bf16_pair) {
@@ -194,6 +195,8 @@ struct FusedScratch {
     detail::allocate(sums, 2 * R * W, std::int32_t(0), where, "a score tile"), detail::allocate(p_scale, R, 0.0f, where, "a score tile");
     detail::allocate(weights, call.tk, 0.0f, where, "a score tile");
     detail::allocate(p8, checked_size<Scalar>(where, "a score tile", R, call.tk + int8_quad), std::uint8_t(0), where, "a score tile");
+    if (call.kv.values_are_keys())
+      detail::allocate(v8, checked_size<Scalar>(where, "a value tile", call.tk, call.dv_padded()), std::int8_t(0), where, "a value tile");
   }
 };
 
@@ -481,7 +484,7 @@ void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index ro
 template <class Stored, class Scalar>
 void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
                 Index cols, Index g) {
-  if constexpr (std::is_same_v<Stored, Int8Products>) int8_value_tile(call, w, st, rows, j0, g);
+  if constexpr (std::is_same_v<Stored, Int8Products>) int8_value_tile(call, w, st, rows, j0, cols, g);
   else if constexpr (std::is_same_v<Stored, Bf16Products>) bf16_value_tile(call, w, st, rows, j0, g);
   else widened_value_tile<Stored>(call, w, st, rows, j0, cols, g);
 }

@@ -15,6 +15,10 @@
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
+#if defined(__SSSE3__)
+#include <tmmintrin.h>
+#endif
+
 namespace headwise::detail {
 
 /// Quad rows of a panel asked for ahead while a short sliver (a decoding step) streams it (into L1;
@@ -123,16 +127,51 @@ float int8_weight_row(const Call& call, Scratch& w, const Scalar* p, Index a, In
   return largest / 255.0f;
 }
 
+/// Where the values are the keys' first d_v components (a latent, ValueStorage::key_prefix): the
+/// values of the keys [j0, j0 + cols) of head g (from the first one held), out of their key panels
+/// into w.v8 as the tile's value panels (panel c / W, tokens from j0; zero past d_v), with the keys'
+/// scales. A key panel's component quad cq holds 4 keys' 4 components (k + 128) in each 16 bytes, a
+/// value panel's token quad 4 columns' 4 tokens (int8): each 16 bytes is a 4 x 4 transpose, by one
+/// byte shuffle (SSSE3) or byte by byte. 1 / rows of the product's work.
+template <class Call, class Scratch>
+void int8_values_from_keys(const Call& call, Scratch& w, Index j0, Index cols, Index g) {
+  using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
+  constexpr Index W = TileShape<Scalar>::lanes, pieces = W / int8_quad;  // 16-byte pieces in a quad row
+  const Index dv = call.kv.d_v(), panel_bytes = call.tk * W;
+  for (Index p = std::max<Index>(0, call.kv.first_kept() - j0) / W; p * W < cols; ++p) {
+    const std::int8_t* keys = call.kv.template key_panel<std::int8_t>(g, j0 + p * W);
+    for (Index cq = 0; cq < call.dv_padded() / int8_quad; ++cq) {
+      std::int8_t* out = w.v8.data() + (cq * int8_quad / W) * panel_bytes + p * W * W + cq % pieces * 16;
+      const std::int8_t* in = keys + cq * int8_quad * W;
+      const Index valid = std::clamp<Index>(dv - cq * int8_quad, 0, int8_quad);  // components of this quad that are values
+      for (Index L = 0; L < pieces; ++L, in += 16, out += int8_quad * W) {
+#if defined(__SSSE3__)
+        if (valid == int8_quad) {
+          const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+          const __m128i piece = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)), transpose);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_xor_si128(piece, _mm_set1_epi8(char(0x80))));
+          continue;
+        }
+#endif
+        for (Index e = 0; e < int8_quad; ++e)  // out: column e's 4 tokens; in: token i's 4 components
+          for (Index i = 0; i < int8_quad; ++i) out[int8_quad * e + i] = e < valid ? flip_sign(in[int8_quad * i + e]) : std::int8_t(0);
+      }
+    }
+  }
+}
+
 /// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver over the keys its rows see
 /// (w.spans; cut at multiples of int8_run_tokens): each row's weights times the values' scales to
 /// uint8 (int8_weight_row), their integer products with the values summed over the blocks the keys
 /// lie in, rescaled once. The bits do not depend on where the blocks lie.
 template <class Call, class Scratch, class State>
-void int8_value_tile(const Call& call, Scratch& w, const State& st, Index rows, Index j0, Index g) {
+void int8_value_tile(const Call& call, Scratch& w, const State& st, Index rows, Index j0, Index cols, Index g) {
   using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const Index dv_padded = call.dv_padded(), stride = call.kv.value_panel_stride(), ld = call.tk + int8_quad;
-  const bool decoding = rows <= pair_rows<Scalar>;  // (one short sliver: its stream asked for ahead)
+  const bool own = !call.kv.values_are_keys();
+  if (!own) int8_values_from_keys(call, w, j0, cols, g);
+  const Index dv_padded = call.dv_padded(), stride = own ? call.kv.value_panel_stride() : call.tk * W, ld = call.tk + int8_quad;
+  const bool decoding = own && rows <= pair_rows<Scalar>;  // (one short sliver: its stream asked for ahead)
   std::int32_t *piece = w.sums.data(), *total = w.sums.data() + R * W;
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
@@ -144,8 +183,8 @@ void int8_value_tile(const Call& call, Scratch& w, const State& st, Index rows, 
         w.p_scale[static_cast<std::size_t>(r)] = int8_weight_row(call, w, w.s.data() + (r0 + r) * call.tk, a, b, j0, g, w.p8.data() + r * ld);
       for (Index c0 = 0; c0 < dv_padded; c0 += W) {
         for (Index qa = base, qb; qa < b; qa = qb) {  // block by block (a block holds whole quads)
-          qb = std::min(b, call.kv.block_end(j0 + qa) - j0);
-          const std::int8_t* values = call.kv.template value_row<std::int8_t>(g, j0 + qa) + c0 / W * stride;
+          qb = own ? std::min(b, call.kv.block_end(j0 + qa) - j0) : b;
+          const std::int8_t* values = (own ? call.kv.template value_row<std::int8_t>(g, j0 + qa) : w.v8.data() + qa * W) + c0 / W * stride;
           const Index nq = (qb - qa + int8_quad - 1) / int8_quad;
           const PanelPrefetch prefetch = !decoding ? PanelPrefetch{}
                                          : qa == base ? int8_value_prefetch(call, g, j0, c0 / W, dv_padded / W)

@@ -69,6 +69,18 @@ inline void check_arithmetic(const char* where, const StoreFormat& format, Index
     invalid(where, storage_name(format.storage), " keys under the stored arithmetic need d_head a multiple of ", entries,
             " (the products take ", entries, " components at a time) and at most ", deepest, ", got ", d_head);
 }
+
+/// Throws unless values can be kept inside the keys (ValueStorage::key_prefix) as `format` says:
+/// the keys' first d_v components (d_v <= d_head), stored as computed, or in int8 under the stored
+/// arithmetic (whose kernel reads the values out of the key panels, with the keys' scales).
+inline void check_values_in_keys(const char* where, const StoreFormat& format, Index d_head, Index d_v) {
+  if (format.values != ValueStorage::key_prefix) return;
+  if (d_v > d_head) invalid(where, "values as the keys' first d_v components need d_v <= d_head, got ", d_v, " > ", d_head);
+  const bool int8_stored = format.storage == KvStorage::int8 && format.arithmetic == KvArithmetic::stored;
+  if (format.storage != KvStorage::as_computed && !int8_stored)
+    invalid(where, "values inside the keys are stored as computed, or in int8 under the stored arithmetic; not in ",
+            storage_name(format.storage), " under the ", arithmetic_name(format.arithmetic), " arithmetic");
+}
 }  // namespace detail
 
 /// What every block of a store shares: the heads' shape, the format, the block size, and where
@@ -137,7 +149,7 @@ class KvBlocks {
   Index value_panel_stride() const { return pool_.block_tokens * lanes; }
   /// The int8 scales of token j of head g and of the tokens after it in its block.
   const float* key_scales(Index g, Index j) const { return scales(pool_.key_scales, g, j); }
-  const float* value_scales(Index g, Index j) const { return scales(pool_.value_scales, g, j); }
+  const float* value_scales(Index g, Index j) const { return scales(values_are_keys() ? pool_.key_scales : pool_.value_scales, g, j); }
 
   /// Key j of head g, component c, and entry (j, c) of its values, widened (times the int8 scale):
   /// for tests and inspection. Throws std::invalid_argument unless g < n_kv_heads,

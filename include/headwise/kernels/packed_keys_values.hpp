@@ -362,14 +362,11 @@ PackedKeysValues<Scalar>::PackedKeysValues(Index capacity, Index n_kv_heads, Ind
     : capacity_(capacity), n_kv_heads_(n_kv_heads), d_head_(d_head), d_v_(d_v), format_(format) {
   constexpr const char* where = "PackedKeysValues";
   detail::check_storage<Scalar>(format.storage, where);
-  if (format.values == ValueStorage::key_prefix && format.storage != KvStorage::as_computed)
-    detail::invalid(where, "values inside the keys are stored as computed, not in ", storage_name(format.storage));
   if (capacity < 0) detail::invalid(where, "capacity must be >= 0, got ", capacity);
   if (n_kv_heads <= 0) detail::invalid(where, "n_kv_heads must be > 0, got ", n_kv_heads);
   if (d_head <= 0 || d_v <= 0) detail::invalid(where, "d_head and d_v must be > 0, got ", d_head, " and ", d_v);
-  if (format.values == ValueStorage::key_prefix && d_v > d_head)
-    detail::invalid(where, "values as the keys' first d_v components need d_v <= d_head, got ", d_v, " > ", d_head);
   detail::check_arithmetic(where, format, d_head);
+  detail::check_values_in_keys(where, format, d_head, d_v);
   // Every size is checked before anything is allocated: a capacity near 2^63 must be refused,
   // not wrap around to a small buffer that appending would overrun.
   rows_ = detail::round_up_within(capacity, lanes, detail::max_elements<Scalar>());
