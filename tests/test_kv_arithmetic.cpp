@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "headwise/interpret.hpp"
+#include "headwise/io/latent_attention.hpp"
 #include "headwise/io/llama.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
@@ -244,6 +245,58 @@ TEST_CASE("an int8 latent under the stored arithmetic: values read out of the ke
   CHECK(error / largest < 3e-2);  // measured 2.1e-2 of the largest output
   CHECK(kl < 5e-4);               // measured 2.2e-4
   CHECK(error / largest > 1e-5);  // (the numbers were rounded)
+}
+
+TEST_CASE("a DeepSeek-V3 latent layer in int8 under the stored arithmetic decodes bitwise its forward, and PyTorch's float64 is "
+          "met within the roundings measured", "[storage][fixture][arithmetic][latent]") {
+  const auto layers = io::load_latent_attention_layers<float>(headwise_test::data_path("deepseek-v3-tiny"));
+  const io::SafetensorsFile ref = headwise_test::load_fixture("deepseek-v3-tiny/attention-reference.safetensors");
+  const Matrix<float> x = ref.matrix<float>("layers.1.attn.input");
+  const Matrix<double> f64_output = ref.matrix<double>("layers.1.attn.output.f64");
+  LatentAttentionConfig config = layers[1].config();
+  config.kv_storage = KvStorage::int8, config.kv_arithmetic = KvArithmetic::stored;
+  const MultiHeadLatentAttention<float> layer(layers[1].weights(), config);
+  AttentionOptions one, two;
+  one.threads = 1, two.threads = 2;
+  const Matrix<float> whole = layer.forward(x, one);
+  CHECK_THAT(headwise_test::as_double(layer.forward(x, two)), headwise_test::IsExactly(whole));
+  KvCache<float> cache = layer.make_cache(x.rows());
+  CHECK(cache.storage() == KvStorage::int8);
+  CHECK(cache.arithmetic() == KvArithmetic::stored);
+  Matrix<float> decoded(x.rows(), x.cols());
+  for (Index i0 = 0; i0 < x.rows(); i0 += 3) {
+    const Index m = std::min<Index>(3, x.rows() - i0);
+    decoded.middleRows(i0, m) = layer.forward_incremental(x.middleRows(i0, m), cache, i0 % 2 ? two : one);
+  }
+  CHECK_THAT(headwise_test::as_double(decoded), headwise_test::IsExactly(whole));
+  const double scale = f64_output.cwiseAbs().maxCoeff();
+  const double stored = (whole.cast<double>() - f64_output).cwiseAbs().maxCoeff() / scale;
+  // The step-by-step path attends to the same int8 latent, widened: the storage's part of the error.
+  const double widened = (layer.forward_step_by_step(x).cast<double>() - f64_output).cwiseAbs().maxCoeff() / scale;
+  const double as_computed = (layers[1].forward(x).cast<double>() - f64_output).cwiseAbs().maxCoeff() / scale;
+  // The weights the stored arithmetic gives (its documented rule, on PyTorch's absorbed queries and latent keys) against
+  // PyTorch's float64 pattern: the worst head's mean KL of a row.
+  Matrix<float> latent(x.rows(), layer.latent_width());
+  latent << ref.matrix<float>("layers.1.attn.c_kv.f64"), ref.matrix<float>("layers.1.attn.k_rope.f64");
+  double kl = 0;
+  for (Index h = 0; h < layer.n_heads(); ++h) {
+    Matrix<float> q(x.rows(), layer.latent_width());
+    q << ref.slice<float>("layers.1.attn.q_absorbed.f64", h), ref.slice<float>("layers.1.attn.q_rope.f64", h);
+    Matrix<double> p = Matrix<double>::Zero(x.rows(), x.rows());
+    for (Index i = 0; i < x.rows(); ++i) p.row(i).head(i + 1) = stored_arithmetic_weights(q.row(i), latent.topRows(i + 1), layer.divisor());
+    kl = std::max(kl, mean_kl(ref.slice<double>("layers.1.attn.pattern.f64", h), p));
+  }
+  CAPTURE(stored, widened, as_computed, kl);
+  CHECK(stored < 3e-2);    // measured 2.0e-2 of the largest output
+  CHECK(widened < 3e-2);   // measured 1.5e-2
+  CHECK(stored > 1e-4);    // (the latent was rounded: the float32 layer meets PyTorch to ~1e-6)
+  CHECK(as_computed < 1e-5);
+  CHECK(kl < 1e-3);        // measured 3.3e-4
+  CHECK(kl > 1e-8);
+  CHECK_THROWS_WITH(interpret::inspect(layer, x).pattern(0), Catch::Contains("under the stored arithmetic"));
+  config.kv_storage = KvStorage::bf16;
+  CHECK_THROWS_WITH(MultiHeadLatentAttention<float>(layers[1].weights(), config),
+                    Catch::Contains("values inside the keys are stored as computed, or in int8 under the stored arithmetic; not in BF16"));
 }
 
 TEST_CASE("the stored arithmetic: what it does not take is refused by name", "[storage][errors][arithmetic]") {

@@ -70,6 +70,13 @@ struct LatentAttentionConfig {
   bool rope_interleave = true;
   double norm_eps = 1e-6;         ///< q_a_layernorm and kv_a_layernorm
   std::optional<double> divisor;  ///< unset: sqrt(nope + rope); DeepSeek's YaRN: that / mscale(f, mscale_all_dim)²
+  /// How the latent is stored, in the layer's caches and in its forward's own store, and how the
+  /// fused kernel multiplies by it (kv_storage.hpp): as computed (the default), or int8 under the
+  /// stored arithmetic (float32 layers; latent_width a multiple of 4): one scale per token, the
+  /// absorbed queries rounded to int8 per row, integer products (detail/int8_products.hpp). The
+  /// step-by-step path attends to the same stored numbers, widened.
+  KvStorage kv_storage = KvStorage::as_computed;
+  KvArithmetic kv_arithmetic = KvArithmetic::widened;
 };
 
 /// Every intermediate of a latent attention layer on one input, the expanded form.
@@ -128,7 +135,9 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   }
   /// What it keeps per token in a cache: one latent head latent_width() wide, whose first
   /// kv_lora_rank() components are the values.
-  KvShape kv_shape() const { return {1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix}}; }
+  KvShape kv_shape() const { return {1, latent_width(), kv_lora_rank(), store_format()}; }
+  /// How the latent is kept: the values inside the keys, config().kv_storage's number type.
+  StoreFormat store_format() const { return {ValueStorage::key_prefix, config_.kv_storage, config_.kv_arithmetic}; }
   /// Decoding: x (m, d_model) the tokens after the cache's, at positions cache.size() .. + m - 1;
   /// appends their latent and returns their output, bitwise the matching rows of forward() on the
   /// whole sequence, for any split into chunks and any thread count.
@@ -369,6 +378,9 @@ template <class Scalar>
 MultiHeadLatentAttention<Scalar>::MultiHeadLatentAttention(LatentAttentionWeights<Scalar> w, LatentAttentionConfig config)
     : config_(std::move(config)), w_(std::move(w)) {
   check_weights("MultiHeadLatentAttention");
+  detail::check_storage<Scalar>(config_.kv_storage, "MultiHeadLatentAttention");
+  detail::check_arithmetic("MultiHeadLatentAttention", store_format(), latent_width());
+  detail::check_values_in_keys("MultiHeadLatentAttention", store_format(), latent_width(), kv_lora_rank());
   rope_.emplace(config_.rope);
   for (Index h = 0; h < n_heads(); ++h) {  // W_UK_hᵀ and W_UV_h: the blocks of w_kv_b the fast path absorbs
     w_uk_.push_back(w_.w_kv_b.middleCols(h * (nope() + v()), nope()).transpose());
@@ -397,8 +409,9 @@ void MultiHeadLatentAttention<Scalar>::attend_heads(const Eigen::Ref<const Matri
   record.options = options;
   record.options.divisor = options.divisor ? *options.divisor : divisor();
   record.n_heads = n_heads(), record.n_kv_heads = 1, record.d_head = latent_width(), record.d_v = v_head_dim();
+  record.arithmetic = config_.kv_arithmetic;
   const int threads = detail::thread_count(options.threads, where);
-  PackedKeysValues<Scalar> kv(x.rows(), 1, latent_width(), kv_lora_rank(), {ValueStorage::key_prefix});
+  PackedKeysValues<Scalar> kv(x.rows(), 1, latent_width(), kv_lora_rank(), store_format());
   if (x.rows() == 0) {
     record.attention = empty_result(record);
   } else {
@@ -446,7 +459,14 @@ template <class Scalar>
 LatentAttentionTrace<Scalar> MultiHeadLatentAttention<Scalar>::trace(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options) const {
   constexpr const char* where = "MultiHeadLatentAttention::trace";
   check_input(x, options, where);
-  const Projected p = project(x, 0, detail::thread_count(options.threads, where));
+  const int threads = detail::thread_count(options.threads, where);
+  Projected p = project(x, 0, threads);
+  if (config_.kv_storage != KvStorage::as_computed) {  // the latent as the store keeps it: what the fast path reads
+    PackedKeysValues<Scalar> kv(x.rows(), 1, latent_width(), kv_lora_rank(), store_format());
+    kv.append(p.latent, threads);
+    Matrix<Scalar> values;
+    detail::unpack(kv, p.latent, values);
+  }
   const AttentionOptions all = options_for(options);
   LatentAttentionTrace<Scalar> t;
   t.c_q = p.c_q, t.c_kv = p.latent.leftCols(kv_lora_rank()), t.k_pe = p.latent.rightCols(rope());
