@@ -64,7 +64,7 @@ inline void round_to_bf16(const Scalar* x, Index n, std::uint16_t* out) {
 /// next), each pair row 2W BF16 (two vectors); row r of a at a + r lda, its pair q at + 2q.
 template <Index Panels, bool Accumulate, Index... r>
 inline void bf16_panel_products_of(std::integer_sequence<Index, r...>, Index pairs, const std::uint16_t* a, Index lda,
-                                   const std::uint16_t* panel, Index next, Index prefetch_bytes, float* out, Index ldo) {
+                                   const std::uint16_t* panel, Index next, const PanelPrefetch& prefetch, float* out, Index ldo) {
   constexpr Index vectors = 2 * Panels, row_entries = 64;  // a pair row: 32 lanes of 2 BF16, two vectors
   __m512 acc[sizeof...(r)][static_cast<std::size_t>(vectors)];
   const auto start = [&](Index row) {
@@ -75,11 +75,7 @@ inline void bf16_panel_products_of(std::integer_sequence<Index, r...>, Index pai
     __m512bh b[static_cast<std::size_t>(vectors)];
     for (Index p = 0; p < Panels; ++p) {
       const std::uint16_t* at = panel + p * next + q * row_entries;
-      if (prefetch_bytes) {  // (the address as an integer: past the panel's end, pointer arithmetic would be undefined)
-        const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(at) + static_cast<std::uintptr_t>(prefetch_bytes);
-        Eigen::internal::prefetch(reinterpret_cast<const char*>(ahead));
-        Eigen::internal::prefetch(reinterpret_cast<const char*>(ahead + 64));
-      }
+      prefetch_panel_row(prefetch, at, q * Panels + p, row_entries * 2);
       const __m512i lo = _mm512_loadu_si512(at), hi = _mm512_loadu_si512(at + 32);
       b[2 * p] = (__m512bh)lo, b[2 * p + 1] = (__m512bh)hi;
     }
@@ -102,22 +98,22 @@ inline void bf16_panel_products_of(std::integer_sequence<Index, r...>, Index pai
 /// = (Accumulate: out +) Σ over `pairs` pairs of row r of a (BF16, lda entries apart) times lane w
 /// of the panel's pair rows (BF16; the second panel at panel + next), each entry one chain of
 /// multiply-adds over the pairs in ascending order, the pair's second entry first (see the top).
-/// prefetch_bytes: how far ahead of each panel's row to ask for memory (0: not at all).
+/// prefetch: what to ask for ahead (PanelPrefetch; the AVX512-BF16 path's only).
 template <class Scalar, Index Panels, bool Accumulate>
 inline void bf16_panel_products(Index rows, Index pairs, const std::uint16_t* a, Index lda, const std::uint16_t* panel,
-                                Index next, Index prefetch_bytes, float* out, Index ldo) {
+                                Index next, const PanelPrefetch& prefetch, float* out, Index ldo) {
   constexpr Index W = TileShape<Scalar>::lanes;
 #if defined(HEADWISE_BF16_DOT)
   if constexpr (W == 32) {
     constexpr int tallest = Panels == 1 ? static_cast<int>(TileShape<Scalar>::rows) : static_cast<int>(pair_rows<Scalar>);
     by_compiled_heights<tallest>(rows, 0, [&](auto height, Index row) {
       bf16_panel_products_of<Panels, Accumulate>(std::make_integer_sequence<Index, decltype(height)::value>{}, pairs, a + row * lda,
-                                                 lda, panel, next, prefetch_bytes, out + row * ldo, ldo);
+                                                 lda, panel, next, prefetch, out + row * ldo, ldo);
     });
     return;
   }
 #endif
-  static_cast<void>(prefetch_bytes);
+  static_cast<void>(prefetch);
   const auto widen = [](std::uint16_t bits) { return Eigen::numext::bit_cast<float>(std::uint32_t(bits) << 16); };
   for (Index r = 0; r < rows; ++r)  // the same chains, one entry at a time
     for (Index p = 0; p < Panels; ++p) {

@@ -73,17 +73,6 @@ inline void quantize_query_row(const Scalar* row, Index d, std::int8_t* out, flo
   sum = static_cast<std::int32_t>(q.sum());  // (exact: integers below 2^24)
 }
 
-/// What a decoding step's panel product asks for while it runs: its own panel's quad rows
-/// `ahead_quads` ahead, into L1 (0: none); and, a quad row's bytes at each quad, the bytes from
-/// next_phase on that the step's next phase reads (the tile's values while its scores are
-/// computed, the next tile's keys while its values are), into L2 (null: none), so that memory is
-/// read while the step computes. (Where d_head = d_v, one quad row's bytes at each quad of one
-/// phase covers exactly the next phase's bytes.)
-struct PanelPrefetch {
-  Index ahead_quads = 0;
-  const char* next_phase = nullptr;
-};
-
 /// f(std::integral_constant<Index, i>) for i = 0 .. N - 1, spelled out (constant indices keep an
 /// array of vectors in registers).
 template <class F, Index... i>
@@ -138,14 +127,7 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
   const auto step = [&](Index q, auto chain) {
     constexpr Index c = decltype(chain)::value;
     const std::int8_t* at = panel + q * row_bytes;
-    if (prefetch.ahead_quads) {  // (the address as an integer: past the panel's end, pointer arithmetic would be undefined)
-      const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(at) + static_cast<std::uintptr_t>(prefetch.ahead_quads * row_bytes);
-      for (std::uintptr_t line = 0; line < std::uintptr_t(row_bytes); line += 64) Eigen::internal::prefetch(reinterpret_cast<const char*>(ahead + line));
-    }
-    if (prefetch.next_phase) {  // (likewise)
-      const std::uintptr_t next = reinterpret_cast<std::uintptr_t>(prefetch.next_phase) + static_cast<std::uintptr_t>(q * row_bytes);
-      for (std::uintptr_t line = 0; line < std::uintptr_t(row_bytes); line += 64) _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
-    }
+    prefetch_panel_row(prefetch, at, q, row_bytes);
     Int8Vector p0 = int8_load(at), p1 = int8_load(at + sizeof(Int8Vector));
 #if defined(__GNUC__)
     // Loaded once into registers for every row's product: left to itself GCC folds the load into

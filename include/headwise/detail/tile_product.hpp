@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -145,6 +146,32 @@ inline void micro_kernel_rows(Index rows, Index depth, const Scalar* a, Index ld
 /// must fit in the registers (4 with 32 registers, 2 with 16).
 template <class Scalar>
 constexpr Index pair_rows = TileShape<Scalar>::registers >= 32 ? 4 : 2;
+
+/// What a decoding step's panel product (the stored arithmetic's) asks for while it streams its
+/// panels: each panel row `ahead_bytes` ahead, into L1 (0: none); and, at each row, as many bytes
+/// as the row holds from next_phase on (advancing by them), into L2 (null: none): the bytes the
+/// step's next phase reads (the tile's values while its scores are computed, the next tile's keys
+/// while its values are), so that memory is read while the step computes. Where d_head = d_v one
+/// phase's rows cover the next phase's bytes exactly (kernels/decoding_prefetch.hpp cuts them).
+struct PanelPrefetch {
+  Index ahead_bytes = 0;
+  const char* next_phase = nullptr;
+};
+
+/// The asks of `prefetch` for the `row`-th panel row a product reads, `bytes` (a multiple of 64)
+/// at `at`. Addresses as integers: past a panel's end, pointer arithmetic would be undefined.
+inline void prefetch_panel_row(const PanelPrefetch& prefetch, const void* at, Index row, Index bytes) {
+  if (prefetch.ahead_bytes) {
+    const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(at) + static_cast<std::uintptr_t>(prefetch.ahead_bytes);
+    for (Index line = 0; line < bytes; line += 64) Eigen::internal::prefetch(reinterpret_cast<const char*>(ahead + std::uintptr_t(line)));
+  }
+#if defined(__GNUC__)
+  if (prefetch.next_phase) {
+    const std::uintptr_t next = reinterpret_cast<std::uintptr_t>(prefetch.next_phase) + static_cast<std::uintptr_t>(row * bytes);
+    for (Index line = 0; line < bytes; line += 64) __builtin_prefetch(reinterpret_cast<const char*>(next + std::uintptr_t(line)), 0, 2);
+  }
+#endif
+}
 
 /// The body of micro_kernel_pair: two W-column panels of B side by side (the second at b +
 /// next), into c and c + W.

@@ -10,14 +10,10 @@
 
 #include "headwise/detail/bf16_products.hpp"
 #include "headwise/detail/tile_product.hpp"
+#include "headwise/kernels/decoding_prefetch.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::detail {
-
-/// How far ahead a short sliver (a decoding step) asks for the panels it streams: the keys 16 KiB
-/// (the next key tile's panels, which follow in memory), the values 4 KiB (the next rows of the
-/// same value panel), as the int8 tiles (kernels/int8_tiles.hpp).
-constexpr Index bf16_key_prefetch_bytes = 16384, bf16_value_prefetch_bytes = 4096;
 
 /// The query tile's rows (scaled, w.scaled) to BF16 (the rows of head h of this tile).
 template <class Scratch>
@@ -36,12 +32,14 @@ void bf16_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index c
   const Index d = call.kv.d_head(), pairs = d / bf16_pair, stride = call.kv.key_panel_stride();
   if (rows <= pair_rows<Scalar>) {
     const KeyRange span = w.spans[0];
-    for (Index c0 = span.begin / W * W, step; c0 < span.end; c0 += step) {
+    const Index first = span.begin / W * W, products = (span.end - first + 2 * W - 1) / (2 * W);
+    for (Index c0 = first, step; c0 < span.end; c0 += step) {
       const bool two = c0 + W < span.end && j0 + c0 + W < call.kv.block_end(j0 + c0);
       const std::uint16_t* panel = call.kv.template key_panel<std::uint16_t>(g, j0 + c0);
+      const PanelPrefetch prefetch = score_phase_prefetch<std::uint16_t>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / (2 * W), products);
       Scalar* s = w.s.data() + c0;
-      if (two) bf16_panel_products<Scalar, 2, false>(rows, pairs, w.q16.data(), d, panel, stride, bf16_key_prefetch_bytes, s, call.tk);
-      else bf16_panel_products<Scalar, 1, false>(rows, pairs, w.q16.data(), d, panel, stride, bf16_key_prefetch_bytes, s, call.tk);
+      if (two) bf16_panel_products<Scalar, 2, false>(rows, pairs, w.q16.data(), d, panel, stride, prefetch, s, call.tk);
+      else bf16_panel_products<Scalar, 1, false>(rows, pairs, w.q16.data(), d, panel, stride, prefetch, s, call.tk);
       step = two ? 2 * W : W;
     }
     return;
@@ -51,7 +49,7 @@ void bf16_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index c
       const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
       if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
       bf16_panel_products<Scalar, 1, false>(std::min(R, rows - r0), pairs, w.q16.data() + r0 * d, d,
-                                            call.kv.template key_panel<std::uint16_t>(g, j0 + c0), stride, 0,
+                                            call.kv.template key_panel<std::uint16_t>(g, j0 + c0), stride, PanelPrefetch{},
                                             w.s.data() + r0 * call.tk + c0, call.tk);
     }
 }
@@ -65,7 +63,8 @@ void bf16_value_tile(const Call& call, Scratch& w, const State& st, Index rows, 
   using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
   const Index dv_padded = call.dv_padded(), stride = call.kv.value_panel_stride();
-  const Index ahead = rows <= pair_rows<Scalar> ? bf16_value_prefetch_bytes : 0;
+  const bool decoding = rows <= pair_rows<Scalar>;  // (one short sliver: its stream asked for ahead)
+  const Index products = (dv_padded / W + 1) / 2;  // (a decoding step's: two value panels at a time)
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
     const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
@@ -80,13 +79,18 @@ void bf16_value_tile(const Call& call, Scratch& w, const State& st, Index rows, 
       b = std::min(stop, call.kv.block_end(j0 + a) - j0);
       const std::uint16_t* values = call.kv.template value_row<std::uint16_t>(g, j0 + a);
       const std::uint16_t* p = w.p16.data() + (a - base);
+      const auto prefetch = [&](Index c0) {
+        return !decoding ? PanelPrefetch{}
+               : a == base ? value_phase_prefetch<std::uint16_t>(call, g, j0, c0 / (2 * W), products)
+                           : PanelPrefetch{decoding_value_prefetch_bytes};
+      };
       Index c0 = 0;
-      if (nr <= pair_rows<Scalar>)  // a decoding step: two value panels at a time
+      if (nr <= pair_rows<Scalar>)  // a short sliver: two value panels at a time
         for (; c0 + W < dv_padded; c0 += 2 * W)
-          bf16_panel_products<Scalar, 2, true>(nr, (b - a) / bf16_pair, p, call.tk, values + c0 / W * stride, stride, ahead,
+          bf16_panel_products<Scalar, 2, true>(nr, (b - a) / bf16_pair, p, call.tk, values + c0 / W * stride, stride, prefetch(c0),
                                                st.acc + r0 * dv_padded + c0, dv_padded);
       for (; c0 < dv_padded; c0 += W)
-        bf16_panel_products<Scalar, 1, true>(nr, (b - a) / bf16_pair, p, call.tk, values + c0 / W * stride, stride, ahead,
+        bf16_panel_products<Scalar, 1, true>(nr, (b - a) / bf16_pair, p, call.tk, values + c0 / W * stride, stride, prefetch(c0),
                                              st.acc + r0 * dv_padded + c0, dv_padded);
     }
   }

@@ -13,6 +13,7 @@
 
 #include "headwise/detail/int8_products.hpp"
 #include "headwise/detail/tile_product.hpp"
+#include "headwise/kernels/decoding_prefetch.hpp"
 #include "headwise/types.hpp"
 
 #if defined(__SSSE3__)
@@ -21,44 +22,9 @@
 
 namespace headwise::detail {
 
-/// Quad rows of a panel asked for ahead while a short sliver (a decoding step) streams it (into L1;
-/// the next phase's bytes go to L2 meanwhile: PanelPrefetch): the
-/// keys 16 KiB ahead (with AVX-512: the next key tile's panels, which follow in memory), the values
-/// 4 KiB (the next key tile's rows of the same value panel). Measured at 32768 tokens, Llama 3 8B's
-/// heads, one thread (Zen 5): 2 KiB ahead for both 4.7 ms a step, these 3.6 ms, keys 32 KiB ahead
-/// or values 8 KiB no faster, hints to L2 (T1, T2) no faster.
-constexpr Index int8_key_prefetch_quads = 128, int8_value_prefetch_quads = 32;
 /// The most tokens one integer sum of weights times values covers: Σ u v of 255 x 127 each stays
 /// below 2^31. A key tile's keys are cut at multiples of it (fixed positions: the same cuts for any call).
 constexpr Index int8_run_tokens = 65536;
-
-/// A decoding step's score product over key panel p of the `panels` its sliver sees in the tile:
-/// its panel ahead, and its piece of the values the sliver reads next, tokens [from, to) of head g
-/// cut at from's block end (a region per value panel, value_panel_stride() apart, each region cut
-/// into pieces, one per key panel).
-template <class Scalar, class Call>
-PanelPrefetch int8_score_prefetch(const Call& call, Index g, KeyRange tokens, Index p, Index panels) {
-  constexpr Index W = TileShape<Scalar>::lanes;
-  const Index regions = call.dv_padded() / W, pieces = std::max<Index>(1, panels / regions), region = p / pieces;
-  const Index held = std::min(tokens.end, call.kv.block_end(tokens.begin)) - tokens.begin, piece_bytes = held * W / pieces;
-  PanelPrefetch prefetch{int8_key_prefetch_quads};
-  if (region >= regions || piece_bytes < 64) return prefetch;
-  prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template value_row<std::int8_t>(g, tokens.begin) +
-                                                      region * call.kv.value_panel_stride()) + p % pieces * piece_bytes;
-  return prefetch;
-}
-
-/// A decoding step's value product over value panel `region` of the `regions` there are: its panel
-/// ahead, and its piece of the next key tile's keys (those in that tile's first block, and held).
-template <class Call>
-PanelPrefetch int8_value_prefetch(const Call& call, Index g, Index j0, Index region, Index regions) {
-  const Index next = j0 + call.tk, tokens = std::min({call.tk, call.kv.block_end(next) - next, call.kv.size() - next});
-  const Index piece_bytes = tokens * call.kv.d_head() / regions;
-  PanelPrefetch prefetch{int8_value_prefetch_quads};
-  if (tokens <= 0 || piece_bytes < 64) return prefetch;
-  prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<std::int8_t>(g, next)) + region * piece_bytes;
-  return prefetch;
-}
 
 /// The query tile's rows (scaled, w.scaled) to int8 with their scales and sums (the rows of head h
 /// of this tile; detail/int8_products.hpp).
@@ -84,7 +50,7 @@ void int8_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index g
     for (Index c0 = first; c0 < span.end; c0 += W) {
       const auto* query = reinterpret_cast<const std::uint8_t*>(w.q8.data() + r0 * d);
       const PanelPrefetch prefetch =
-          decoding ? int8_score_prefetch<Scalar>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / W, panels) : PanelPrefetch{};
+          decoding ? score_phase_prefetch<std::int8_t>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / W, panels) : PanelPrefetch{};
       int8_panel_sums<Scalar, /*Keys=*/true>(nr, quads, query, d, call.kv.template key_panel<std::int8_t>(g, j0 + c0), prefetch,
                                              w.sums.data(), W);
       const float* scales = call.kv.key_scales(g, j0 + c0);
@@ -187,8 +153,8 @@ void int8_value_tile(const Call& call, Scratch& w, const State& st, Index rows, 
           const std::int8_t* values = (own ? call.kv.template value_row<std::int8_t>(g, j0 + qa) : w.v8.data() + qa * W) + c0 / W * stride;
           const Index nq = (qb - qa + int8_quad - 1) / int8_quad;
           const PanelPrefetch prefetch = !decoding ? PanelPrefetch{}
-                                         : qa == base ? int8_value_prefetch(call, g, j0, c0 / W, dv_padded / W)
-                                                      : PanelPrefetch{int8_value_prefetch_quads};
+                                         : qa == base ? value_phase_prefetch<std::int8_t>(call, g, j0, c0 / W, dv_padded / W)
+                                                      : PanelPrefetch{decoding_value_prefetch_bytes};
           int8_panel_sums<Scalar, /*Keys=*/false>(nr, nq, w.p8.data() + (qa - base), ld, values,
                                                   prefetch, qa == base ? total : piece, W);
           if (qa != base) std::transform(total, total + nr * W, piece, total, std::plus<>());
