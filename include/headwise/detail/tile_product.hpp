@@ -177,7 +177,7 @@ inline void prefetch_panel_row(const PanelPrefetch& prefetch, const void* at, In
 /// next), into c and c + W.
 template <class Scalar, ALayout Layout, bool Accumulate, class BStored, Index... r>
 inline void micro_kernel_pair_of(std::integer_sequence<Index, r...>, Index depth, const Scalar* a, Index lda, const BStored* b,
-                                 Index ldb, Index next, Scalar* c, Index ldc) {
+                                 Index ldb, Index next, const char* next_phase, Scalar* c, Index ldc) {
   using namespace Eigen::internal;
   using Shape = TileShape<Scalar>;
   using Packet = typename Shape::Packet;
@@ -192,6 +192,7 @@ inline void micro_kernel_pair_of(std::integer_sequence<Index, r...>, Index depth
       prefetch(reinterpret_cast<const char*>(b + (k + prefetch_rows) * ldb) + line);
       prefetch(reinterpret_cast<const char*>(b2 + (k + prefetch_rows) * ldb) + line);
     }
+    if (next_phase) prefetch_panel_row({0, next_phase}, nullptr, k, Index(2 * W * sizeof(BStored)));
     const Packet b0 = load_widened<Packet>(b + k * ldb), b1 = load_widened<Packet>(b + k * ldb + P);
     const Packet b2_0 = load_widened<Packet>(b2 + k * ldb), b2_1 = load_widened<Packet>(b2 + k * ldb + P);
     const auto multiply_add = [&](Index row, Packet* chains) {
@@ -209,16 +210,19 @@ inline void micro_kernel_pair_of(std::integer_sequence<Index, r...>, Index depth
 }
 
 /// Two panels of micro_kernel at once, for a sliver of 1 .. pair_rows rows (a decoding step):
-/// c[:, 0, W) += a b and c[:, W, 2W) += a (b + next), continuing the chains in c. Every entry is
+/// c[:, 0, W) += a b and c[:, W, 2W) += a (b + next), continuing the chains in c; next_phase (if
+/// not null): the bytes a decoding step reads next, asked for into L2 as these are read
+/// (PanelPrefetch). Every entry is
 /// the chain micro_kernel gives it (the same multiply-adds in the same order; Accumulate false:
 /// from 0, c not read): the same bits, with twice the independent chains in flight to hide the
 /// multiply-add's latency.
 template <class Scalar, ALayout Layout, bool Accumulate, class BStored>
 inline void micro_kernel_pair(Index rows, Index depth, const Scalar* a, Index lda, const BStored* b, Index ldb, Index next,
-                              Scalar* c, Index ldc) {
+                              Scalar* c, Index ldc, const char* next_phase = nullptr) {
   by_compiled_heights<static_cast<int>(pair_rows<Scalar>)>(rows, 0, [&](auto height, Index row) {
     micro_kernel_pair_of<Scalar, Layout, Accumulate, BStored>(std::make_integer_sequence<Index, decltype(height)::value>{}, depth,
-                                                              sliver_row<Layout>(a, lda, row), lda, b, ldb, next, c + row * ldc, ldc);
+                                                              sliver_row<Layout>(a, lda, row), lda, b, ldb, next,
+                                                              row == 0 ? next_phase : nullptr, c + row * ldc, ldc);
   });
 }
 

@@ -48,6 +48,7 @@
 #include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/kernels/bf16_tiles.hpp"
+#include "headwise/kernels/decoding_prefetch.hpp"
 #include "headwise/kernels/int8_tiles.hpp"
 #include "headwise/kernels/kv_blocks.hpp"
 #include "headwise/kernels/online_softmax_state.hpp"
@@ -322,11 +323,14 @@ void widened_score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, 
   const Index d_head = call.kv.d_head();
   if (rows <= pair_rows<Scalar>) {  // one short sliver (a decoding step): two panels at a time where both are seen, in one block
     const KeyRange span = w.spans[0];
-    for (Index c0 = span.begin / W * W, step; c0 < span.end; c0 += step) {
+    const Index first = span.begin / W * W, products = (span.end - first + 2 * W - 1) / (2 * W);
+    for (Index c0 = first, step; c0 < span.end; c0 += step) {
       const bool pair = c0 + W < span.end && j0 + c0 + W < call.kv.block_end(j0 + c0);
       const Stored* panel = call.kv.template key_panel<Stored>(g, j0 + c0);
       Scalar* s = w.s.data() + c0;
-      if (pair) micro_kernel_pair<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, call.kv.key_panel_stride(), s, call.tk);
+      const char* next_phase = call.kv.values_are_keys() ? nullptr  // (the values: this tile's, read next)
+                               : score_phase_prefetch<Stored>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / (2 * W), products).next_phase;
+      if (pair) micro_kernel_pair<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, call.kv.key_panel_stride(), s, call.tk, next_phase);
       else micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, s, call.tk);
       step = pair ? 2 * W : W;
       if constexpr (std::is_same_v<Stored, std::int8_t>)
@@ -462,11 +466,13 @@ void widened_value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, 
         for (Index r = 0; r < nr; ++r)
           for (Index j = 0; j < b - a; ++j) p[r * call.tk + j] *= static_cast<Scalar>(scale[j]);
       }
+      const bool decoding = own && rows <= pair_rows<Scalar> && a == span.begin;  // (the next tile's keys, read next)
       Index c0 = 0;
       if (nr <= pair_rows<Scalar>)  // a decoding step: two value panels at a time
         for (; c0 + W < dv_padded; c0 += 2 * W)
-          micro_kernel_pair<Scalar, ALayout::rows, /*Accumulate=*/true>(nr, b - a, p, call.tk, values + c0 / W * stride, W, stride,
-                                                                       st.acc + r0 * dv_padded + c0, dv_padded);
+          micro_kernel_pair<Scalar, ALayout::rows, /*Accumulate=*/true>(
+              nr, b - a, p, call.tk, values + c0 / W * stride, W, stride, st.acc + r0 * dv_padded + c0, dv_padded,
+              decoding ? value_phase_prefetch<Stored>(call, g, j0, c0 / (2 * W), (dv_padded / W + 1) / 2).next_phase : nullptr);
       for (; c0 < dv_padded; c0 += W)
         micro_kernel_rows<Scalar, ALayout::rows>(nr, b - a, p, call.tk, values + c0 / W * stride, W, st.acc + r0 * dv_padded + c0,
                                                  dv_padded);
