@@ -129,10 +129,11 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
     const std::int8_t* at = panel + q * row_bytes;
     prefetch_panel_row(prefetch, at, q, row_bytes);
     Int8Vector p0 = int8_load(at), p1 = int8_load(at + sizeof(Int8Vector));
-#if defined(__GNUC__)
+#if defined(__GNUC__) && HEADWISE_INT8_VNNI == 512
     // Loaded once into registers for every row's product: left to itself GCC folds the load into
     // each vpdpbusd (4 rows: 8 loads of 64 bytes a quad row, not 2), and the load ports, not the
-    // products, bound the step in cache (Zen 4, 4096 tokens: 10% faster so).
+    // products, bound the step in cache (Zen 4, 4096 tokens: 10% faster so). Not with 16 vector
+    // registers (AVX-VNNI), whose accumulators fill them.
     asm("" : "+v"(p0), "+v"(p1));
 #endif
     const auto dot = [&](Index row) {

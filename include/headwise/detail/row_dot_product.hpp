@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "headwise/detail/parallel.hpp"
+#include "headwise/detail/prefetch.hpp"
 #include "headwise/detail/stored_numbers.hpp"
 #include "headwise/types.hpp"
 
@@ -222,16 +223,6 @@ constexpr Index decoding_prefetch_bytes() {
   return sizeof(BStored) < sizeof(float) ? 4096 : 0;
 }
 
-/// A hint that the line `bytes` after p is read soon (nothing where the compiler has no such
-/// builtin). The address is computed as an integer: near a matrix's end it lies past the array,
-/// where pointer arithmetic would be undefined (a prefetch of it never faults).
-EIGEN_ALWAYS_INLINE void prefetch_line(const void* p, Index bytes) {
-#if defined(__GNUC__)
-  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + std::uintptr_t(bytes)));
-#else
-  (void)p, (void)bytes;
-#endif
-}
 
 /// The packets [k, stop) of Ra rows of A by Rb rows of B (k a multiple of C P): whole steps of the
 /// C chains, each first asking for the lines `ahead` bytes further along B's rows (0: no hint),

@@ -25,10 +25,12 @@
 #include <vector>
 
 #include "headwise/detail/parallel.hpp"
+#include "headwise/detail/prefetch.hpp"
 #include "headwise/detail/stored_numbers.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::detail {
+
 
 template <class Scalar>
 struct TileShape {
@@ -75,7 +77,7 @@ inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth
     // into up to 4 rows): ask for it early (16 rows ahead: 0.55 of the triad at 131072 tokens; 64: 0.68).
     if constexpr (Rows <= 4)  // every cache line of the row (a row of W floats is two with AVX-512)
       for (std::size_t line = 0; line < Shape::lanes * sizeof(BStored); line += 64)
-        prefetch(reinterpret_cast<const char*>(b + (k + prefetch_rows) * ldb) + line);
+        prefetch_line(b, ((k + prefetch_rows) * ldb) * Index(sizeof(BStored)) + Index(line));
     const Packet b0 = load_widened<Packet>(b + k * ldb), b1 = load_widened<Packet>(b + k * ldb + P);
     const auto multiply_add = [&](Index row, Packet& first, Packet& second) {
       const Scalar a_rk = Layout == ALayout::packed ? a[k * R + row] : Layout == ALayout::rows ? a[row * lda + k] : a[k * lda + row];
@@ -158,19 +160,13 @@ struct PanelPrefetch {
   const char* next_phase = nullptr;
 };
 
-/// The asks of `prefetch` for the `row`-th panel row a product reads, `bytes` (a multiple of 64)
-/// at `at`. Addresses as integers: past a panel's end, pointer arithmetic would be undefined.
+/// The asks of `prefetch` for the `row`-th panel row a product reads, `bytes` at `at` (a line per
+/// 64 bytes, one for fewer).
 inline void prefetch_panel_row(const PanelPrefetch& prefetch, const void* at, Index row, Index bytes) {
-  if (prefetch.ahead_bytes) {
-    const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(at) + static_cast<std::uintptr_t>(prefetch.ahead_bytes);
-    for (Index line = 0; line < bytes; line += 64) Eigen::internal::prefetch(reinterpret_cast<const char*>(ahead + std::uintptr_t(line)));
-  }
-#if defined(__GNUC__)
-  if (prefetch.next_phase) {
-    const std::uintptr_t next = reinterpret_cast<std::uintptr_t>(prefetch.next_phase) + static_cast<std::uintptr_t>(row * bytes);
-    for (Index line = 0; line < bytes; line += 64) __builtin_prefetch(reinterpret_cast<const char*>(next + std::uintptr_t(line)), 0, 2);
-  }
-#endif
+  if (prefetch.ahead_bytes)
+    for (Index line = 0; line < bytes; line += 64) prefetch_line(at, prefetch.ahead_bytes + line);
+  if (prefetch.next_phase)
+    for (Index line = 0; line < bytes; line += 64) prefetch_line<CacheLevel::l2>(prefetch.next_phase, row * bytes + line);
 }
 
 /// The body of micro_kernel_pair: two W-column panels of B side by side (the second at b +
@@ -189,8 +185,8 @@ inline void micro_kernel_pair_of(std::integer_sequence<Index, r...>, Index depth
   const BStored* b2 = b + next;
   for (Index k = 0; k < depth; ++k) {
     for (std::size_t line = 0; line < W * sizeof(BStored); line += 64) {
-      prefetch(reinterpret_cast<const char*>(b + (k + prefetch_rows) * ldb) + line);
-      prefetch(reinterpret_cast<const char*>(b2 + (k + prefetch_rows) * ldb) + line);
+      prefetch_line(b, ((k + prefetch_rows) * ldb) * Index(sizeof(BStored)) + Index(line));
+      prefetch_line(b2, ((k + prefetch_rows) * ldb) * Index(sizeof(BStored)) + Index(line));
     }
     if (next_phase) prefetch_panel_row({0, next_phase}, nullptr, k, Index(2 * W * sizeof(BStored)));
     const Packet b0 = load_widened<Packet>(b + k * ldb), b1 = load_widened<Packet>(b + k * ldb + P);

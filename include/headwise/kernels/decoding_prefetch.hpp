@@ -27,7 +27,8 @@ constexpr Index decoding_key_prefetch_bytes = 16384, decoding_value_prefetch_byt
 /// Score product `part` of `parts` of a decoding step's key tile (entries of `Stored`): its own
 /// panels ahead, and its piece of the values the tile's rows read next, tokens `tokens` of head g
 /// (cut at the first token's block end): a region per value panel, value_panel_stride() entries
-/// apart, each cut into parts / regions pieces, a piece per product.
+/// apart, each cut into parts / regions pieces, a piece per product. Values inside the keys (a
+/// latent) have no bytes of their own: none.
 template <class Stored, class Call>
 PanelPrefetch score_phase_prefetch(const Call& call, Index g, KeyRange tokens, Index part, Index parts) {
   constexpr Index W = std::decay_t<decltype(call.kv)>::lanes;
@@ -35,7 +36,7 @@ PanelPrefetch score_phase_prefetch(const Call& call, Index g, KeyRange tokens, I
   const Index held = std::min(tokens.end, call.kv.block_end(tokens.begin)) - tokens.begin;
   const Index piece_bytes = held * W * Index(sizeof(Stored)) / pieces;
   PanelPrefetch prefetch{decoding_key_prefetch_bytes};
-  if (region >= regions || piece_bytes < 64) return prefetch;
+  if (call.kv.values_are_keys() || region >= regions || piece_bytes < 64) return prefetch;  // (values inside the keys: read already)
   const Stored* values = call.kv.template value_row<Stored>(g, tokens.begin) + region * call.kv.value_panel_stride();
   prefetch.next_phase = reinterpret_cast<const char*>(values) + part % pieces * piece_bytes;
   return prefetch;

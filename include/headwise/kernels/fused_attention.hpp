@@ -328,8 +328,8 @@ void widened_score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, 
       const bool pair = c0 + W < span.end && j0 + c0 + W < call.kv.block_end(j0 + c0);
       const Stored* panel = call.kv.template key_panel<Stored>(g, j0 + c0);
       Scalar* s = w.s.data() + c0;
-      const char* next_phase = call.kv.values_are_keys() ? nullptr  // (the values: this tile's, read next)
-                               : score_phase_prefetch<Stored>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / (2 * W), products).next_phase;
+      const char* next_phase =  // (the values: this tile's, read next)
+          score_phase_prefetch<Stored>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / (2 * W), products).next_phase;
       if (pair) micro_kernel_pair<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, call.kv.key_panel_stride(), s, call.tk, next_phase);
       else micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, s, call.tk);
       step = pair ? 2 * W : W;

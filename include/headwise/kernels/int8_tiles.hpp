@@ -108,8 +108,12 @@ void int8_values_from_keys(const Call& call, Scratch& w, Index j0, Index cols, I
     const std::int8_t* keys = call.kv.template key_panel<std::int8_t>(g, j0 + p * W);
     for (Index cq = 0; cq < call.dv_padded() / int8_quad; ++cq) {
       std::int8_t* out = w.v8.data() + (cq * int8_quad / W) * panel_bytes + p * W * W + cq % pieces * 16;
-      const std::int8_t* in = keys + cq * int8_quad * W;
       const Index valid = std::clamp<Index>(dv - cq * int8_quad, 0, int8_quad);  // components of this quad that are values
+      if (valid == 0) {  // past d_v (and perhaps past the key panel): zeros
+        for (Index L = 0; L < pieces; ++L) std::fill(out + L * int8_quad * W, out + L * int8_quad * W + 16, std::int8_t(0));
+        continue;
+      }
+      const std::int8_t* in = keys + cq * int8_quad * W;
       for (Index L = 0; L < pieces; ++L, in += 16, out += int8_quad * W) {
 #if defined(__SSSE3__)
         if (valid == int8_quad) {
