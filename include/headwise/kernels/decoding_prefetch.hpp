@@ -17,12 +17,14 @@
 
 namespace headwise::detail {
 
-/// How far ahead of each panel row a decoding step's products ask for their own panels: the keys
-/// 16 KiB (with AVX-512's 512-key tiles, the next quarter tile), the values 4 KiB (the next rows
-/// of the same value panel). Measured at 32768 tokens, Llama 3 8B's heads, one thread (Zen 5): 2
-/// KiB ahead for both 4.7 ms an int8 step, these 3.6 ms; keys 32 KiB ahead or values 8 KiB no
-/// faster, hints to L2 (T1, T2) no faster.
-constexpr Index decoding_key_prefetch_bytes = 16384, decoding_value_prefetch_bytes = 4096;
+/// How far ahead of each panel row a decoding step's products ask for their own panels, into L1:
+/// 4 KiB, keys and values (the next phase's bytes already wait in L2). Measured at Llama 3 8B's
+/// heads, one thread (Zen 4, two binaries alternated four times), against the keys 16 KiB ahead
+/// (best on Zen 5 before the next phase was asked for): BF16 stored at 32768 tokens 6.0-6.6 ms
+/// against 6.4-7.3, at 131072 25.8-26.3 against 26.1-27.5; int8 stored at 32768 3.8-4.4 against
+/// 3.8-4.2, at 131072 17.1-18.5 against 16.5-17.4, at 4096 (in cache) 288-293 us against 312-328.
+/// Both 2 KiB ahead: slower (BF16 at 32768 6.1-7.1).
+constexpr Index decoding_key_prefetch_bytes = 4096, decoding_value_prefetch_bytes = 4096;
 
 /// Score product `part` of `parts` of a decoding step's key tile (entries of `Stored`): its own
 /// panels ahead, and its piece of the values the tile's rows read next, tokens `tokens` of head g
