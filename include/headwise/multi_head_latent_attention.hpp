@@ -86,7 +86,9 @@ struct LatentAttentionTrace {
   Matrix<Scalar> c_kv;  ///< (n, kv_lora_rank): the normed key/value latent (what the cache holds)
   Matrix<Scalar> k_pe;  ///< (n, qk_rope_head_dim): the shared rotated key part (what the cache holds)
   /// Per head: q = [q_nope | q_pe] and k = [k_nope | k_pe] before RoPE, q_rotated and k_rotated
-  /// as they enter Q Kᵀ, v, the scores, weights and Z (attention_head.hpp's HeadTrace).
+  /// as they enter Q Kᵀ, v, the scores, weights and Z (attention_head.hpp's HeadTrace). With a
+  /// latent stored narrower (kv_storage), k_rotated, v and what follows come from the stored latent,
+  /// k's k_pe from the one computed (the store keeps it rotated only).
   std::vector<HeadTrace<Scalar>> heads;
   std::vector<Matrix<Scalar>> contributions;  ///< per head: Z_h W_O[h], (n, d_model)
   Matrix<Scalar> output;                      ///< (n, d_model)
