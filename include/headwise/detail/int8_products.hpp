@@ -56,21 +56,38 @@ constexpr Index max_int8_depth = 65536;
 inline std::int8_t flip_sign(std::int8_t x) { return static_cast<std::int8_t>(static_cast<std::uint8_t>(x) ^ 0x80u); }
 
 /// One query row (d entries, scaled) to int8: out, its scale (NaN if the row is not finite) and
-/// the sum of its integers. By packets (Eigen's rint: to nearest, ties to even).
+/// the sum of its integers. Plain loops that the compiler vectorises without fast-math: the
+/// largest magnitude as the largest of the entries' bits with the sign cleared (the order of
+/// non-negative floats; inf and NaN above every finite one), rounding to nearest with ties to even
+/// by adding and subtracting 1.5 2^23 (exact for |x| <= 127.5: the sum's unit is 1). Eigen's
+/// expressions of the same ran entry by entry: 5% of an int8 decoding step in cache.
 template <class Scalar>
 inline void quantize_query_row(const Scalar* row, Index d, std::int8_t* out, float& scale, std::int32_t& sum) {
-  const Eigen::Array<float, 1, Eigen::Dynamic> x = Eigen::Map<const Eigen::Array<Scalar, 1, Eigen::Dynamic>>(row, d).template cast<float>();
-  const float largest = d ? x.abs().template maxCoeff<Eigen::PropagateNaN>() : 0.0f;
+  constexpr std::uint32_t magnitude_bits = 0x7fffffffu, infinity_bits = 0x7f800000u;
+  std::uint32_t largest_bits = 0;
+  for (Index c = 0; c < d; ++c) {
+    std::uint32_t bits;
+    const float x = static_cast<float>(row[c]);
+    std::memcpy(&bits, &x, sizeof bits);
+    largest_bits = std::max(largest_bits, bits & magnitude_bits);
+  }
+  float largest;
+  std::memcpy(&largest, &largest_bits, sizeof largest);
   sum = 0;
-  if (!std::isfinite(largest) || largest == 0.0f) {
-    std::fill(out, out + d, std::int8_t(0));
-    scale = std::isfinite(largest) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  if (largest_bits >= infinity_bits || largest_bits == 0) {
+    std::fill_n(out, std::max<Index>(d, 0), std::int8_t(0));
+    scale = largest_bits >= infinity_bits ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
     return;
   }
-  scale = largest / 127.0f;
-  const Eigen::Array<float, 1, Eigen::Dynamic> q = (x / scale).rint().max(-127.0f).min(127.0f);
-  Eigen::Map<Eigen::Array<std::int8_t, 1, Eigen::Dynamic>>(out, d) = q.template cast<std::int8_t>();
-  sum = static_cast<std::int32_t>(q.sum());  // (exact: integers below 2^24)
+  const float s = scale = largest / 127.0f;
+  constexpr float rounder = 12582912.0f;  // 1.5 2^23
+  std::int32_t total = 0;  // (a local: out may alias sum)
+  for (Index c = 0; c < d; ++c) {
+    const auto q = static_cast<std::int32_t>(std::min(127.0f, std::max(-127.0f, (static_cast<float>(row[c]) / s + rounder) - rounder)));
+    out[c] = static_cast<std::int8_t>(q);
+    total += q;
+  }
+  sum = total;
 }
 
 /// f(std::integral_constant<Index, i>) for i = 0 .. N - 1, spelled out (constant indices keep an

@@ -1,11 +1,14 @@
 // What a decoding step asks memory for while it computes (detail::PanelPrefetch): each product's
-// own panels a little ahead, into L1, and a piece of what the step's next phase reads, into L2. A
+// own panels a little ahead, into L1, and a piece of what the step reads later, into L2. A
 // decoding step reads a key tile's keys (its scores), computes the softmax, then reads the tile's
 // values: left to itself, memory would idle while the scores and the softmax are computed. The
-// widened tiles (kernels/fused_attention.hpp) and the stored arithmetic's (kernels/int8_tiles.hpp,
-// kernels/bf16_tiles.hpp) cut their next phase's bytes here. Measured at Llama 3 8B's heads, one
-// thread, 32768 tokens (AMD EPYC Zen 4, bench/RESULTS.md): float32 13.9 -> 10.7 ms a step (0.92 of
-// the triad), BF16 widened 8.1 -> 6.4, BF16 stored 7.7 -> 6.8, int8 stored 4.0-4.6 -> 3.7-3.9.
+// widened tiles (kernels/fused_attention.hpp) and the BF16 stored arithmetic's
+// (kernels/bf16_tiles.hpp) ask for their next phase's bytes (score_phase_prefetch,
+// value_phase_prefetch); the int8 stored arithmetic's (kernels/int8_tiles.hpp) for their own
+// panels one key tile later (next_tile_key_panel, next_tile_value_panel). Measured at Llama 3 8B's
+// heads, one thread, 32768 tokens (AMD EPYC Zen 4, bench/RESULTS.md): float32 13.9 -> 10.7 ms a
+// step (0.92 of the triad), BF16 widened 8.1 -> 6.4, BF16 stored 7.7 -> 6.8, int8 stored 4.0-4.6
+// -> 3.7-3.9 (a phase ahead) -> 2.9-3.3 (a tile ahead).
 #pragma once
 
 #include <algorithm>
@@ -54,6 +57,31 @@ PanelPrefetch value_phase_prefetch(const Call& call, Index g, Index j0, Index pa
   PanelPrefetch prefetch{decoding_value_prefetch_bytes};
   if (tokens <= 0 || piece_bytes < 64) return prefetch;
   prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<Stored>(g, next)) + part * piece_bytes;
+  return prefetch;
+}
+
+/// The int8 products ask further ahead: each for its own panel one key tile later (the keys or the
+/// values it reads, tk tokens on), into L2, two phases ahead where the others ask one. An int8
+/// step computes about as long as its bytes take to arrive (Zen 4: 8.6 ns a token and key/value
+/// head in cache, 10.5 ns its bytes at the memory's rate), so a phase's lead hid only part of the
+/// memory's time. Measured at Llama 3 8B's heads, one thread, 32768 tokens (Zen 4, binaries
+/// alternated four times): 3.5-3.9 ms a step -> 3.1-3.3 ms. The widened and BF16 products, whose
+/// products take two panels at once, were the same or slower a tile ahead: they keep one phase.
+/// Where the panel one tile later is not held: nothing into L2.
+template <class Call>
+PanelPrefetch next_tile_key_panel(const Call& call, Index g, Index j) {
+  PanelPrefetch prefetch{decoding_key_prefetch_bytes};
+  if (j + call.tk < call.kv.size())
+    prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<std::int8_t>(g, j + call.tk));
+  return prefetch;
+}
+/// The value panel `panel` (its W columns) from row j, one key tile later (as next_tile_key_panel).
+template <class Call>
+PanelPrefetch next_tile_value_panel(const Call& call, Index g, Index j, Index panel) {
+  PanelPrefetch prefetch{decoding_value_prefetch_bytes};
+  if (j + call.tk < call.kv.size())
+    prefetch.next_phase =
+        reinterpret_cast<const char*>(call.kv.template value_row<std::int8_t>(g, j + call.tk) + panel * call.kv.value_panel_stride());
   return prefetch;
 }
 

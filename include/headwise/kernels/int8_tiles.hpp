@@ -46,11 +46,10 @@ void int8_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index g
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
     const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
-    const Index first = span.begin / W * W, panels = (span.end - first + W - 1) / W;
+    const Index first = span.begin / W * W;
     for (Index c0 = first; c0 < span.end; c0 += W) {
       const auto* query = reinterpret_cast<const std::uint8_t*>(w.q8.data() + r0 * d);
-      const PanelPrefetch prefetch =
-          decoding ? score_phase_prefetch<std::int8_t>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / W, panels) : PanelPrefetch{};
+      const PanelPrefetch prefetch = decoding ? next_tile_key_panel(call, g, j0 + c0) : PanelPrefetch{};
       int8_panel_sums<Scalar, /*Keys=*/true>(nr, quads, query, d, call.kv.template key_panel<std::int8_t>(g, j0 + c0), prefetch,
                                              w.sums.data(), W);
       const float* scales = call.kv.key_scales(g, j0 + c0);
@@ -156,9 +155,7 @@ void int8_value_tile(const Call& call, Scratch& w, const State& st, Index rows, 
           qb = own ? std::min(b, call.kv.block_end(j0 + qa) - j0) : b;
           const std::int8_t* values = (own ? call.kv.template value_row<std::int8_t>(g, j0 + qa) : w.v8.data() + qa * W) + c0 / W * stride;
           const Index nq = (qb - qa + int8_quad - 1) / int8_quad;
-          const PanelPrefetch prefetch = !decoding ? PanelPrefetch{}
-                                         : qa == base ? value_phase_prefetch<std::int8_t>(call, g, j0, c0 / W, dv_padded / W)
-                                                      : PanelPrefetch{decoding_value_prefetch_bytes};
+          const PanelPrefetch prefetch = decoding ? next_tile_value_panel(call, g, j0 + qa, c0 / W) : PanelPrefetch{};
           int8_panel_sums<Scalar, /*Keys=*/false>(nr, nq, w.p8.data() + (qa - base), ld, values,
                                                   prefetch, qa == base ? total : piece, W);
           if (qa != base) std::transform(total, total + nr * W, piece, total, std::plus<>());
