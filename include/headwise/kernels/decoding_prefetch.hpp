@@ -68,20 +68,20 @@ PanelPrefetch value_phase_prefetch(const Call& call, Index g, Index j0, Index pa
 /// alternated four times): 3.5-3.9 ms a step -> 3.1-3.3 ms. The widened and BF16 products, whose
 /// products take two panels at once, were the same or slower a tile ahead: they keep one phase.
 /// Where the panel one tile later is not held: nothing into L2.
-template <class Call>
+template <class Stored = std::int8_t, class Call>
 PanelPrefetch next_tile_key_panel(const Call& call, Index g, Index j) {
   PanelPrefetch prefetch{decoding_key_prefetch_bytes};
   if (j + call.tk < call.kv.size())
-    prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<std::int8_t>(g, j + call.tk));
+    prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<Stored>(g, j + call.tk));
   return prefetch;
 }
 /// The value panel `panel` (its W columns) from row j, one key tile later (as next_tile_key_panel).
-template <class Call>
+template <class Stored = std::int8_t, class Call>
 PanelPrefetch next_tile_value_panel(const Call& call, Index g, Index j, Index panel) {
   PanelPrefetch prefetch{decoding_value_prefetch_bytes};
   if (j + call.tk < call.kv.size())
     prefetch.next_phase =
-        reinterpret_cast<const char*>(call.kv.template value_row<std::int8_t>(g, j + call.tk) + panel * call.kv.value_panel_stride());
+        reinterpret_cast<const char*>(call.kv.template value_row<Stored>(g, j + call.tk) + panel * call.kv.value_panel_stride());
   return prefetch;
 }
 

@@ -36,23 +36,28 @@ void quantize_query_tile(Scratch& w, Index rows, Index d_head) {
 }
 
 /// S = Qs K[j0 : j0 + cols]ᵀ as integers rescaled, sliver by sliver, each only over the key panels
-/// its rows see (w.spans); row r of S at w.s + r tk.
+/// its rows see (w.spans); row r of S at w.s + r tk. A block's panels and scales lie together: their
+/// addresses are found once a block (a division each: 9% of the scores in cache, found per panel).
 template <class Call, class Scratch>
 void int8_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index g) {
   using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
   constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const Index d = call.kv.d_head(), quads = d / int8_quad;
+  const Index d = call.kv.d_head(), quads = d / int8_quad, panel_bytes = W * d;
   const bool decoding = rows <= pair_rows<Scalar>;  // (one short sliver: its stream asked for ahead)
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
     const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
-    const Index first = span.begin / W * W;
-    for (Index c0 = first; c0 < span.end; c0 += W) {
-      const auto* query = reinterpret_cast<const std::uint8_t*>(w.q8.data() + r0 * d);
-      const PanelPrefetch prefetch = decoding ? next_tile_key_panel(call, g, j0 + c0) : PanelPrefetch{};
-      int8_panel_sums<Scalar, /*Keys=*/true>(nr, quads, query, d, call.kv.template key_panel<std::int8_t>(g, j0 + c0), prefetch,
-                                             w.sums.data(), W);
-      const float* scales = call.kv.key_scales(g, j0 + c0);
+    const auto* query = reinterpret_cast<const std::uint8_t*>(w.q8.data() + r0 * d);
+    const std::int8_t* panel = nullptr;
+    const float* scales = nullptr;
+    PanelPrefetch prefetch;
+    Index held_to = 0, later_held_to = 0;  // the ends of the blocks of the panel and of the one a tile later
+    for (Index c0 = span.begin / W * W; c0 < span.end; c0 += W, panel += panel_bytes, scales += W) {
+      const Index j = j0 + c0;
+      if (j >= held_to) panel = call.kv.template key_panel<std::int8_t>(g, j), scales = call.kv.key_scales(g, j), held_to = call.kv.block_end(j);
+      if (decoding && j + call.tk >= later_held_to) prefetch = next_tile_key_panel(call, g, j), later_held_to = call.kv.block_end(j + call.tk);
+      int8_panel_sums<Scalar, /*Keys=*/true>(nr, quads, query, d, panel, prefetch, w.sums.data(), W);
+      if (prefetch.next_phase) prefetch.next_phase += panel_bytes;  // (within the block later_held_to ends)
       for (Index r = 0; r < nr; ++r)
         int8_scores(w.sums.data() + r * W, w.q_sum[static_cast<std::size_t>(r0 + r)], w.q_scale[static_cast<std::size_t>(r0 + r)],
                     scales, w.s.data() + (r0 + r) * call.tk + c0);
