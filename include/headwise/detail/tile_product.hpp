@@ -151,10 +151,11 @@ constexpr Index pair_rows = TileShape<Scalar>::registers >= 32 ? 4 : 2;
 
 /// What a decoding step's panel product (the stored arithmetic's) asks for while it streams its
 /// panels: each panel row `ahead_bytes` ahead, into L1 (0: none); and, at each row, as many bytes
-/// as the row holds from next_phase on (advancing by them), into L2 (null: none): the bytes the
-/// step's next phase reads (the tile's values while its scores are computed, the next tile's keys
-/// while its values are), so that memory is read while the step computes. Where d_head = d_v one
-/// phase's rows cover the next phase's bytes exactly (kernels/decoding_prefetch.hpp cuts them).
+/// as the row holds from next_phase on (advancing by them), into L2 (null: none): bytes the step
+/// reads later, so that memory is read while the step computes: its next phase's (the tile's values
+/// while its scores are computed, the next tile's keys while its values are; where d_head = d_v
+/// one phase's rows cover the next phase's bytes exactly), or, for the int8 products, the product's
+/// own panel one key tile later (kernels/decoding_prefetch.hpp says which).
 struct PanelPrefetch {
   Index ahead_bytes = 0;
   const char* next_phase = nullptr;

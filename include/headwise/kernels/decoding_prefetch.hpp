@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "headwise/detail/tile_product.hpp"
@@ -20,13 +21,12 @@
 
 namespace headwise::detail {
 
-/// How far ahead of each panel row a decoding step's products ask for their own panels, into L1:
-/// 4 KiB, keys and values (the next phase's bytes already wait in L2). Measured at Llama 3 8B's
-/// heads, one thread (Zen 4, two binaries alternated four times), against the keys 16 KiB ahead
-/// (best on Zen 5 before the next phase was asked for): BF16 stored at 32768 tokens 6.0-6.6 ms
-/// against 6.4-7.3, at 131072 25.8-26.3 against 26.1-27.5; int8 stored at 32768 3.8-4.4 against
-/// 3.8-4.2, at 131072 17.1-18.5 against 16.5-17.4, at 4096 (in cache) 288-293 us against 312-328.
-/// Both 2 KiB ahead: slower (BF16 at 32768 6.1-7.1).
+/// How far ahead of each panel row a decoding step's widened and BF16 products ask for their own
+/// panels, into L1 (the int8 products: not at all, below): 4 KiB, keys and values (the next
+/// phase's bytes already wait in L2). Measured at Llama 3 8B's heads, one thread (Zen 4, two
+/// binaries alternated four times), against the keys 16 KiB ahead (best on Zen 5 before the next
+/// phase was asked for): BF16 stored at 32768 tokens 6.0-6.6 ms against 6.4-7.3, at 131072
+/// 25.8-26.3 against 26.1-27.5. Both 2 KiB ahead: slower (BF16 at 32768 6.1-7.1).
 constexpr Index decoding_key_prefetch_bytes = 4096, decoding_value_prefetch_bytes = 4096;
 
 /// Score product `part` of `parts` of a decoding step's key tile (entries of `Stored`): its own
@@ -61,27 +61,30 @@ PanelPrefetch value_phase_prefetch(const Call& call, Index g, Index j0, Index pa
 }
 
 /// The int8 products ask further ahead: each for its own panel one key tile later (the keys or the
-/// values it reads, tk tokens on), into L2, two phases ahead where the others ask one. An int8
-/// step computes about as long as its bytes take to arrive (Zen 4: 8.6 ns a token and key/value
-/// head in cache, 10.5 ns its bytes at the memory's rate), so a phase's lead hid only part of the
-/// memory's time. Measured at Llama 3 8B's heads, one thread, 32768 tokens (Zen 4, binaries
-/// alternated four times): 3.5-3.9 ms a step -> 3.1-3.3 ms. The widened and BF16 products, whose
-/// products take two panels at once, were the same or slower a tile ahead: they keep one phase.
-/// Where the panel one tile later is not held: nothing into L2.
-template <class Stored = std::int8_t, class Call>
+/// values it reads, tk tokens on), into L2, two phases ahead where the others ask one, and for
+/// nothing into L1 (what they read waits in L2 already; the core's own prefetcher takes it on). An
+/// int8 step computes about as long as its bytes take to arrive (Zen 4: 8.3 ns a token and
+/// key/value head in cache, 10.2 ns its bytes at the float32 step's rate), so a phase's lead hid
+/// only part of the memory's time. Measured at Llama 3 8B's heads, one thread (Zen 4, binaries
+/// alternated, bench/RESULTS.md): 32768 tokens 3.5-3.9 ms a step -> 2.9-3.3 ms a tile ahead; two
+/// and four tiles ahead the same or slower; without the panels 4 KiB ahead into L1, 3% faster in
+/// cache and the same from memory. The widened and BF16 products, which take two panels at once,
+/// were the same or slower a tile ahead: they keep one phase. Nothing where the panel one tile
+/// later is not held.
+template <class Call>
 PanelPrefetch next_tile_key_panel(const Call& call, Index g, Index j) {
-  PanelPrefetch prefetch{decoding_key_prefetch_bytes};
+  PanelPrefetch prefetch;
   if (j + call.tk < call.kv.size())
-    prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<Stored>(g, j + call.tk));
+    prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<std::int8_t>(g, j + call.tk));
   return prefetch;
 }
 /// The value panel `panel` (its W columns) from row j, one key tile later (as next_tile_key_panel).
-template <class Stored = std::int8_t, class Call>
+template <class Call>
 PanelPrefetch next_tile_value_panel(const Call& call, Index g, Index j, Index panel) {
-  PanelPrefetch prefetch{decoding_value_prefetch_bytes};
+  PanelPrefetch prefetch;
   if (j + call.tk < call.kv.size())
     prefetch.next_phase =
-        reinterpret_cast<const char*>(call.kv.template value_row<Stored>(g, j + call.tk) + panel * call.kv.value_panel_stride());
+        reinterpret_cast<const char*>(call.kv.template value_row<std::int8_t>(g, j + call.tk) + panel * call.kv.value_panel_stride());
   return prefetch;
 }
 
