@@ -101,6 +101,36 @@ inline void for_each_index(F&& f) {
   for_each_index_of(std::make_integer_sequence<Index, N>{}, f);
 }
 
+/// Row r's scores over one key panel from its integer sums: s[w] = (float(sum[w] - 128 q_sum)
+/// k_scale[w]) q_scale, by packets.
+template <class Scalar>
+inline void int8_scores(const std::int32_t* sums, std::int32_t q_sum, float q_scale, const float* k_scales, Scalar* s) {
+  using namespace Eigen::internal;
+  using Packet = typename TileShape<Scalar>::Packet;
+  constexpr Index P = TileShape<Scalar>::packet, W = TileShape<Scalar>::lanes;
+  if constexpr (std::is_same_v<Scalar, float>) {
+    alignas(64) float dots[static_cast<std::size_t>(W)];
+    for (Index w = 0; w < W; ++w) dots[w] = static_cast<float>(sums[w] - 128 * q_sum);
+    const Packet qs = pset1<Packet>(q_scale);
+    for (Index p = 0; p < W; p += P) pstoreu(s + p, pmul(pmul(pload<Packet>(dots + p), ploadu<Packet>(k_scales + p)), qs));
+  } else {
+    static_cast<void>(sums), static_cast<void>(q_sum), static_cast<void>(q_scale), static_cast<void>(k_scales), static_cast<void>(s);
+  }
+}
+
+/// Where a key panel's integer sums become its scores (int8_panel_sums with Keys): row r's at
+/// s + r lds, from q_sum[r], q_scale[r] and the panel's keys' scales (int8_scores).
+template <class Scalar>
+struct Int8ScoreScales {
+  const std::int32_t* q_sum = nullptr;
+  const float* q_scale = nullptr;
+  const float* k_scales = nullptr;
+  Scalar* s = nullptr;
+  Index lds = 0;
+  /// The same for the rows from `row` on.
+  Int8ScoreScales from_row(Index row) const { return {q_sum + row, q_scale + row, k_scales, s + row * lds, lds}; }
+};
+
 #if defined(HEADWISE_INT8_VNNI)
 #if HEADWISE_INT8_VNNI == 512
 using Int8Vector = __m512i;
@@ -110,6 +140,11 @@ inline Int8Vector int8_broadcast(std::int32_t x) { return _mm512_set1_epi32(x); 
 inline Int8Vector int8_dot(Int8Vector acc, Int8Vector u8, Int8Vector s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
 inline Int8Vector int8_add(Int8Vector x, Int8Vector y) { return _mm512_add_epi32(x, y); }
 inline void int8_store(std::int32_t* p, Int8Vector x) { _mm512_storeu_si512(p, x); }
+/// int8_scores on one vector of sums, in registers (its formula, its bits).
+inline void int8_vector_scores(Int8Vector sums, std::int32_t q_sum, float q_scale, const float* k_scales, float* s) {
+  const __m512 dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, _mm512_set1_epi32(128 * q_sum)));
+  _mm512_storeu_ps(s, _mm512_mul_ps(_mm512_mul_ps(dots, _mm512_loadu_ps(k_scales)), _mm512_set1_ps(q_scale)));
+}
 #else
 using Int8Vector = __m256i;
 inline Int8Vector int8_load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -118,6 +153,10 @@ inline Int8Vector int8_broadcast(std::int32_t x) { return _mm256_set1_epi32(x); 
 inline Int8Vector int8_dot(Int8Vector acc, Int8Vector u8, Int8Vector s8) { return _mm256_dpbusd_avx_epi32(acc, u8, s8); }
 inline Int8Vector int8_add(Int8Vector x, Int8Vector y) { return _mm256_add_epi32(x, y); }
 inline void int8_store(std::int32_t* p, Int8Vector x) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), x); }
+inline void int8_vector_scores(Int8Vector sums, std::int32_t q_sum, float q_scale, const float* k_scales, float* s) {
+  const __m256 dots = _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, _mm256_set1_epi32(128 * q_sum)));
+  _mm256_storeu_ps(s, _mm256_mul_ps(_mm256_mul_ps(dots, _mm256_loadu_ps(k_scales)), _mm256_set1_ps(q_scale)));
+}
 #endif
 /// A quad row of a panel (W lanes of 4 bytes) is two vectors.
 template <class Scalar>
@@ -129,15 +168,33 @@ inline std::int32_t int8_lane(const void* p) {
   return x;
 }
 
+/// Row `row`'s sums (lo: lanes [0, V), hi: [V, 2V)) out: at out, or, given `scores`, as its scores.
+template <bool Keys, class Scalar>
+EIGEN_ALWAYS_INLINE void int8_row_out(Int8Vector lo, Int8Vector hi, std::int32_t* out, const Int8ScoreScales<Scalar>* scores, Index row) {
+  constexpr Index V = sizeof(Int8Vector) / 4;
+  if constexpr (Keys && std::is_same_v<Scalar, float>)
+    if (scores) {
+      float* s = scores->s + row * scores->lds;
+      int8_vector_scores(lo, scores->q_sum[row], scores->q_scale[row], scores->k_scales, s);
+      int8_vector_scores(hi, scores->q_sum[row], scores->q_scale[row], scores->k_scales + V, s + V);
+      return;
+    }
+  int8_store(out, lo);
+  int8_store(out + V, hi);
+}
+
 /// The body of int8_panel_sums for rows r...: out[r][w] = Σ_q lane w of quad row q of the panel
 /// (4W bytes each) times the 4 bytes of row r of a at a + r lda + 4q. Keys: the panel is the
 /// keys as unsigned k + 128 (flip_sign), a the int8 query; values: a the uint8 weights, the panel
 /// the int8 values. S chains over the quads (quad q in chain q % S, added at the end: integers,
-/// exact in any order): a short sliver (a decoding step) keeps 2 S products in flight.
-template <bool Keys, Index S, Index... r>
+/// exact in any order): a short sliver (a decoding step) keeps 2 S products in flight. Given
+/// `scores` (keys), the rows' scores from the sums in registers instead (a store of the sums and
+/// their load back stalled the step: 5-8% of the scores in cache).
+template <bool Keys, Index S, class Scalar, Index... r>
 inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, const std::uint8_t* a, Index lda,
-                               const std::int8_t* panel, const PanelPrefetch& prefetch, std::int32_t* out, Index ldo) {
-  constexpr Index V = sizeof(Int8Vector) / 4, row_bytes = 2 * sizeof(Int8Vector);  // lanes per vector; bytes per quad row
+                               const std::int8_t* panel, const PanelPrefetch& prefetch, std::int32_t* out, Index ldo,
+                               const Int8ScoreScales<Scalar>* scores) {
+  constexpr Index row_bytes = 2 * sizeof(Int8Vector);  // bytes per quad row
   Int8Vector acc[sizeof...(r)][static_cast<std::size_t>(2 * S)];
   for (auto& row : acc)
     for (auto& x : row) x = int8_zero();
@@ -167,8 +224,7 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
     for_each_index<S - 1>([&](auto c) {
       acc[row][0] = int8_add(acc[row][0], acc[row][2 * c + 2]), acc[row][1] = int8_add(acc[row][1], acc[row][2 * c + 3]);
     });
-    int8_store(out + row * ldo, acc[row][0]);
-    int8_store(out + row * ldo + V, acc[row][1]);
+    int8_row_out<Keys>(acc[row][0], acc[row][1], out + row * ldo, scores, row);
   };
   (finish(r), ...);
 }
@@ -205,26 +261,12 @@ inline void int8_panel_sums_avx2(Index rows, Index quads, const std::uint8_t* a,
 }
 #endif
 
-/// out[r][w] (rows x W int32, leading dimension ldo) = Σ over `quads` quads of row r of a (lda
-/// bytes apart) by lane w of the panel. Keys: a is the int8 query and the panel
-/// signed, summed as Σ (k + 128) q (the VNNI product takes one unsigned operand: the caller
-/// subtracts 128 Σ q); otherwise (values) a is the uint8 weights, the panel signed, Σ u v.
-/// prefetch: what to ask for ahead (PanelPrefetch; the VNNI paths' only).
+/// int8_panel_sums without VNNI: the same integers, by int16 products on AVX2 (pmaddwd, exact)
+/// or one entry at a time.
 template <class Scalar, bool Keys>
-inline void int8_panel_sums(Index rows, Index quads, const std::uint8_t* a, Index lda, const std::int8_t* panel,
-                            const PanelPrefetch& prefetch, std::int32_t* out, Index ldo) {
+inline void int8_panel_sums_portable(Index rows, Index quads, const std::uint8_t* a, Index lda, const std::int8_t* panel,
+                                     std::int32_t* out, Index ldo) {
   constexpr Index W = TileShape<Scalar>::lanes;
-#if defined(HEADWISE_INT8_VNNI)
-  if constexpr (int8_vnni_fits<Scalar>) {
-    by_compiled_heights<static_cast<int>(TileShape<Scalar>::rows)>(rows, 0, [&](auto height, Index row) {
-      constexpr Index rows_here = decltype(height)::value, chains = rows_here <= 2 ? 4 : rows_here <= 4 ? 2 : 1;
-      int8_panel_sums_of<Keys, chains>(std::make_integer_sequence<Index, rows_here>{}, quads, a + row * lda, lda, panel,
-                                       prefetch, out + row * ldo, ldo);
-    });
-    return;
-  }
-#endif
-  static_cast<void>(prefetch);
 #if defined(__AVX2__) && !defined(EIGEN_VECTORIZE_AVX512)
   if constexpr (W == 16) {  // AVX2 without VNNI: the same integers by int16 products (pmaddwd), exact
     int8_panel_sums_avx2<Keys>(rows, quads, a, lda, panel, out, ldo);
@@ -244,22 +286,34 @@ inline void int8_panel_sums(Index rows, Index quads, const std::uint8_t* a, Inde
   }
 }
 
-/// Row r's scores over one key panel from its integer sums: s[w] = (float(sum[w] - 128 q_sum)
-/// k_scale[w]) q_scale, by packets.
-template <class Scalar>
-inline void int8_scores(const std::int32_t* sums, std::int32_t q_sum, float q_scale, const float* k_scales, Scalar* s) {
-  using namespace Eigen::internal;
-  using Packet = typename TileShape<Scalar>::Packet;
-  constexpr Index P = TileShape<Scalar>::packet, W = TileShape<Scalar>::lanes;
-  if constexpr (std::is_same_v<Scalar, float>) {
-    alignas(64) float dots[static_cast<std::size_t>(W)];
-    for (Index w = 0; w < W; ++w) dots[w] = static_cast<float>(sums[w] - 128 * q_sum);
-    const Packet qs = pset1<Packet>(q_scale);
-    for (Index p = 0; p < W; p += P) pstoreu(s + p, pmul(pmul(pload<Packet>(dots + p), ploadu<Packet>(k_scales + p)), qs));
-  } else {
-    static_cast<void>(sums), static_cast<void>(q_sum), static_cast<void>(q_scale), static_cast<void>(k_scales), static_cast<void>(s);
+/// out[r][w] (rows x W int32, leading dimension ldo) = Σ over `quads` quads of row r of a (lda
+/// bytes apart) by lane w of the panel. Keys: a is the int8 query and the panel
+/// signed, summed as Σ (k + 128) q (the VNNI product takes one unsigned operand: the caller
+/// subtracts 128 Σ q); otherwise (values) a is the uint8 weights, the panel signed, Σ u v.
+/// prefetch: what to ask for ahead (PanelPrefetch; the VNNI paths' only). Keys given `scores`:
+/// the rows' scores (int8_scores) where they say, out only as scratch.
+template <class Scalar, bool Keys>
+inline void int8_panel_sums(Index rows, Index quads, const std::uint8_t* a, Index lda, const std::int8_t* panel,
+                            const PanelPrefetch& prefetch, std::int32_t* out, Index ldo,
+                            const Int8ScoreScales<Scalar>* scores = nullptr) {
+#if defined(HEADWISE_INT8_VNNI)
+  if constexpr (int8_vnni_fits<Scalar>) {
+    by_compiled_heights<static_cast<int>(TileShape<Scalar>::rows)>(rows, 0, [&](auto height, Index row) {
+      constexpr Index rows_here = decltype(height)::value, chains = rows_here <= 2 ? 4 : rows_here <= 4 ? 2 : 1;
+      const Int8ScoreScales<Scalar> these = scores ? scores->from_row(row) : Int8ScoreScales<Scalar>{};
+      int8_panel_sums_of<Keys, chains>(std::make_integer_sequence<Index, rows_here>{}, quads, a + row * lda, lda, panel,
+                                       prefetch, out + row * ldo, ldo, scores ? &these : nullptr);
+    });
+    return;
   }
+#endif
+  static_cast<void>(prefetch);
+  int8_panel_sums_portable<Scalar, Keys>(rows, quads, a, lda, panel, out, ldo);
+  if (scores)
+    for (Index r = 0; r < rows; ++r)
+      int8_scores(out + r * ldo, scores->q_sum[r], scores->q_scale[r], scores->k_scales, scores->s + r * scores->lds);
 }
+
 
 /// Weights p[0, n) times the values' scales s[0, n) into scaled[0, n); returns their largest and
 /// their sum (NaN if one is: weights are at most 1 and scales finite, so a NaN weight is the one

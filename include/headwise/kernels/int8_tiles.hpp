@@ -35,7 +35,7 @@ void quantize_query_tile(Scratch& w, Index rows, Index d_head) {
                        w.q_sum[static_cast<std::size_t>(r)]);
 }
 
-/// S = Qs K[j0 : j0 + cols]ᵀ as integers rescaled, sliver by sliver, each only over the key panels
+/// S = Qs K[j0 : j0 + cols]ᵀ as integers rescaled (int8_scores), sliver by sliver, each only over the key panels
 /// its rows see (w.spans); row r of S at w.s + r tk. A block's panels and scales lie together: their
 /// addresses are found once a block (a division each: 9% of the scores in cache, found per panel).
 template <class Call, class Scratch>
@@ -56,11 +56,9 @@ void int8_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index g
       const Index j = j0 + c0;
       if (j >= held_to) panel = call.kv.template key_panel<std::int8_t>(g, j), scales = call.kv.key_scales(g, j), held_to = call.kv.block_end(j);
       if (decoding && j + call.tk >= later_held_to) prefetch = next_tile_key_panel(call, g, j), later_held_to = call.kv.block_end(j + call.tk);
-      int8_panel_sums<Scalar, /*Keys=*/true>(nr, quads, query, d, panel, prefetch, w.sums.data(), W);
+      const Int8ScoreScales<Scalar> scores{w.q_sum.data() + r0, w.q_scale.data() + r0, scales, w.s.data() + r0 * call.tk + c0, call.tk};
+      int8_panel_sums<Scalar, /*Keys=*/true>(nr, quads, query, d, panel, prefetch, w.sums.data(), W, &scores);
       if (prefetch.next_phase) prefetch.next_phase += panel_bytes;  // (within the block later_held_to ends)
-      for (Index r = 0; r < nr; ++r)
-        int8_scores(w.sums.data() + r * W, w.q_sum[static_cast<std::size_t>(r0 + r)], w.q_scale[static_cast<std::size_t>(r0 + r)],
-                    scales, w.s.data() + (r0 + r) * call.tk + c0);
     }
   }
 }
