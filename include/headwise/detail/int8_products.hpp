@@ -169,10 +169,10 @@ inline std::int32_t int8_lane(const void* p) {
 }
 
 /// Row `row`'s sums (lo: lanes [0, V), hi: [V, 2V)) out: at out, or, given `scores`, as its scores.
-template <bool Keys, class Scalar>
+template <bool ToScores, class Scalar>
 EIGEN_ALWAYS_INLINE void int8_row_out(Int8Vector lo, Int8Vector hi, std::int32_t* out, const Int8ScoreScales<Scalar>* scores, Index row) {
   constexpr Index V = sizeof(Int8Vector) / 4;
-  if constexpr (Keys && std::is_same_v<Scalar, float>)
+  if constexpr (ToScores && std::is_same_v<Scalar, float>)
     if (scores) {
       float* s = scores->s + row * scores->lds;
       int8_vector_scores(lo, scores->q_sum[row], scores->q_scale[row], scores->k_scales, s);
@@ -188,9 +188,9 @@ EIGEN_ALWAYS_INLINE void int8_row_out(Int8Vector lo, Int8Vector hi, std::int32_t
 /// keys as unsigned k + 128 (flip_sign), a the int8 query; values: a the uint8 weights, the panel
 /// the int8 values. S chains over the quads (quad q in chain q % S, added at the end: integers,
 /// exact in any order): a short sliver (a decoding step) keeps 2 S products in flight. Given
-/// `scores` (keys), the rows' scores from the sums in registers instead (a store of the sums and
-/// their load back stalled the step: 5-8% of the scores in cache).
-template <bool Keys, Index S, class Scalar, Index... r>
+/// `scores` (keys, ToScores), the rows' scores from the sums in registers instead (a store of the
+/// sums and their load back stalled the step: 5-8% of the scores in cache).
+template <bool Keys, Index S, bool ToScores, class Scalar, Index... r>
 inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, const std::uint8_t* a, Index lda,
                                const std::int8_t* panel, const PanelPrefetch& prefetch, std::int32_t* out, Index ldo,
                                const Int8ScoreScales<Scalar>* scores) {
@@ -204,11 +204,14 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
     prefetch_panel_row(prefetch, at, q, row_bytes);
     Int8Vector p0 = int8_load(at), p1 = int8_load(at + sizeof(Int8Vector));
 #if defined(__GNUC__) && HEADWISE_INT8_VNNI == 512
-    // Loaded once into registers for every row's product: left to itself GCC folds the load into
-    // each vpdpbusd (4 rows: 8 loads of 64 bytes a quad row, not 2), and the load ports, not the
-    // products, bound the step in cache (Zen 4, 4096 tokens: 10% faster so). Not with 16 vector
-    // registers (AVX-VNNI), whose accumulators fill them.
-    asm("" : "+v"(p0), "+v"(p1));
+    // A tall sliver (prefill, a latent's heads: bound by its arithmetic) holds the loaded row in
+    // registers for every row's product: left to itself GCC folds the load into each vpdpbusd, and
+    // the load ports bound the products. A decoding step's short sliver leaves the loads folded:
+    // held, it ran 30% faster in cache (Zen 4, 4096 tokens: one layer's cache in L3) but 5-10%
+    // slower from memory (32768 and 131072 tokens, ten runs alternated), where a whole model's
+    // decoding reads every layer's cache from (Zen 5 measured it slower from memory too). Not with
+    // 16 vector registers (AVX-VNNI), whose accumulators fill them.
+    if constexpr (sizeof...(r) > 4) asm("" : "+v"(p0), "+v"(p1));
 #endif
     const auto dot = [&](Index row) {
       const Int8Vector x = int8_broadcast(int8_lane(a + row * lda + q * int8_quad));
@@ -224,7 +227,7 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
     for_each_index<S - 1>([&](auto c) {
       acc[row][0] = int8_add(acc[row][0], acc[row][2 * c + 2]), acc[row][1] = int8_add(acc[row][1], acc[row][2 * c + 3]);
     });
-    int8_row_out<Keys>(acc[row][0], acc[row][1], out + row * ldo, scores, row);
+    int8_row_out<ToScores>(acc[row][0], acc[row][1], out + row * ldo, scores, row);
   };
   (finish(r), ...);
 }
@@ -300,9 +303,15 @@ inline void int8_panel_sums(Index rows, Index quads, const std::uint8_t* a, Inde
   if constexpr (int8_vnni_fits<Scalar>) {
     by_compiled_heights<static_cast<int>(TileShape<Scalar>::rows)>(rows, 0, [&](auto height, Index row) {
       constexpr Index rows_here = decltype(height)::value, chains = rows_here <= 2 ? 4 : rows_here <= 4 ? 2 : 1;
+      // (the scores from registers for a short sliver only: with a tall one's accumulators GCC
+      // spilled them in the product's loop, the int8 latent's step 3.2 -> 4.4 ms)
+      constexpr bool to_scores = Keys && rows_here <= pair_rows<Scalar>;
       const Int8ScoreScales<Scalar> these = scores ? scores->from_row(row) : Int8ScoreScales<Scalar>{};
-      int8_panel_sums_of<Keys, chains>(std::make_integer_sequence<Index, rows_here>{}, quads, a + row * lda, lda, panel,
-                                       prefetch, out + row * ldo, ldo, scores ? &these : nullptr);
+      int8_panel_sums_of<Keys, chains, to_scores>(std::make_integer_sequence<Index, rows_here>{}, quads, a + row * lda, lda, panel,
+                                                  prefetch, out + row * ldo, ldo, scores ? &these : nullptr);
+      if (!to_scores && scores)
+        for (Index r = 0; r < rows_here; ++r)
+          int8_scores(out + (row + r) * ldo, these.q_sum[r], these.q_scale[r], these.k_scales, these.s + r * these.lds);
     });
     return;
   }
