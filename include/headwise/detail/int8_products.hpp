@@ -55,12 +55,12 @@ constexpr Index max_int8_depth = 65536;
 /// An int8 key as the stored arithmetic's key panels hold it, k + 128 in a byte (and back).
 inline std::int8_t flip_sign(std::int8_t x) { return static_cast<std::int8_t>(static_cast<std::uint8_t>(x) ^ 0x80u); }
 
-/// One query row (d entries, scaled) to int8: out, its scale (NaN if the row is not finite) and
-/// the sum of its integers. Plain loops that the compiler vectorises without fast-math: the
-/// largest magnitude as the largest of the entries' bits with the sign cleared (the order of
-/// non-negative floats; inf and NaN above every finite one), rounding to nearest with ties to even
-/// by adding and subtracting 1.5 2^23 (exact for |x| <= 127.5: the sum's unit is 1). Eigen's
-/// expressions of the same ran entry by entry: 5% of an int8 decoding step in cache.
+/// One query row (d entries, scaled) to int8: out, its scale (NaN if the row is not finite; 0 if
+/// it is all zeros, or so small that its scale is) and the sum of its integers. Plain loops that
+/// the compiler vectorises: the largest magnitude as the largest of the entries' bits with the
+/// sign cleared (the order of non-negative floats; inf and NaN above every finite one), a local
+/// sum (out may alias `sum`: as a reference it kept the loop entry by entry, 5% of an int8
+/// decoding step in cache), nearbyint (to nearest, ties to even, whatever the caller's flags).
 template <class Scalar>
 inline void quantize_query_row(const Scalar* row, Index d, std::int8_t* out, float& scale, std::int32_t& sum) {
   constexpr std::uint32_t magnitude_bits = 0x7fffffffu, infinity_bits = 0x7f800000u;
@@ -73,17 +73,16 @@ inline void quantize_query_row(const Scalar* row, Index d, std::int8_t* out, flo
   }
   float largest;
   std::memcpy(&largest, &largest_bits, sizeof largest);
+  const float s = largest_bits >= infinity_bits ? std::numeric_limits<float>::quiet_NaN() : largest / 127.0f;
+  scale = s;
   sum = 0;
-  if (largest_bits >= infinity_bits || largest_bits == 0) {
+  if (!(s > 0.0f)) {  // (NaN, or 0)
     std::fill_n(out, std::max<Index>(d, 0), std::int8_t(0));
-    scale = largest_bits >= infinity_bits ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
     return;
   }
-  const float s = scale = largest / 127.0f;
-  constexpr float rounder = 12582912.0f;  // 1.5 2^23
-  std::int32_t total = 0;  // (a local: out may alias sum)
+  std::int32_t total = 0;
   for (Index c = 0; c < d; ++c) {
-    const auto q = static_cast<std::int32_t>(std::min(127.0f, std::max(-127.0f, (static_cast<float>(row[c]) / s + rounder) - rounder)));
+    const auto q = static_cast<std::int32_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(static_cast<float>(row[c]) / s))));
     out[c] = static_cast<std::int8_t>(q);
     total += q;
   }
@@ -357,9 +356,11 @@ inline void round_weights(const float* scaled, Index n, float largest, std::uint
   // saturates at 255, as the clamp below)
   const __m512 f = _mm512_set1_ps(inverse);
   Index c = 0;
+#if defined(__AVX512BW__)
   // 64 at a time, narrowed by two saturating packs (in 128-bit lanes) and one permute of their
-  // 32-bit groups: the same bytes as the narrowing store below, which Zen 4 runs slowly (it took
-  // most of the weights' rounding)
+  // 32-bit groups: the same bytes as the narrowing store below (which Zen 4 runs slowly: it took
+  // most of the weights' rounding) for every q below 32768 (the int16 pack's range); here q <= 255
+  // (`largest` is the largest of `scaled`) or INT_MIN (a NaN), 0 in both ways
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   for (; c + 64 <= n; c += 64) {
     __m512i q[4];
@@ -367,6 +368,7 @@ inline void round_weights(const float* scaled, Index n, float largest, std::uint
     const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(q[0], q[1]), _mm512_packus_epi32(q[2], q[3]));
     _mm512_storeu_si512(out + c, _mm512_permutexvar_epi32(order, bytes));
   }
+#endif
   for (; c < n; c += 16) {
     const __mmask16 lanes = n - c >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - c)) - 1u);
     const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, scaled + c), f));

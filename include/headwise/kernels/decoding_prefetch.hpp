@@ -78,13 +78,16 @@ PanelPrefetch next_tile_key_panel(const Call& call, Index g, Index j) {
     prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<std::int8_t>(g, j + call.tk));
   return prefetch;
 }
-/// The value panel `panel` (its W columns) from row j, one key tile later (as next_tile_key_panel).
+/// The value panel `panel` (its W columns) over the rows `run` (in one block), one key tile later
+/// (as next_tile_key_panel); nothing where those rows lie in two blocks (blocks that do not divide
+/// the key tile: their rows are not together).
 template <class Call>
-PanelPrefetch next_tile_value_panel(const Call& call, Index g, Index j, Index panel) {
+PanelPrefetch next_tile_value_panel(const Call& call, Index g, KeyRange run, Index panel) {
   PanelPrefetch prefetch;
-  if (j + call.tk < call.kv.size())
+  const Index later = run.begin + call.tk;
+  if (later < call.kv.size() && run.end + call.tk <= call.kv.block_end(later))
     prefetch.next_phase =
-        reinterpret_cast<const char*>(call.kv.template value_row<std::int8_t>(g, j + call.tk) + panel * call.kv.value_panel_stride());
+        reinterpret_cast<const char*>(call.kv.template value_row<std::int8_t>(g, later) + panel * call.kv.value_panel_stride());
   return prefetch;
 }
 

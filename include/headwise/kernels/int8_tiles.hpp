@@ -35,9 +35,10 @@ void quantize_query_tile(Scratch& w, Index rows, Index d_head) {
                        w.q_sum[static_cast<std::size_t>(r)]);
 }
 
-/// S = Qs K[j0 : j0 + cols]ᵀ as integers rescaled (int8_scores), sliver by sliver, each only over the key panels
-/// its rows see (w.spans); row r of S at w.s + r tk. A block's panels and scales lie together: their
-/// addresses are found once a block (a division each: 9% of the scores in cache, found per panel).
+/// S = Qs K[j0 : j0 + cols]ᵀ as integers rescaled (int8_scores), sliver by sliver, each only over
+/// the key panels its rows see (w.spans); row r of S at w.s + r tk. A block's panels and scales lie
+/// together: their addresses are found once a block (a division each: 9% of the scores in cache,
+/// found once a panel).
 template <class Call, class Scratch>
 void int8_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index g) {
   using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
@@ -158,7 +159,7 @@ void int8_value_tile(const Call& call, Scratch& w, const State& st, Index rows, 
           qb = own ? std::min(b, call.kv.block_end(j0 + qa) - j0) : b;
           const std::int8_t* values = (own ? call.kv.template value_row<std::int8_t>(g, j0 + qa) : w.v8.data() + qa * W) + c0 / W * stride;
           const Index nq = (qb - qa + int8_quad - 1) / int8_quad;
-          const PanelPrefetch prefetch = decoding ? next_tile_value_panel(call, g, j0 + qa, c0 / W) : PanelPrefetch{};
+          const PanelPrefetch prefetch = decoding ? next_tile_value_panel(call, g, {j0 + qa, j0 + qb}, c0 / W) : PanelPrefetch{};
           int8_panel_sums<Scalar, /*Keys=*/false>(nr, nq, w.p8.data() + (qa - base), ld, values,
                                                   prefetch, qa == base ? total : piece, W);
           if (qa != base) std::transform(total, total + nr * W, piece, total, std::plus<>());
