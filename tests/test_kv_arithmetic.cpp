@@ -8,8 +8,11 @@
 // AVX2 (pmaddwd for the integers, the portable BF16 loops).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "headwise/interpret.hpp"
@@ -338,6 +341,38 @@ TEST_CASE("the stored arithmetic: what it does not take is refused by name", "[s
   config.kv_storage = KvStorage::f16, config.kv_arithmetic = KvArithmetic::stored;
   CHECK_THROWS_WITH(MultiHeadAttention<float>(layers[0].n_heads(), weights_of(layers[0]), config),
                     Catch::Contains("keys and values in F16 are multiplied widened"));
+}
+
+TEMPLATE_TEST_CASE("the stored arithmetic's query rows to int8: ties to even, the sum, and rows without a scale", "[arithmetic]", float,
+                   double) {
+  // max |x| = 127: the scale is 1, so each entry's integer is its own rounding (worked by hand)
+  const std::vector<TestType> row = {127, TestType(2.5), TestType(-2.5), TestType(3.5), TestType(-0.5), TestType(0.5), TestType(1.5),
+                                     -127, TestType(126.5), TestType(-0.0)};
+  const std::vector<int> expected = {127, 2, -2, 4, 0, 0, 2, -127, 126, 0};
+  std::vector<std::int8_t> out(row.size(), 99);
+  float scale = -1;
+  std::int32_t sum = -1;
+  detail::quantize_query_row(row.data(), Index(row.size()), out.data(), scale, sum);
+  CHECK(scale == 1.0f);
+  CHECK(std::vector<int>(out.begin(), out.end()) == expected);
+  CHECK(sum == 132);
+  // all zeros, or so small that max / 127 underflows to 0: scale 0 and zeros (every score 0)
+  const TestType tiny = static_cast<TestType>(std::numeric_limits<float>::denorm_min());
+  for (const std::vector<TestType>& none : {std::vector<TestType>{0, TestType(-0.0), 0, 0}, std::vector<TestType>{tiny, 0, -tiny, 0}}) {
+    std::fill(out.begin(), out.end(), std::int8_t(99));
+    detail::quantize_query_row(none.data(), Index(none.size()), out.data(), scale, sum);
+    CHECK(scale == 0.0f);
+    CHECK(sum == 0);
+    CHECK(std::all_of(out.begin(), out.begin() + 4, [](std::int8_t q) { return q == 0; }));
+  }
+  // not finite (inf, NaN, or finite in double but not in float): scale NaN, which makes the row's scores NaN
+  for (const TestType bad : {std::numeric_limits<TestType>::infinity(), std::numeric_limits<TestType>::quiet_NaN(), TestType(1e39)}) {
+    if (std::is_same_v<TestType, float> && bad == TestType(1e39)) continue;  // (inf already)
+    const std::vector<TestType> not_finite = {1, bad, -1, 0};
+    detail::quantize_query_row(not_finite.data(), Index(not_finite.size()), out.data(), scale, sum);
+    CHECK(std::isnan(scale));
+    CHECK(sum == 0);
+  }
 }
 
 TEST_CASE("int8 and BF16 under the stored arithmetic at Llama 3 8B's heads: a decoding step over 2048 random tokens "
