@@ -1,5 +1,6 @@
-// What a decoding step asks memory for while it computes (detail::PanelPrefetch): each product's
-// own panels a little ahead, into L1, and a piece of what the step reads later, into L2. A
+// What a decoding step asks memory for while it computes (detail::PanelPrefetch): a piece of what
+// the step reads later, into L2, and (the widened and BF16 products) each product's own panels a
+// little ahead, into L1. A
 // decoding step reads a key tile's keys (its scores), computes the softmax, then reads the tile's
 // values: left to itself, memory would idle while the scores and the softmax are computed. The
 // widened tiles (kernels/fused_attention.hpp) and the BF16 stored arithmetic's
