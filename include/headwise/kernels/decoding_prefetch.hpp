@@ -6,7 +6,8 @@
 // widened tiles (kernels/fused_attention.hpp) and the BF16 stored arithmetic's
 // (kernels/bf16_tiles.hpp) ask for their next phase's bytes (score_phase_prefetch,
 // value_phase_prefetch); the int8 stored arithmetic's (kernels/int8_tiles.hpp) for their own
-// panels one key tile later (next_tile_key_panel, next_tile_value_panel). Measured at Llama 3 8B's
+// panels one key tile later (next_tile_key_panel, next_tile_value_panel; keys only from another
+// block). Measured at Llama 3 8B's
 // heads, one thread, 32768 tokens (AMD EPYC Zen 4, bench/RESULTS.md): float32 13.9 -> 10.7 ms a
 // step (0.92 of the triad), BF16 widened 8.1 -> 6.4, BF16 stored 7.7 -> 6.8, int8 stored 4.0-4.6
 // -> 3.7-3.9 (a phase ahead) -> 2.9-3.3 (a tile ahead).
@@ -71,11 +72,14 @@ PanelPrefetch value_phase_prefetch(const Call& call, Index g, Index j0, Index pa
 /// and four tiles ahead the same or slower; without the panels 4 KiB ahead into L1, 3% faster in
 /// cache and the same from memory. The widened and BF16 products, which take two panels at once,
 /// were the same or slower a tile ahead: they keep one phase. Nothing where the panel one tile
-/// later is not held.
+/// later is not held, and no keys where the next tile's follow these in their block: a head's keys
+/// in one block are one stream, which the core's own prefetcher follows better (131072 tokens in
+/// one block, Zen 4, alternated: 12.5 against 13.3-14.4 ms a step; 32768 the same or faster; paged
+/// blocks of 64 tokens, whose next tile's keys lie elsewhere, keep asking: 17.0-18.1 ms either way).
 template <class Call>
 PanelPrefetch next_tile_key_panel(const Call& call, Index g, Index j) {
   PanelPrefetch prefetch;
-  if (j + call.tk < call.kv.size())
+  if (j + call.tk < call.kv.size() && call.kv.block_end(j) <= j + call.tk)
     prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<std::int8_t>(g, j + call.tk));
   return prefetch;
 }
