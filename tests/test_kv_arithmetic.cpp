@@ -375,6 +375,38 @@ TEMPLATE_TEST_CASE("the stored arithmetic's query rows to int8: ties to even, th
   }
 }
 
+TEST_CASE("the stored arithmetic's exp against std::exp in double: within 3 ulp on [-87, 0], -87 below it, NaN kept",
+          "[arithmetic]") {
+  using Packet = detail::TileShape<float>::Packet;
+  constexpr Index P = detail::TileShape<float>::packet;
+  const auto exp_of = [](const std::vector<float>& x) {  // by packets (x.size() a multiple of P)
+    std::vector<float> y(x.size());
+    for (std::size_t i = 0; i < x.size(); i += P)
+      Eigen::internal::pstoreu(y.data() + i, detail::exp_nonpositive(Eigen::internal::ploadu<Packet>(x.data() + i)));
+    return y;
+  };
+  std::vector<float> x;  // every 2^-14 of [-87, 0], the ends of the reduction's range, 0 and -0
+  for (Index i = 0; i <= 87 * 16384; ++i) x.push_back(-float(i) / 16384.0f);
+  for (const float edge : {-0.34657359f, -0.34657360f, -0.0f, -1e-30f, -86.99999f}) x.push_back(edge);
+  while (x.size() % P != 0) x.push_back(0.0f);
+  const std::vector<float> y = exp_of(x);
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double e = std::exp(double(x[i]));
+    const double ulp = double(std::nextafter(float(e), 2.0f)) - double(float(e));
+    worst = std::max(worst, std::abs(double(y[i]) - e) / ulp);
+  }
+  CHECK(worst <= 3.0);  // (measured 2.8 on AVX-512; Eigen's pexp 4.5 on the same points)
+  CHECK(exp_of(std::vector<float>(P, 0.0f))[0] == 1.0f);
+  // below -87 (e^x below float's smallest normal number) as -87; NaN stays NaN
+  std::vector<float> edges(P, -87.0f);
+  edges[1] = -88.0f, edges[2] = -1e30f, edges[3] = -std::numeric_limits<float>::infinity(), edges[4] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> at_edges = exp_of(edges);
+  CHECK(at_edges[0] == Approx(std::exp(-87.0)).epsilon(1e-6));
+  for (Index i = 1; i < 4; ++i) CHECK(at_edges[static_cast<std::size_t>(i)] == at_edges[0]);
+  CHECK(std::isnan(at_edges[4]));
+}
+
 TEST_CASE("int8 and BF16 under the stored arithmetic at Llama 3 8B's heads: a decoding step over 2048 random tokens "
           "against float64, beside the widened arithmetic", "[storage][kernel][arithmetic]") {
   const KvStorage storage = GENERATE(KvStorage::int8, KvStorage::bf16);

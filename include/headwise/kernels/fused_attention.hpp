@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/exp_nonpositive.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
@@ -215,13 +216,16 @@ inline Scalar row_max(const Scalar* row, Index visible, Scalar start) {
   return max;
 }
 
-/// exp(s - m) by packets; with MayHide, a -inf score (a hidden key) becomes an exact 0, not Eigen's
+/// exp(s - m) by packets: Eigen's pexp, or (ShortExp: the stored arithmetic, in float)
+/// exp_nonpositive; with MayHide, a -inf score (a hidden key) becomes an exact 0, not Eigen's
 /// clamped exp(-inf). A NaN score stays NaN.
-template <bool MayHide, class Packet>
+template <bool MayHide, bool ShortExp, class Packet>
 inline Packet exp_of_score(const Packet& s, const Packet& m) {
   using namespace Eigen::internal;
   using Scalar = typename unpacket_traits<Packet>::type;
-  const Packet e = pexp(psub(s, m));
+  Packet e;
+  if constexpr (ShortExp && std::is_same_v<Scalar, float>) e = exp_nonpositive(psub(s, m));
+  else e = pexp(psub(s, m));
   if constexpr (!MayHide) return e;
   else return pselect(pcmp_eq(s, pset1<Packet>(-std::numeric_limits<Scalar>::infinity())), pset1<Packet>(Scalar(0)), e);
 }
@@ -234,7 +238,7 @@ inline Packet exp_of_score(const Packet& s, const Packet& m) {
 /// past the visible entries are the mask, never exp(-inf) (which Eigen's exp does not send to 0).
 /// The sum adds the packets in order, the last one zero-padded, then one fixed reduction tree:
 /// trailing zero packets change no bit.
-template <bool MayHide, class Scalar>
+template <bool MayHide, bool ShortExp, class Scalar>
 inline Scalar exp_and_sum(Scalar* row, Index visible, Index end, Index capacity, Scalar max) {
   using namespace Eigen::internal;
   using Packet = typename TileShape<Scalar>::Packet;
@@ -243,7 +247,7 @@ inline Scalar exp_and_sum(Scalar* row, Index visible, Index end, Index capacity,
   const Index whole = visible / P * P;
   Packet total = pset1<Packet>(Scalar(0));
   for (Index j = 0; j < whole; j += P) {
-    const Packet e = exp_of_score<MayHide>(ploadu<Packet>(row + j), m);
+    const Packet e = exp_of_score<MayHide, ShortExp>(ploadu<Packet>(row + j), m);
     pstoreu(row + j, e);
     total = padd(total, e);
   }
@@ -253,7 +257,7 @@ inline Scalar exp_and_sum(Scalar* row, Index visible, Index end, Index capacity,
     const bool in_place = whole + P <= capacity;
     Scalar* last = in_place ? row + whole : buffer;
     if (!in_place) std::copy(row + whole, row + visible, buffer);
-    pstoreu(last, exp_of_score<MayHide>(ploadu<Packet>(last), m));
+    pstoreu(last, exp_of_score<MayHide, ShortExp>(ploadu<Packet>(last), m));
     std::fill(last + (visible - whole), last + P, Scalar(0));
     if (in_place) written = whole + P;
     else std::copy(buffer, buffer + (visible - whole), row + whole);
@@ -386,7 +390,7 @@ void record_dot(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, co
 /// with V reads; the running maximum, sum, accumulator (and statistics) are rescaled. `whole`: every
 /// row sees the whole tile (ScoreRule::sees_whole), so no row's range is looked up. A rule that
 /// modifies scores may hide a key (-inf): exp sends it to an exact 0, and a row may see nothing yet.
-template <class Scalar>
+template <class Stored, class Scalar>
 void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
                          Index rows, Index j0, Index cols, Index h, bool whole) {
   constexpr Index R = TileShape<Scalar>::rows;
@@ -408,8 +412,9 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
     if (statistics) record_scores(call, w, st, i0, r, j0, keys);  // before exp overwrites them
     std::fill(row + span.begin, row + keys.begin, Scalar(0));
     const Index visible = keys.size(), end = span.end - keys.begin, capacity = call.tk - keys.begin;
-    const Scalar tile_sum = modifies ? exp_and_sum<true>(row + keys.begin, visible, end, capacity, new_max)
-                                     : exp_and_sum<false>(row + keys.begin, visible, end, capacity, new_max);
+    constexpr bool short_exp = std::is_same_v<Stored, Int8Products> || std::is_same_v<Stored, Bf16Products>;
+    const Scalar tile_sum = modifies ? exp_and_sum<true, short_exp>(row + keys.begin, visible, end, capacity, new_max)
+                                     : exp_and_sum<false, short_exp>(row + keys.begin, visible, end, capacity, new_max);
     if (statistics) record_dot(call, w, st, r, keys, correction, new_max);
     st.sum[r] = st.sum[r] * correction + tile_sum;
     if (correction != Scalar(1)) scale_row(st.acc + r * dv_padded, dv_padded, correction);
@@ -594,7 +599,7 @@ void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, co
           whole ? KeyRange{0, cols} : sliver_keys(call.rule, i0 + r0, std::min(R, rows - r0), j0, cols);
     score_tile<Stored>(call, w, rows, j0, cols, g);
     clock.enter(FusedPhase::softmax);
-    online_softmax_tile(call, w, st, i0, rows, j0, cols, h, whole);
+    online_softmax_tile<Stored>(call, w, st, i0, rows, j0, cols, h, whole);
     clock.enter(FusedPhase::values);
     value_tile<Stored>(call, w, st, rows, j0, cols, g);
   }
