@@ -10,7 +10,7 @@
 // block). Measured at Llama 3 8B's
 // heads, one thread, 32768 tokens (AMD EPYC Zen 4, bench/RESULTS.md): float32 13.9 -> 10.7 ms a
 // step (0.92 of the triad), BF16 widened 8.1 -> 6.4, BF16 stored 7.7 -> 6.8, int8 stored 4.0-4.6
-// -> 3.7-3.9 (a phase ahead) -> 2.9-3.3 (a tile ahead).
+// -> 3.7-3.9 (a phase ahead) -> 2.9-3.3 (a tile ahead) -> 2.8-3.1 (the keys left to the core).
 #pragma once
 
 #include <algorithm>
