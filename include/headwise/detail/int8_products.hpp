@@ -8,7 +8,7 @@
 //   scores   S_ij = (float(Σ_c q_ic k_jc) s_kj) s_qi: the integer sum is exact (|Σ| < 2^31 for
 //            d_head <= max_int8_depth), its conversion to float exact below 2^24 (d_head <= 1040)
 //   weights  P = exp(S - m) by exp_nonpositive (detail/exp_nonpositive.hpp: Eigen's polynomial, within
-//            3 ulp of e^x, in fewer steps than widened's pexp); for the product with V, within each key tile (cut at
+//            3.5 ulp of e^x, in fewer steps than widened's pexp); for the product with V, within each key tile (cut at
 //            multiples of 65536 keys) row i's P_ij s_vj (s_vj: value j's scale) to uint8 with one scale,
 //            s_p = max_j P_ij s_vj / 255, u = nearest((P_ij s_vj) (255 / max)), ties to even, in [0, 255]
 //   values   acc_i += s_p float(Σ_j u_ij v_jc) (one multiply-add per entry of the tile's sum, its
