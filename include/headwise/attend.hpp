@@ -269,7 +269,7 @@ HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Ma
   if (!all_finite(q, threads)) require_finite(where, "q", q);
   const ScoreRule<Scalar> rule(options, q.rows(), kv.size(), call.heads.query, where);
   check_kept_keys(rule, kv, where);
-  const FusedTiles tiles = tiles_for<Scalar>(call.tiles, q.rows(), kv.size());
+  const FusedTiles tiles = tiles_for<Scalar>(call.tiles, q.rows(), kv.size(), kv.format());
   FusedCall<Scalar> fused(q, kv, z, rule, tiles, static_cast<Scalar>(1.0 / divisor));
   if (call.logsumexp) fused.logsumexp = &out.logsumexp;
   if (call.statistics) fused.statistics = &out.statistics;
@@ -409,7 +409,7 @@ class BatchCalls {
     check_packed_call<Scalar>(where_, q_ref_.back(), inner_.query, s.kv, z_ref_.back(), call_.tiles);
     rules_.emplace_back(rows_, q_[i].rows(), s.kv.size(), inner_.query, where_);
     check_kept_keys(rules_.back(), s.kv, where_);
-    tiles_[i] = tiles_for<Scalar>(call_.tiles, q_[i].rows(), s.kv.size());
+    tiles_[i] = tiles_for<Scalar>(call_.tiles, q_[i].rows(), s.kv.size(), s.kv.format());
     calls_.emplace_back(q_ref_.back(), s.kv, z_ref_.back(), rules_.back(), tiles_[i], inverse_divisor_);
     if (call_.logsumexp) calls_.back().logsumexp = &raw_[i].logsumexp;
     if (call_.statistics) calls_.back().statistics = &raw_[i].statistics;

@@ -42,7 +42,7 @@ int check_backward_call(const Eigen::Ref<const Matrix<Scalar>>& q, const Eigen::
   if (lse.rows() != n_heads || lse.cols() != q.rows())
     invalid(where, "the forward's logsumexp is ", lse.rows(), "x", lse.cols(), ", expected ", n_heads, "x", q.rows(),
             " (run the forward with call.logsumexp = true)");
-  if (call.tiles.queries <= 0 || call.tiles.keys <= 0) invalid(where, "tile sizes must be > 0");
+  check_tiles(where, call.tiles);
   const int threads = thread_count(options.threads, where);
   const auto require_finite_in = [&](const char* name, const Eigen::Ref<const Matrix<Scalar>>& m) {
     if (!all_finite(m, threads)) require_finite(where, name, m);
@@ -73,10 +73,10 @@ HEADWISE_ISA_TAG AttentionGradients<Scalar> backward_of_attend(const Eigen::Ref<
   for (Index h = 0; h < n_heads; ++h)
     delta.row(h) = forward.z.middleCols(h * d_v, d_v).cwiseProduct(d_z.middleCols(h * d_v, d_v)).rowwise().sum().transpose();
   const ScoreRule<Scalar> rule(options, q.rows(), k.rows(), n_heads, where);
-  const FusedTiles used = detail::tiles_for<Scalar>(call.tiles, q.rows(), k.rows());
+  const FusedTiles used = detail::tiles_for<Scalar>(call.tiles, q.rows(), k.rows(), StoreFormat{});  // (keys as computed)
   const Eigen::Ref<const Matrix<Scalar>> lse(forward.logsumexp);
   const detail::BackwardCall<Scalar> c{q, k, v, lse, d_z, delta, rule, n_heads, n_heads / call.heads.key_value, d, d_v,
-                                       used.queries, used.keys,
+                                       used.queries, *used.keys,
                                        static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, d, where)),
                                        options.softcap ? static_cast<Scalar>(1.0 / *options.softcap) : Scalar(0)};
   AttentionGradients<Scalar> out{Matrix<Scalar>(q.rows(), q.cols()), Matrix<Scalar>(k.rows(), k.cols()),

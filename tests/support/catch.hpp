@@ -1,6 +1,7 @@
 // The Catch2 include for the tests, v2 (Debian 12's 2.13) or v3, and the matcher base of each.
 #pragma once
 
+#define CATCH_CONFIG_ENABLE_OPTIONAL_STRINGMAKER  // (FusedTiles::keys, in CAPTURE)
 #if __has_include(<catch2/catch_all.hpp>)
 #include <catch2/catch_all.hpp>
 namespace headwise_test {

@@ -54,26 +54,39 @@
 #include "headwise/kernels/kv_blocks.hpp"
 #include "headwise/kernels/online_softmax_state.hpp"
 #include "headwise/kernels/row_statistics.hpp"
+#include "headwise/kv_storage.hpp"
 #include "headwise/options.hpp"
 #include "headwise/score_rule.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
 
-/// The key tile a build takes unless told otherwise (FusedTiles::keys): 512 keys where the CPU has
-/// 32 vector registers (AVX-512, whose CPUs all have 1 MiB or more of L2 per core), 128 elsewhere.
-/// Measured on AMD EPYC (Zen 5), Llama 3 8B's heads, one thread (bench/RESULTS.md): a decoding
-/// step over 32768 tokens reads its keys and values in longer runs, 512 against 128 keys: float32
-/// 8.0 against 9.0 ms, BF16 under the stored arithmetic 4.2 against 5.3, int8 2.5 against 2.8; a
-/// 2048-token prefill 159 against 152 GFLOP/s. 128 is what was measured best on Zen 3 (AVX2, 512
-/// KiB of L2), below.
-constexpr Index default_key_tile = detail::TileShape<float>::registers >= 32 ? 512 : 128;
+/// The key tile a call takes unless told otherwise (FusedTiles::keys), for keys and values stored
+/// as `format` says: 512 keys where the CPU has 32 vector registers (AVX-512, whose CPUs all have
+/// 1 MiB or more of L2 per core), 128 elsewhere. Measured on AMD EPYC (Zen 5), Llama 3 8B's heads,
+/// one thread (bench/RESULTS.md): a decoding step over 32768 tokens reads its keys and values in
+/// longer runs, 512 against 128 keys: float32 8.0 against 9.0 ms, BF16 under the stored arithmetic
+/// 4.2 against 5.3, int8 2.5 against 2.8; a 2048-token prefill 159 against 152 GFLOP/s. 128 is what
+/// was measured best on Zen 3 (AVX2, 512 KiB of L2), below. int8 keys and values of their own under
+/// the stored arithmetic take 2048 with AVX-512: a quarter of float32's bytes a key, so a tile of
+/// them is still half a float32 tile's; their step at 32768 / 131072 tokens on Zen 4 2.5-2.7 /
+/// 11.6-12.3 ms against 2.9-3.1 / 11.9-13.4 at 512 (4096: 2.8-3.1 / 11.3-11.9), their prefill the
+/// same (264 GFLOP/s at 8192 tokens). A latent's int8 values, inside its keys, keep 512: its 128
+/// heads' scores over a tile are the tile's scratch.
+constexpr Index default_key_tile(const StoreFormat& format) {
+  if (detail::TileShape<float>::registers < 32) return 128;
+  const bool int8_products = format.storage == KvStorage::int8 && format.arithmetic == KvArithmetic::stored &&
+                             format.values == ValueStorage::own;
+  return int8_products ? 2048 : 512;
+}
 
 /// How the fused kernel cuts its work. Tiles: rows of queries and of keys per tile (the key tile
 /// is rounded up to a multiple of the micro-tile width). 128 x 128 measured best at d_head 64 on AMD EPYC
 /// (Zen 3), float32, n = 2048: 37 GFLOP/s against 33 for 64 x 64 and 26 for 32 x 32 (measured with
 /// Eigen tile products, bench/RESULTS.md); larger tiles amortise the per-tile work (packing the
-/// query tile, the online-softmax bookkeeping). With AVX-512 the key tile is 512 (default_key_tile).
+/// query tile, the online-softmax bookkeeping). With AVX-512 the key tile is 512 (default_key_tile;
+/// 2048 for int8 multiplied as integers). A call's tiles are the same for its forward and its
+/// decoding steps (the same bits), so the default depends on how the keys are stored, not on the call.
 ///
 /// A query row's keys are attended in shards of `key_shard` keys (rounded up to whole key tiles;
 /// boundaries at fixed multiples of it), each from a fresh online-softmax state, and the shards'
@@ -86,10 +99,19 @@ constexpr Index default_key_tile = detail::TileShape<float>::registers >= 32 ? 5
 /// query heads of a group read them.
 struct FusedTiles {
   Index queries = 128;
-  Index keys = default_key_tile;
+  std::optional<Index> keys;  ///< unset: default_key_tile of the keys' store format
   Index key_shard = 1024;
   bool split_keys = true;  ///< false: a one-tile call runs its shards in turn (bench_decode's baseline)
 };
+
+namespace detail {
+/// Throws unless the tiles asked for are positive (the key tile, where it is set).
+inline void check_tiles(const char* where, const FusedTiles& tiles) {
+  if (tiles.queries <= 0 || (tiles.keys && *tiles.keys <= 0) || tiles.key_shard <= 0)
+    invalid(where, "tile sizes must be > 0, got ", tiles.queries, " queries, ", tiles.keys.value_or(0), " keys and shards of ",
+            tiles.key_shard, " keys");
+}
+}  // namespace detail
 
 /// The phases of a fused job, in the order of the passes at the top of this file.
 enum class FusedPhase { query, scores, softmax, values, normalise };
@@ -123,7 +145,7 @@ struct FusedCall {
             Eigen::Ref<Matrix<Scalar>>& output, const ScoreRule<Scalar>& score_rule, const FusedTiles& tiles,
             Scalar inverse_divisor)
       : q(queries), kv(keys_values), z(output), n_heads(queries.cols() / keys_values.d_head()),
-        group(n_heads / keys_values.n_kv_heads()), tq(tiles.queries), tk(tiles.keys), shard(tiles.key_shard),
+        group(n_heads / keys_values.n_kv_heads()), tq(tiles.queries), tk(*tiles.keys), shard(tiles.key_shard),
         rule(score_rule), inv_divisor(inverse_divisor) {}
 
   const Eigen::Ref<const Matrix<Scalar>>& q;  // (n_q, n_heads d_head)

@@ -223,11 +223,12 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
 /// scratch is sized by what is there. Key tiles are a multiple of W and start at multiples of
 /// themselves: a key's place in its panel, and so the order of every sum, is the same whatever
 /// n_k is. Shards are whole key tiles; a shard at least as large as the keys is one shard of them
-/// (whatever its size, the row's keys are then never split).
+/// (whatever its size, the row's keys are then never split). Unset keys: default_key_tile(format).
 template <class Scalar>
-FusedTiles tiles_for(const FusedTiles& asked, Index n_q, Index n_k) {
+FusedTiles tiles_for(const FusedTiles& asked, Index n_q, Index n_k, const StoreFormat& format) {
   constexpr Index W = TileShape<Scalar>::lanes;
-  const Index tk = (std::min(asked.keys, std::max<Index>(n_k, 1)) + W - 1) / W * W;
+  const Index keys = asked.keys.value_or(default_key_tile(format));
+  const Index tk = (std::min(keys, std::max<Index>(n_k, 1)) + W - 1) / W * W;
   const Index shard = asked.key_shard >= n_k ? std::max(n_k, tk) : (asked.key_shard + tk - 1) / tk * tk;
   return {std::min(asked.queries, std::max<Index>(n_q, 1)), tk, shard, asked.split_keys};
 }
@@ -253,9 +254,7 @@ void check_packed_call(const char* where, const Eigen::Ref<const Matrix<Scalar>>
     invalid(where, "q has ", q.cols(), " columns, expected n_heads d_head = ", n_heads * kv.d_head());
   if (z.rows() != q.rows() || z.cols() != n_heads * kv.d_v())
     invalid(where, "z is ", z.rows(), "x", z.cols(), ", expected ", q.rows(), "x", n_heads * kv.d_v());
-  if (tiles.queries <= 0 || tiles.keys <= 0 || tiles.key_shard <= 0)
-    invalid(where, "tile sizes must be > 0, got ", tiles.queries, " queries, ", tiles.keys, " keys and shards of ",
-            tiles.key_shard, " keys");
+  check_tiles(where, tiles);
 }
 
 }  // namespace detail
