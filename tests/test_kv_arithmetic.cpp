@@ -450,7 +450,7 @@ TEST_CASE("int8 and BF16 under the stored arithmetic at Llama 3 8B's heads: a de
   }
   CAPTURE(errors[0], errors[1], kl, kl_widened);
   if (storage == KvStorage::int8) {
-    CHECK(errors[0] < 3e-2);  // measured 2.2e-2 (widened) and 2.5e-2 (stored; 2.8e-2 with the 512-key tiles of AVX-512) of the largest output
+    CHECK(errors[0] < 3e-2);  // measured 2.2e-2 (widened) and 2.5e-2 (stored; 2.9e-2 with the 2048-key tiles of AVX-512) of the largest output
     CHECK(errors[1] < 4e-2);
     CHECK(kl < 1.5e-3);        // measured 7.4e-4
     CHECK(kl_widened < 1e-3);  // measured 4.0e-4

@@ -5,12 +5,13 @@
 // values: left to itself, memory would idle while the scores and the softmax are computed. The
 // widened tiles (kernels/fused_attention.hpp) and the BF16 stored arithmetic's
 // (kernels/bf16_tiles.hpp) ask for their next phase's bytes (score_phase_prefetch,
-// value_phase_prefetch); the int8 stored arithmetic's (kernels/int8_tiles.hpp) for their own
-// panels one key tile later (next_tile_key_panel, next_tile_value_panel; keys only from another
-// block). Measured at Llama 3 8B's
+// value_phase_prefetch); the int8 stored arithmetic's (kernels/int8_tiles.hpp) for the value
+// panels one key tile later (next_tile_value_panel), and for keys in another block 512 tokens
+// ahead (key_panel_ahead). Measured at Llama 3 8B's
 // heads, one thread, 32768 tokens (AMD EPYC Zen 4, bench/RESULTS.md): float32 13.9 -> 10.7 ms a
 // step (0.92 of the triad), BF16 widened 8.1 -> 6.4, BF16 stored 7.7 -> 6.8, int8 stored 4.0-4.6
-// -> 3.7-3.9 (a phase ahead) -> 2.9-3.3 (a tile ahead) -> 2.8-3.1 (the keys left to the core).
+// -> 3.7-3.9 (a phase ahead) -> 2.9-3.3 (a tile ahead) -> 2.8-3.1 (the keys left to the core) ->
+// 2.5-2.7 (key tiles of 2048: default_key_tile).
 #pragma once
 
 #include <algorithm>
@@ -62,29 +63,31 @@ PanelPrefetch value_phase_prefetch(const Call& call, Index g, Index j0, Index pa
   return prefetch;
 }
 
-/// The int8 products ask further ahead: each for its own panel one key tile later (the keys or the
-/// values it reads, tk tokens on), into L2, two phases ahead where the others ask one, and for
-/// nothing into L1 (what they read waits in L2 already; the core's own prefetcher takes it on). An
-/// int8 step computes about as long as its bytes take to arrive (Zen 4: 8.3 ns a token and
-/// key/value head in cache, 10.2 ns its bytes at the float32 step's rate), so a phase's lead hid
-/// only part of the memory's time. Measured at Llama 3 8B's heads, one thread (Zen 4, binaries
-/// alternated, bench/RESULTS.md): 32768 tokens 3.5-3.9 ms a step -> 2.9-3.3 ms a tile ahead; two
-/// and four tiles ahead the same or slower; without the panels 4 KiB ahead into L1, 3% faster in
-/// cache and the same from memory. The widened and BF16 products, which take two panels at once,
-/// were the same or slower a tile ahead: they keep one phase. Nothing where the panel one tile
-/// later is not held, and no keys where the next tile's follow these in their block: a head's keys
-/// in one block are one stream, which the core's own prefetcher follows better (131072 tokens in
-/// one block, Zen 4, alternated: 12.5 against 13.3-14.4 ms a step; 32768 the same or faster; paged
-/// blocks of 64 tokens, whose next tile's keys lie elsewhere, keep asking: 17.0-18.1 ms either way).
+/// The int8 products ask further ahead, into L2, and for nothing into L1 (what they read waits in
+/// L2 already; the core's own prefetcher takes it on): the value products each for its own panel
+/// one key tile later (next_tile_value_panel), two phases ahead where the others ask one; the key
+/// products for the keys int8_key_lead tokens later, only where those lie in another block (a
+/// paged cache's; key_panel_ahead). An int8 step computes about as long as its bytes take to arrive
+/// (Zen 4: 8.3 ns a token and key/value head in cache, 10.2 ns its bytes at the float32 step's
+/// rate), so a phase's lead hid only part of the memory's time. Measured at Llama 3 8B's heads, one
+/// thread (Zen 4, binaries alternated, bench/RESULTS.md): 32768 tokens 3.5-3.9 ms a step -> 2.9-3.3
+/// ms a tile ahead; two and four tiles ahead the same or slower; without the panels 4 KiB ahead
+/// into L1, 3% faster in cache and the same from memory. The widened and BF16 products, which take
+/// two panels at once, were the same or slower a tile ahead: they keep one phase. A head's keys in
+/// one block are one stream, which the core's own prefetcher follows better than the asks (131072
+/// tokens in one block: 12.5 against 13.3-14.4 ms a step; 32768 the same or faster). Paged blocks
+/// of 64 tokens with key tiles of 2048 (default_key_tile): the keys asked for a tile later 20.9-22.5
+/// ms, 512 tokens later 18.4-19.3, one block later 17.8-18.8 (at 512-key tiles, 17.0-18.1).
+constexpr Index int8_key_lead = 512;
 template <class Call>
-PanelPrefetch next_tile_key_panel(const Call& call, Index g, Index j) {
+PanelPrefetch key_panel_ahead(const Call& call, Index g, Index j) {
   PanelPrefetch prefetch;
-  if (j + call.tk < call.kv.size() && call.kv.block_end(j) <= j + call.tk)
-    prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<std::int8_t>(g, j + call.tk));
+  if (j + int8_key_lead < call.kv.size() && call.kv.block_end(j) <= j + int8_key_lead)
+    prefetch.next_phase = reinterpret_cast<const char*>(call.kv.template key_panel<std::int8_t>(g, j + int8_key_lead));
   return prefetch;
 }
-/// The value panel `panel` (its W columns) over the rows `run` (in one block), one key tile later
-/// (as next_tile_key_panel); nothing where those rows lie in two blocks (blocks that do not divide
+/// The value panel `panel` (its W columns) over the rows `run` (in one block), one key tile later;
+/// nothing where those rows lie in two blocks (blocks that do not divide
 /// the key tile: their rows are not together).
 template <class Call>
 PanelPrefetch next_tile_value_panel(const Call& call, Index g, KeyRange run, Index panel) {
