@@ -43,7 +43,7 @@ struct StoreFormat {
   /// How many entries of a key (components) or of a value column (tokens) share one 32-bit lane
   /// of a panel, as the stored arithmetic's instructions read them: 4 for int8 under it (quads), 2
   /// for BF16 (pairs), 1 otherwise (a panel row by row).
-  Index lane_entries() const {
+  constexpr Index lane_entries() const {
     if (arithmetic != KvArithmetic::stored) return 1;
     return storage == KvStorage::int8 ? detail::int8_quad : storage == KvStorage::bf16 ? detail::bf16_pair : 1;
   }
