@@ -1,6 +1,6 @@
 // What a decoding step asks memory for while it computes (detail::PanelPrefetch): a piece of what
-// the step reads later, into L2, and (the widened and BF16 products) each product's own panels a
-// little ahead, into L1. A
+// the step reads later, into L2, and (the widened products, BF16's value products) each product's
+// own panels a little ahead, into L1. A
 // decoding step reads a key tile's keys (its scores), computes the softmax, then reads the tile's
 // values: left to itself, memory would idle while the scores and the softmax are computed. The
 // widened tiles (kernels/fused_attention.hpp) and the BF16 stored arithmetic's
@@ -24,16 +24,19 @@
 
 namespace headwise::detail {
 
-/// How far ahead of each panel row a decoding step's widened and BF16 products ask for their own
-/// panels, into L1 (the int8 products: not at all, below): 4 KiB, keys and values (the next
-/// phase's bytes already wait in L2). Measured at Llama 3 8B's heads, one thread (Zen 4, two
-/// binaries alternated four times), against the keys 16 KiB ahead (best on Zen 5 before the next
-/// phase was asked for): BF16 stored at 32768 tokens 6.0-6.6 ms against 6.4-7.3, at 131072
-/// 25.8-26.3 against 26.1-27.5. Both 2 KiB ahead: slower (BF16 at 32768 6.1-7.1).
-constexpr Index decoding_key_prefetch_bytes = 4096, decoding_value_prefetch_bytes = 4096;
+/// How far ahead of each panel row a decoding step's BF16 value products ask for their own panels,
+/// into L1 (the next phase's bytes already wait in L2; the widened products ask by rows, the int8
+/// ones not at all, below): 4 KiB. Measured at Llama 3 8B's heads, one thread (Zen 4, two binaries
+/// alternated four times), keys and values 4 KiB ahead against the keys 16 KiB ahead (best on Zen 5
+/// before the next phase was asked for): BF16 stored at 32768 tokens 6.0-6.6 ms against 6.4-7.3,
+/// at 131072 25.8-26.3 against 26.1-27.5; both 2 KiB ahead: slower (6.1-7.1). With key tiles of
+/// 1024 (default_key_tile) the key products ask for nothing into L1: 5.91-5.98 against 6.10-6.30
+/// ms at 32768, 24.1-24.3 against 25.2-25.3 at 131072 (bench_decode, two binaries alternated,
+/// three repetitions interleaved each; float32 the same in both).
+constexpr Index decoding_value_prefetch_bytes = 4096;
 
-/// Score product `part` of `parts` of a decoding step's key tile (entries of `Stored`): its own
-/// panels ahead, and its piece of the values the tile's rows read next, tokens `tokens` of head g
+/// Score product `part` of `parts` of a decoding step's key tile (entries of `Stored`): its piece
+/// of the values the tile's rows read next, tokens `tokens` of head g
 /// (cut at the first token's block end): a region per value panel, value_panel_stride() entries
 /// apart, each cut into parts / regions pieces, a piece per product. Values inside the keys (a
 /// latent) have no bytes of their own: none.
@@ -43,7 +46,7 @@ PanelPrefetch score_phase_prefetch(const Call& call, Index g, KeyRange tokens, I
   const Index regions = call.dv_padded() / W, pieces = std::max<Index>(1, parts / regions), region = part / pieces;
   const Index held = std::min(tokens.end, call.kv.block_end(tokens.begin)) - tokens.begin;
   const Index piece_bytes = held * W * Index(sizeof(Stored)) / pieces;
-  PanelPrefetch prefetch{decoding_key_prefetch_bytes};
+  PanelPrefetch prefetch;
   if (call.kv.values_are_keys() || region >= regions || piece_bytes < 64) return prefetch;  // (values inside the keys: read already)
   const Stored* values = call.kv.template value_row<Stored>(g, tokens.begin) + region * call.kv.value_panel_stride();
   prefetch.next_phase = reinterpret_cast<const char*>(values) + part % pieces * piece_bytes;
