@@ -154,8 +154,9 @@ constexpr Index pair_rows = TileShape<Scalar>::registers >= 32 ? 4 : 2;
 /// as the row holds from next_phase on (advancing by them), into L2 (null: none): bytes the step
 /// reads later, so that memory is read while the step computes: its next phase's (the tile's values
 /// while its scores are computed, the next tile's keys while its values are; where d_head = d_v
-/// one phase's rows cover the next phase's bytes exactly), or, for the int8 products, the product's
-/// own panel one key tile later (kernels/decoding_prefetch.hpp says which).
+/// one phase's rows cover the next phase's bytes exactly), or, for the int8 products, a value
+/// product's own panel one key tile later and a key product's keys 512 tokens later where they lie
+/// in another block (kernels/decoding_prefetch.hpp says which).
 struct PanelPrefetch {
   Index ahead_bytes = 0;
   const char* next_phase = nullptr;

@@ -41,6 +41,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
@@ -94,7 +95,9 @@ constexpr Index default_key_tile(const StoreFormat& format) {
 /// longer calls run each (head, query tile) job through its shards in turn. The merges are the
 /// same either way, so the bits depend on neither the thread count nor `split_keys`. 1024 keys
 /// keep a shard's keys and values (512 KiB at d_head 64, float) in a core's L2 cache while the
-/// query heads of a group read them.
+/// query heads of a group read them; a shard is rounded up to whole key tiles (2048 keys for int8
+/// under the stored arithmetic with AVX-512: half as many split-key jobs, and a shared prefix
+/// attended once only in whole shards of 2048).
 struct FusedTiles {
   Index queries = 128;
   std::optional<Index> keys;  ///< unset: default_key_tile of the keys' store format
@@ -106,8 +109,8 @@ namespace detail {
 /// Throws unless the tiles asked for are positive (the key tile, where it is set).
 inline void check_tiles(const char* where, const FusedTiles& tiles) {
   if (tiles.queries <= 0 || (tiles.keys && *tiles.keys <= 0) || tiles.key_shard <= 0)
-    invalid(where, "tile sizes must be > 0, got ", tiles.queries, " queries, ", tiles.keys.value_or(0), " keys and shards of ",
-            tiles.key_shard, " keys");
+    invalid(where, "tile sizes must be > 0, got ", tiles.queries, " queries, ",
+            tiles.keys ? std::to_string(*tiles.keys) : std::string("the default"), " keys and shards of ", tiles.key_shard, " keys");
 }
 }  // namespace detail
 
@@ -236,15 +239,15 @@ inline Scalar row_max(const Scalar* row, Index visible, Scalar start) {
   return max;
 }
 
-/// exp(s - m) by packets: Eigen's pexp, or (ShortExp: the stored arithmetic, in float)
-/// exp_nonpositive; with MayHide, a -inf score (a hidden key) becomes an exact 0, not Eigen's
+/// exp(s - m) by packets: Eigen's pexp, or (ShortExp: the stored arithmetic, in float, where the
+/// packet has an integer packet beside it) exp_nonpositive; with MayHide, a -inf score (a hidden key) becomes an exact 0, not Eigen's
 /// clamped exp(-inf). A NaN score stays NaN.
 template <bool MayHide, bool ShortExp, class Packet>
 inline Packet exp_of_score(const Packet& s, const Packet& m) {
   using namespace Eigen::internal;
   using Scalar = typename unpacket_traits<Packet>::type;
   Packet e;
-  if constexpr (ShortExp && std::is_same_v<Scalar, float>) e = exp_nonpositive(psub(s, m));
+  if constexpr (ShortExp && std::is_same_v<Scalar, float> && has_integer_packet<Packet>::value) e = exp_nonpositive(psub(s, m));
   else e = pexp(psub(s, m));
   if constexpr (!MayHide) return e;
   else return pselect(pcmp_eq(s, pset1<Packet>(-std::numeric_limits<Scalar>::infinity())), pset1<Packet>(Scalar(0)), e);

@@ -55,7 +55,8 @@ void int8_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index g
     Index held_to = 0, later_held_to = 0;  // the ends of the blocks of the panel and of the one int8_key_lead later
     for (Index c0 = span.begin / W * W; c0 < span.end; c0 += W, panel += panel_bytes, scales += W) {
       const Index j = j0 + c0;
-      if (j >= held_to) panel = call.kv.template key_panel<std::int8_t>(g, j), scales = call.kv.key_scales(g, j), held_to = call.kv.block_end(j);
+      if (j >= held_to)  // (a new block: the ask ahead weighed again, key_panel_ahead asking only across blocks)
+        panel = call.kv.template key_panel<std::int8_t>(g, j), scales = call.kv.key_scales(g, j), held_to = call.kv.block_end(j), later_held_to = 0;
       if (decoding && j + int8_key_lead >= later_held_to) prefetch = key_panel_ahead(call, g, j), later_held_to = call.kv.block_end(j + int8_key_lead);
       const Int8ScoreScales<Scalar> scores{w.q_sum.data() + r0, w.q_scale.data() + r0, scales, w.s.data() + r0 * call.tk + c0, call.tk};
       int8_panel_sums<Scalar, /*Keys=*/true>(nr, quads, query, d, panel, prefetch, w.sums.data(), W, &scores);
