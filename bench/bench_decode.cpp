@@ -90,8 +90,14 @@ BENCHMARK(BM_DecodeStepGqa)
 // A decoding step at Llama 3 8B's shapes (32 query heads, 8 key/value heads of 128) with the
 // keys and values stored as computed (float32), BF16, F16 or int8 (one scale per token and head):
 // the bytes a step reads shrink to a half or a quarter (int8's scales: 8 bytes a token and head
-// more), widened to float in registers as the kernel loads them (arithmetic 0), or, for int8,
-// multiplied as integers (arithmetic 1: KvArithmetic::stored, the query rounded to int8).
+// more), widened to float in registers as the kernel loads them (arithmetic 0), or multiplied in
+// the stored precision (arithmetic 1: KvArithmetic::stored): int8 as integers (the query rounded
+// to int8), BF16 by pairs, F16 by F16 chains (only where the build has AVX512-FP16).
+#if defined(HEADWISE_F16_FMA)
+constexpr bool f16_products_in_registers = true;
+#else
+constexpr bool f16_products_in_registers = false;
+#endif
 void BM_DecodeStepStorage(benchmark::State& state) {
   const Index context = state.range(0), G = 8, H = 32, d = 128;
   const auto storage = static_cast<headwise::KvStorage>(state.range(2));
@@ -125,8 +131,9 @@ BENCHMARK(BM_DecodeStepStorage)
       for (const Index context : {4096, 32768, 131072})
         for (const Index threads : {1, 2})
           for (const Index storage : {0, 1, 2, 3})  // float32, BF16, F16, int8: widened, and BF16 and int8 stored
-            for (const Index arithmetic : {0, 1})
-              if (arithmetic == 0 || storage == 1 || storage == 3) b->Args({context, threads, storage, arithmetic});
+            for (const Index arithmetic : {0, 1})  // (F16 stored where the build has AVX512-FP16: elsewhere it is emulated)
+              if (arithmetic == 0 || storage == 1 || storage == 3 || (storage == 2 && f16_products_in_registers))
+                b->Args({context, threads, storage, arithmetic});
     })
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();

@@ -267,6 +267,7 @@ HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Ma
   check_packed_call<Scalar>(where, q, call.heads.query, kv, z, call.tiles);
   const double divisor = resolve_divisor<Scalar>(options, kv.d_head(), where);
   if (!all_finite(q, threads)) require_finite(where, "q", q);
+  check_scaled_queries<Scalar>(where, q, static_cast<Scalar>(1.0 / divisor), kv.format());
   const ScoreRule<Scalar> rule(options, q.rows(), kv.size(), call.heads.query, where);
   check_kept_keys(rule, kv, where);
   const FusedTiles tiles = tiles_for<Scalar>(call.tiles, q.rows(), kv.size(), kv.format());
@@ -407,6 +408,7 @@ class BatchCalls {
     z_[i].resize(q_[i].rows(), checked_size<Scalar>(where_, "Z", inner_.query, s.kv.d_v()));
     q_ref_.emplace_back(q_[i]), z_ref_.emplace_back(z_[i]);
     check_packed_call<Scalar>(where_, q_ref_.back(), inner_.query, s.kv, z_ref_.back(), call_.tiles);
+    check_scaled_queries<Scalar>(where_, q_ref_.back(), inverse_divisor_, s.kv.format());
     rules_.emplace_back(rows_, q_[i].rows(), s.kv.size(), inner_.query, where_);
     check_kept_keys(rules_.back(), s.kv, where_);
     tiles_[i] = tiles_for<Scalar>(call_.tiles, q_[i].rows(), s.kv.size(), s.kv.format());

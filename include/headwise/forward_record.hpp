@@ -64,7 +64,7 @@ struct ForwardRecord {
     if (q.rows() != attention.z.rows() || attention.logsumexp.cols() != attention.z.rows() || k.rows() != attention.z.rows())
       detail::invalid(where, "the record kept no queries, keys or logsumexp (keep_queries, keep_keys_values, keep_logsumexp)");
     if (arithmetic == KvArithmetic::stored)
-      detail::invalid(where, "the layer multiplied int8 keys under the stored arithmetic (integer products of rounded queries): ",
+      detail::invalid(where, "the layer multiplied its keys under the stored arithmetic (products of rounded queries): ",
                       "its pattern is not q . k; inspect a widened layer (kv_arithmetic = widened) for the pattern");
     const Index n = q.rows(), g = h / (n_heads / n_kv_heads);
     const Scalar inv_divisor = static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, d_head, where));

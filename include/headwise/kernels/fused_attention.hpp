@@ -51,6 +51,7 @@
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/kernels/bf16_tiles.hpp"
 #include "headwise/kernels/decoding_prefetch.hpp"
+#include "headwise/kernels/f16_tiles.hpp"
 #include "headwise/kernels/int8_tiles.hpp"
 #include "headwise/kernels/kv_blocks.hpp"
 #include "headwise/kernels/online_softmax_state.hpp"
@@ -69,14 +70,16 @@ namespace headwise {
 /// 4.2 against 5.3, int8 2.5 against 2.8; a 2048-token prefill 159 against 152 GFLOP/s. 128 is what
 /// was measured best on Zen 3 (AVX2, 512 KiB of L2), below. With AVX-512, keys and values of their
 /// own under the stored arithmetic take as many times more keys as share a 32-bit lane of their
-/// panels (StoreFormat::lane_entries): int8 2048, BF16 1024, the bytes of 512 keys in float32. Zen 4,
+/// panels (StoreFormat::lane_entries): int8 2048, BF16 1024, the bytes of 512 keys in float32 (F16
+/// chains, one entry a lane, 1024 likewise: the bytes, unmeasured without AVX512-FP16). Zen 4,
 /// one thread, 32768 / 131072 tokens: int8 2.5-2.7 / 11.6-12.3 ms a step against 2.9-3.1 / 11.9-13.4
 /// at 512 (4096: 2.8-3.1 / 11.3-11.9), its prefill the same (264 GFLOP/s at 8192 tokens); BF16
 /// 5.7-6.4 / 24.5-24.8 against 5.7-6.6 / 25.0-28.8. A latent's values, inside its keys, keep 512: its
 /// 128 heads' scores over a tile are the tile's scratch.
 constexpr Index default_key_tile(const StoreFormat& format) {
   if (detail::TileShape<float>::registers < 32) return 128;
-  return format.values == ValueStorage::own ? 512 * format.lane_entries() : 512;
+  if (format.values != ValueStorage::own) return 512;
+  return 512 * (format.f16_products() ? 2 : format.lane_entries());
 }
 
 /// How the fused kernel cuts its work. Tiles: rows of queries and of keys per tile (the key tile
@@ -191,9 +194,9 @@ struct FusedScratch {
   std::vector<std::int32_t> q_sum, sums;
   std::vector<std::uint8_t> p8;
   std::vector<std::int8_t> v8;  // int8 values that are the keys': a key tile's, as value panels
-  // BF16 under the stored arithmetic (kernels/bf16_tiles.hpp): the query tile and a sliver's
-  // weights in BF16.
-  std::vector<std::uint16_t> q16, p16;
+  // BF16 and F16 under the stored arithmetic (kernels/bf16_tiles.hpp, kernels/f16_tiles.hpp): the
+  // query tile and a sliver's weights in BF16 or F16; F16's value chains carried between runs.
+  std::vector<std::uint16_t> q16, p16, h16;
 
   /// Allocates for tiles of up to `rows` query rows (a multiple of R) and tk keys; throws
   /// std::invalid_argument naming the sizes if they do not fit or cannot be allocated.
@@ -210,10 +213,12 @@ struct FusedScratch {
     if (call.kv.values_are_keys() && call.kv.storage() == KvStorage::as_computed)
       detail::allocate(v, checked_size<Scalar>(where, "a value tile", call.tk, call.dv_padded()), Scalar(0), where, "a value tile");
     constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-    if (call.kv.format().lane_entries() == bf16_pair) {
+    if (call.kv.format().lane_entries() == bf16_pair || call.kv.format().f16_products()) {
       detail::allocate(q16, checked_size<Scalar>(where, "a query tile", rows, d_head), std::uint16_t(0), where, "a query tile");
       detail::allocate(p16, checked_size<Scalar>(where, "a score tile", R, call.tk), std::uint16_t(0), where, "a score tile");
     }
+    if (call.kv.format().f16_products())
+      detail::allocate(h16, checked_size<Scalar>(where, "a value tile", R, call.dv_padded()), std::uint16_t(0), where, "a value tile");
     if (call.kv.format().lane_entries() != int8_quad) return;
     detail::allocate(q8, checked_size<Scalar>(where, "a query tile", rows, d_head), std::int8_t(0), where, "a query tile");
     detail::allocate(q_scale, rows, 0.0f, where, "a query tile"), detail::allocate(q_sum, rows, std::int32_t(0), where, "a query tile");
@@ -435,7 +440,8 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
     if (statistics) record_scores(call, w, st, i0, r, j0, keys);  // before exp overwrites them
     std::fill(row + span.begin, row + keys.begin, Scalar(0));
     const Index visible = keys.size(), end = span.end - keys.begin, capacity = call.tk - keys.begin;
-    constexpr bool short_exp = std::is_same_v<Stored, Int8Products> || std::is_same_v<Stored, Bf16Products>;
+    constexpr bool short_exp =
+        std::is_same_v<Stored, Int8Products> || std::is_same_v<Stored, Bf16Products> || std::is_same_v<Stored, F16Products>;
     const Scalar tile_sum = modifies ? exp_and_sum<true, short_exp>(row + keys.begin, visible, end, capacity, new_max)
                                      : exp_and_sum<false, short_exp>(row + keys.begin, visible, end, capacity, new_max);
     if (statistics) record_dot(call, w, st, r, keys, correction, new_max);
@@ -508,11 +514,13 @@ void widened_value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, 
   }
 }
 
-/// The score and value tiles of the kernel's stored type: widened, int8 as integers, or BF16 by pairs.
+/// The score and value tiles of the kernel's stored type: widened, int8 as integers, BF16 by pairs
+/// or F16 by chains.
 template <class Stored, class Scalar>
 void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
   if constexpr (std::is_same_v<Stored, Int8Products>) int8_score_tile(call, w, rows, j0, g);
   else if constexpr (std::is_same_v<Stored, Bf16Products>) bf16_score_tile(call, w, rows, j0, cols, g);
+  else if constexpr (std::is_same_v<Stored, F16Products>) f16_score_tile(call, w, rows, j0, cols, g);
   else widened_score_tile<Stored>(call, w, rows, j0, cols, g);
 }
 template <class Stored, class Scalar>
@@ -520,6 +528,7 @@ void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const Ro
                 Index cols, Index g) {
   if constexpr (std::is_same_v<Stored, Int8Products>) int8_value_tile(call, w, st, rows, j0, cols, g);
   else if constexpr (std::is_same_v<Stored, Bf16Products>) bf16_value_tile(call, w, st, rows, j0, g);
+  else if constexpr (std::is_same_v<Stored, F16Products>) f16_value_tile(call, w, st, rows, j0, g);
   else widened_value_tile<Stored>(call, w, st, rows, j0, cols, g);
 }
 
@@ -594,9 +603,10 @@ void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Ind
   clock.enter(FusedPhase::query);
   auto scaled = w.scaled.topRows(rows);
   scaled.noalias() = call.q.block(i0, h * d_head, rows, d_head) * call.inv_divisor;
-  const Index entries = call.kv.format().lane_entries();  // (the stored arithmetic: int8 or BF16 rows)
+  const Index entries = call.kv.format().lane_entries();  // (the stored arithmetic: int8, BF16 or F16 rows)
   if (entries == int8_quad) return quantize_query_tile(w, rows, d_head);
   if (entries == bf16_pair) return round_query_tile(w, rows, d_head);
+  if (call.kv.format().f16_products()) return round_query_tile_to_f16(w, rows, d_head);
   pack_a<Scalar>(rows, d_head, {w.scaled.data(), d_head}, w.q.data());
 }
 

@@ -257,5 +257,16 @@ void check_packed_call(const char* where, const Eigen::Ref<const Matrix<Scalar>>
   check_tiles(where, tiles);
 }
 
+/// Throws unless the scaled queries (q times inv_divisor, as the kernel computes them) fit the
+/// numbers `format`'s arithmetic rounds them to: F16 under the stored arithmetic, largest 65504.
+template <class Scalar>
+void check_scaled_queries(const char* where, const Eigen::Ref<const Matrix<Scalar>>& q, Scalar inv_divisor, const StoreFormat& format) {
+  if (!format.f16_products() || q.size() == 0) return;
+  const Scalar largest = q.cwiseAbs().maxCoeff() * inv_divisor;
+  if (!(largest < Scalar(65520)))  // (what rounds to F16's infinity)
+    invalid(where, "q / divisor reaches ", largest, ", beyond F16's largest number (65504): F16 keys under the stored arithmetic ",
+            "round the scaled query to F16 (KvArithmetic::widened keeps it in float)");
+}
+
 }  // namespace detail
 }  // namespace headwise

@@ -47,6 +47,9 @@ struct StoreFormat {
     if (arithmetic != KvArithmetic::stored) return 1;
     return storage == KvStorage::int8 ? detail::int8_quad : storage == KvStorage::bf16 ? detail::bf16_pair : 1;
   }
+  /// True for F16 under the stored arithmetic: chains of F16 products (detail/f16_products.hpp),
+  /// over the panels of a widened F16 store (one entry a lane).
+  constexpr bool f16_products() const { return storage == KvStorage::f16 && arithmetic == KvArithmetic::stored; }
 };
 
 namespace detail {
@@ -60,9 +63,9 @@ inline Index panel_offset(Index entries, Index row, Index lane, Index W) {
 /// own limits are check_storage's).
 inline void check_arithmetic(const char* where, const StoreFormat& format, Index d_head) {
   if (format.arithmetic == KvArithmetic::widened) return;
-  if (format.storage != KvStorage::int8 && format.storage != KvStorage::bf16)
-    invalid(where, "the stored arithmetic multiplies int8 keys and values as integers and BF16 ones by BF16 pairs; keys and values in ",
-            storage_name(format.storage), " are multiplied widened (KvArithmetic::widened)");
+  if (format.storage != KvStorage::int8 && format.storage != KvStorage::bf16 && format.storage != KvStorage::f16)
+    invalid(where, "the stored arithmetic multiplies int8 keys and values as integers, BF16 ones by BF16 pairs and F16 ones by F16 ",
+            "chains; keys and values in ", storage_name(format.storage), " are multiplied widened (KvArithmetic::widened)");
   const Index entries = format.lane_entries();
   const Index deepest = format.storage == KvStorage::int8 ? max_int8_depth : std::numeric_limits<int>::max();
   if (d_head % entries != 0 || d_head > deepest)
