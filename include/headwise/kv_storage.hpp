@@ -9,8 +9,9 @@
 // default and the reference: every stored entry widened to float32 in registers, then float
 // multiply-adds) or stored: int8 keys and values by integer dot products, as the CPU's int8
 // instructions (VNNI) compute them, BF16 ones by BF16 pair products accumulated in float32, as
-// AVX512-BF16's vdpbf16ps computes them (detail/int8_products.hpp and detail/bf16_products.hpp say
-// what is rounded, and how).
+// AVX512-BF16's vdpbf16ps computes them, F16 ones by chains of F16 multiply-adds, as AVX512-FP16's
+// vfmadd231ph computes them, summed in float32 (detail/int8_products.hpp, detail/bf16_products.hpp
+// and detail/f16_products.hpp say what is rounded, and how).
 #pragma once
 
 #include <algorithm>

@@ -40,8 +40,9 @@ struct LayerConfig {
   /// what is stored, and the step-by-step path to the same numbers (rounded through the storage).
   KvStorage kv_storage = KvStorage::as_computed;
   /// How the fused kernel multiplies by the stored keys and values (kv_storage.hpp): widened (the
-  /// default and the reference) or stored (int8 only: integer products, the query rounded to int8
-  /// per row). The step-by-step path computes the widened arithmetic on the same stored numbers.
+  /// default and the reference) or stored (int8 as integers, BF16 by pairs, F16 by F16 chains: the
+  /// query rounded to the stored type). The step-by-step path computes the widened arithmetic on
+  /// the same stored numbers.
   KvArithmetic kv_arithmetic = KvArithmetic::widened;
 
   /// True if the layer changes its projections before the scores other than by RoPE (a norm or a
