@@ -275,6 +275,7 @@ HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Ma
   if (call.logsumexp) fused.logsumexp = &out.logsumexp;
   if (call.statistics) fused.statistics = &out.statistics;
   std::vector<Observer> seen = run_fused<Scalar, Observer, Reach>(fused, threads, tiles.split_keys);
+  check_f16_result(where, out.z, kv.format(), threads);
   if (observers) *observers = std::move(seen);
   return out;
 }
@@ -393,6 +394,7 @@ class BatchCalls {
     });
     std::vector<AttentionResult<Scalar>> out(n_);
     for (std::size_t i = 0; i < n_; ++i) {
+      check_f16_result(where_, z_[i], kv.format(), threads_);
       raw_[i].z = std::move(z_[i]);
       const BatchedSequence<Scalar>& s = batch_.sequences[i];
       out[i] = fold_ ? unfold_result(raw_[i], call_.heads, s.q.rows(), s.kv.d_v()) : std::move(raw_[i]);

@@ -4,24 +4,26 @@
 //
 // What is rounded, and how (the whole of the policy; everything else is as widened):
 //   queries  each row of the scaled query tile Qs (one head) to F16, to nearest (ties to even),
-//            the rule the keys were stored by; beyond 65504 it is infinite (attend refuses such a
-//            query before the kernel runs)
+//            the rule the keys were stored by (attend refuses a query with an entry that rounds
+//            beyond 65504, from 65520 on, before the kernel runs)
 //   scores   S_ij = Σ over the chunks of f16_chain components of d_head (the last may be shorter),
 //            in ascending order, in float32 from 0, of the chunk's chain h: h = fma(q_ic, k_jc, h)
 //            over its components ascending, from h = +0, each step rounded once to F16 (nearest,
 //            ties to even; subnormals kept; beyond 65504 infinite)
 //   weights  P = exp(S - m) by exp_nonpositive (detail/exp_nonpositive.hpp); for the product with V,
-//            to F16 (nearest, ties to even; below 2^-25 zero)
+//            to F16 (nearest, ties to even; 2^-25 and below zero)
 //   values   acc_ic += h for each chunk of f16_chain keys of the key tile (the keys j0 + 32 t ...,
 //            counted from the tile's first), h the chunk's chain h = fma(p_ij, v_jc, h) over the
 //            keys of the chunk the row's sliver sees, ascending, from h = +0 (a chain crosses the
 //            blocks of a paged store: it is the same chain wherever the keys lie). A key the row
 //            does not see has p = 0, and fma(0, v, h) = h: the sliver's span changes no bits
-// A chain that leaves F16's range (beyond 65504) is infinite, and the row's output NaN, as a score
-// beyond float's range makes it (normalise_rows). With AVX512-FP16 the chains are vfmadd231ph's,
-// which keep subnormals whatever MXCSR says; elsewhere the same chains lane by lane (F16Lanes: each
-// step one double multiply-add of F16 numbers, exact whenever the result is finite, rounded once
-// to F16): the same bits on every CPU, at many times the widened arithmetic's cost there.
+// A chain that leaves F16's range (beyond 65504) is infinite: a score with an infinite chain is
+// made NaN (either sign: no key is dropped in silence), which makes its row NaN (normalise_rows),
+// and attend refuses a result with an entry that is not finite by name (check_f16_result). With
+// AVX512-FP16 the chains are vfmadd231ph's, which keep subnormals whatever MXCSR says; elsewhere
+// the same chains lane by lane (F16LanesOf: each step one double multiply-add of F16 numbers,
+// exact whenever the result is finite, rounded once to F16): for one key tile, the same bits on
+// every CPU, at hundreds of times the widened arithmetic's cost there.
 #pragma once
 
 #include <algorithm>
@@ -37,7 +39,8 @@
 #if defined(__AVX512FP16__) && defined(__AVX512VL__) && defined(EIGEN_VECTORIZE_AVX512)
 #define HEADWISE_F16_FMA 1
 #endif
-#if defined(__AVX512F__) && defined(EIGEN_VECTORIZE_AVX512)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(EIGEN_VECTORIZE_AVX512)
+#define HEADWISE_F16_CONVERT 1
 #include <immintrin.h>
 #endif
 
@@ -69,7 +72,7 @@ inline std::uint16_t f16_bits(float f16) { return Eigen::numext::bit_cast<std::u
 /// Eigen's conversion: the same rounding).
 inline void round_to_f16(const float* x, Index n, std::uint16_t* out) {
   Index j = 0;
-#if defined(__AVX512F__) && defined(EIGEN_VECTORIZE_AVX512)
+#if defined(HEADWISE_F16_CONVERT)
   for (; j < n; j += 16) {
     const __mmask16 lanes = n - j >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
     const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(lanes, x + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -115,6 +118,9 @@ struct PortableF16Lanes {
   static void add(Floats& acc, const Halves& h) {
     for (Index w = 0; w < W; ++w) acc.x[w] += h.x[w];
   }
+  static void infinities_to_nan(Floats& acc) {  // (x - x) + x: x if finite, NaN if infinite
+    for (Index w = 0; w < W; ++w) acc.x[w] = (acc.x[w] - acc.x[w]) + acc.x[w];
+  }
 };
 
 #if defined(HEADWISE_F16_FMA)
@@ -134,6 +140,9 @@ struct VectorF16Lanes {
     const __m512i bits = _mm512_castph_si512(h.v);
     acc.lo = _mm512_add_ps(acc.lo, _mm512_cvtxph_ps(_mm512_castph512_ph256(h.v)));
     acc.hi = _mm512_add_ps(acc.hi, _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_castsi512_si256(_mm512_shuffle_i64x2(bits, bits, 0xEE)))));
+  }
+  static void infinities_to_nan(Floats& acc) {
+    acc.lo = _mm512_add_ps(_mm512_sub_ps(acc.lo, acc.lo), acc.lo), acc.hi = _mm512_add_ps(_mm512_sub_ps(acc.hi, acc.hi), acc.hi);
   }
 };
 #endif
@@ -183,8 +192,8 @@ inline void f16_score_products_of(std::integer_sequence<Index, r...>, Index dept
     };
     (sum(r), ...);
   }
-  const auto finish = [&](Index row) {
-    for (Index p = 0; p < Panels; ++p) Lanes::store_floats(out + row * ldo + p * W, acc[row][p]);
+  const auto finish = [&](Index row) {  // (a chain beyond F16's range: NaN, not a key dropped as -inf)
+    for (Index p = 0; p < Panels; ++p) Lanes::infinities_to_nan(acc[row][p]), Lanes::store_floats(out + row * ldo + p * W, acc[row][p]);
   };
   (finish(r), ...);
 }
@@ -196,6 +205,12 @@ template <Index W, Index Panels>
 inline void f16_score_products(Index rows, Index depth, const std::uint16_t* a, Index lda, const std::uint16_t* panel, Index next,
                                const PanelPrefetch& prefetch, float* out, Index ldo) {
   using Lanes = typename F16LanesOf<W>::type;
+  if constexpr (std::is_same_v<Lanes, PortableF16Lanes<W>>) {  // (row by row: a row's chains are its own)
+    for (Index row = 0; row < rows; ++row)
+      f16_score_products_of<Lanes, W, Panels>(std::integer_sequence<Index, 0>{}, depth, a + row * lda, lda, panel, next, prefetch,
+                                             out + row * ldo, ldo);
+    return;
+  }
   constexpr int tallest = Panels == 1 ? 8 : 4;  // (a row's chains, float sums and the panels' rows in 32 registers)
   by_compiled_heights<tallest>(rows, 0, [&](auto height, Index row) {
     f16_score_products_of<Lanes, W, Panels>(std::make_integer_sequence<Index, decltype(height)::value>{}, depth, a + row * lda, lda,
@@ -267,6 +282,12 @@ inline void f16_value_products(Index rows, const F16Run& run, const std::uint16_
                                Index next, const PanelPrefetch& prefetch, std::uint16_t* carry, Index ldcarry, float* acc,
                                Index ldacc) {
   using Lanes = typename F16LanesOf<W>::type;
+  if constexpr (std::is_same_v<Lanes, PortableF16Lanes<W>>) {
+    for (Index row = 0; row < rows; ++row)
+      f16_value_products_of<Lanes, W, Panels>(std::integer_sequence<Index, 0>{}, run, p + row * ldp, ldp, values, next, prefetch,
+                                             carry + row * ldcarry, ldcarry, acc + row * ldacc, ldacc);
+    return;
+  }
   constexpr int tallest = Panels == 1 ? 8 : 4;
   by_compiled_heights<tallest>(rows, 0, [&](auto height, Index row) {
     f16_value_products_of<Lanes, W, Panels>(std::make_integer_sequence<Index, decltype(height)::value>{}, run, p + row * ldp, ldp,

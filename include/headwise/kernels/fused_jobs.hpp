@@ -268,5 +268,15 @@ void check_scaled_queries(const char* where, const Eigen::Ref<const Matrix<Scala
             "round the scaled query to F16 (KvArithmetic::widened keeps it in float)");
 }
 
+/// Throws unless every entry of a result over `format`'s store is finite where its arithmetic can
+/// leave it in silence: F16 under the stored arithmetic, whose chains end at 65504 (an infinite
+/// value chain, or a score's, which the kernel makes NaN: detail/f16_products.hpp).
+template <class Scalar>
+void check_f16_result(const char* where, const Matrix<Scalar>& z, const StoreFormat& format, int threads) {
+  if (format.f16_products() && !all_finite(z, threads))
+    invalid(where, "a chain of F16 products left F16's range (beyond 65504) under the stored arithmetic: the result is not finite; ",
+            "KvArithmetic::widened multiplies these keys and values in float");
+}
+
 }  // namespace detail
 }  // namespace headwise

@@ -33,8 +33,9 @@ enum class ValueStorage { own, key_prefix };
 
 /// How a store keeps what is appended: the values on their own or inside the keys, the number
 /// type (KvStorage: as computed, BF16, F16, int8 with a scale per token and head), and how the
-/// kernel multiplies by it (KvArithmetic: widened, or stored: int8 as integers, BF16 by pairs, its
-/// panels laid out for that: detail/int8_products.hpp, detail/bf16_products.hpp).
+/// kernel multiplies by it (KvArithmetic: widened, or stored: int8 as integers, BF16 by pairs, their
+/// panels laid out for that, or F16 by F16 chains, over the widened store's panels:
+/// detail/int8_products.hpp, detail/bf16_products.hpp, detail/f16_products.hpp).
 struct StoreFormat {
   ValueStorage values = ValueStorage::own;
   KvStorage storage = KvStorage::as_computed;
@@ -63,9 +64,9 @@ inline Index panel_offset(Index entries, Index row, Index lane, Index W) {
 /// own limits are check_storage's).
 inline void check_arithmetic(const char* where, const StoreFormat& format, Index d_head) {
   if (format.arithmetic == KvArithmetic::widened) return;
-  if (format.storage != KvStorage::int8 && format.storage != KvStorage::bf16 && format.storage != KvStorage::f16)
-    invalid(where, "the stored arithmetic multiplies int8 keys and values as integers, BF16 ones by BF16 pairs and F16 ones by F16 ",
-            "chains; keys and values in ", storage_name(format.storage), " are multiplied widened (KvArithmetic::widened)");
+  if (format.storage == KvStorage::as_computed)
+    invalid(where, "the stored arithmetic multiplies keys and values stored in int8 (as integers), BF16 (by pairs) or F16 (by F16 ",
+            "chains); keys and values kept as computed take KvArithmetic::widened");
   const Index entries = format.lane_entries();
   const Index deepest = format.storage == KvStorage::int8 ? max_int8_depth : std::numeric_limits<int>::max();
   if (d_head % entries != 0 || d_head > deepest)
