@@ -23,7 +23,7 @@
 // AVX512-FP16 the chains are vfmadd231ph's, which keep subnormals whatever MXCSR says; elsewhere
 // the same chains lane by lane (F16LanesOf: each step one double multiply-add of F16 numbers,
 // exact whenever the result is finite, rounded once to F16): for one key tile, the same bits on
-// every CPU, at hundreds of times the widened arithmetic's cost there.
+// every CPU, at about a hundred times the widened arithmetic's cost there.
 #pragma once
 
 #include <algorithm>
@@ -51,12 +51,17 @@ namespace headwise::detail {
 constexpr Index f16_chain = 32;
 
 /// x rounded to F16 (nearest, ties to even; subnormals kept; |x| >= 65520 infinite), as a float
-/// (every F16 number is one).
+/// (every F16 number is one). F16's spacing at x is 2^(e - 10), e = max(x's exponent, -14); with
+/// c = 1.5 2^(e + 42), x + c lies in [2^(e + 42), 2^(e + 43)), where double's spacing is that one,
+/// so (x + c) - c is x rounded to it, to nearest with ties to even, and the subtraction exact
+/// (double arithmetic as IEEE's: no excess precision, no reassociation, as -ffast-math would).
 inline float f16_nearest(double x) {
   if (std::isnan(x)) return static_cast<float>(x);
   if (!(std::abs(x) < 65520.0)) return std::copysign(std::numeric_limits<float>::infinity(), static_cast<float>(x));
-  const double quantum = std::ldexp(1.0, std::max(x == 0 ? -14 : std::ilogb(x), -14) - 10);  // F16's spacing at x
-  return static_cast<float>(std::nearbyint(x / quantum) * quantum);  // (x / quantum is exact: a power of 2)
+  const auto exponent = static_cast<std::int64_t>((Eigen::numext::bit_cast<std::uint64_t>(x) >> 52) & 0x7ff) - 1023;
+  const std::int64_t e = std::max<std::int64_t>(exponent, -14);
+  const double c = Eigen::numext::bit_cast<double>(static_cast<std::uint64_t>(e + 42 + 1023) << 52 | std::uint64_t(1) << 51);
+  return static_cast<float>((x + c) - c);
 }
 
 /// fma(a, b, c) of three F16 numbers (held in floats), rounded once to F16. a b is exact in
