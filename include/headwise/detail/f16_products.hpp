@@ -161,6 +161,23 @@ template <>
 struct F16LanesOf<32> { using type = VectorF16Lanes; };
 #endif
 
+/// One step of every chain of rows r...: h[r][p] = fma(a[r lda], panel p's row (W lanes at row +
+/// p next), h[r][p]); `asked`: the row's number for prefetch (PanelPrefetch).
+template <class Lanes, Index W, Index Panels, class Halves, std::size_t Rows, Index... r>
+inline void f16_chain_step(std::integer_sequence<Index, r...>, const std::uint16_t* a, Index lda, const std::uint16_t* row, Index next,
+                           const PanelPrefetch& prefetch, Index asked, Halves (&h)[Rows][static_cast<std::size_t>(Panels)]) {
+  Halves b[static_cast<std::size_t>(Panels)];
+  for (Index p = 0; p < Panels; ++p) {
+    prefetch_panel_row(prefetch, row + p * next, asked + p, W * Index(sizeof(std::uint16_t)));
+    b[p] = Lanes::load(row + p * next);
+  }
+  const auto step = [&](Index i) {
+    const Halves x = Lanes::broadcast(a[i * lda]);
+    for (Index p = 0; p < Panels; ++p) Lanes::fma(x, b[p], h[i][p]);
+  };
+  (step(r), ...);
+}
+
 /// The body of f16_score_products for rows r...: out[r][p W, (p + 1) W) = the chained sums of row
 /// r of a (F16 bits, lda apart) against panel p's rows (W keys' component c at c W; panel p at
 /// panel + p next), chunk by chunk of f16_chain components.
@@ -179,19 +196,8 @@ inline void f16_score_products_of(std::integer_sequence<Index, r...>, Index dept
       for (Index p = 0; p < Panels; ++p) h[row][p] = Lanes::zero();
     };
     (begin(r), ...);
-    for (Index c = c0; c < std::min(depth, c0 + f16_chain); ++c) {
-      Halves b[static_cast<std::size_t>(Panels)];
-      for (Index p = 0; p < Panels; ++p) {
-        const std::uint16_t* at = panel + p * next + c * W;
-        prefetch_panel_row(prefetch, at, c * Panels + p, W * Index(sizeof(std::uint16_t)));
-        b[p] = Lanes::load(at);
-      }
-      const auto step = [&](Index row) {
-        const Halves x = Lanes::broadcast(a[row * lda + c]);
-        for (Index p = 0; p < Panels; ++p) Lanes::fma(x, b[p], h[row][p]);
-      };
-      (step(r), ...);
-    }
+    for (Index c = c0; c < std::min(depth, c0 + f16_chain); ++c)
+      f16_chain_step<Lanes, W, Panels>(std::integer_sequence<Index, r...>{}, a + c, lda, panel + c * W, next, prefetch, c * Panels, h);
     const auto sum = [&](Index row) {
       for (Index p = 0; p < Panels; ++p) Lanes::add(acc[row][p], h[row][p]);
     };
@@ -203,6 +209,18 @@ inline void f16_score_products_of(std::integer_sequence<Index, r...>, Index dept
   (finish(r), ...);
 }
 
+/// kernel(height, first row) over `rows` rows as slivers of compiled heights (AVX512-FP16's
+/// registers: each row's chains and float sums held in them, up to 8 rows of one panel or 4 of
+/// two), or row by row (the portable chains: a row's chains are its own, the bits the same).
+template <class Lanes, Index W, Index Panels, class Kernel>
+inline void by_f16_heights(Index rows, const Kernel& kernel) {
+  if constexpr (std::is_same_v<Lanes, PortableF16Lanes<W>>) {
+    for (Index row = 0; row < rows; ++row) kernel(std::integral_constant<int, 1>{}, row);
+  } else {
+    by_compiled_heights<Panels == 1 ? 8 : 4>(rows, 0, kernel);
+  }
+}
+
 /// S[r][0, Panels W) = Qs_r . k_w by F16 chains (see the top) for `rows` rows of a (F16 bits, lda
 /// entries apart) against Panels key panels of W keys (the second at panel + next), into out
 /// (leading dimension ldo). prefetch: what to ask for ahead (PanelPrefetch).
@@ -210,14 +228,7 @@ template <Index W, Index Panels>
 inline void f16_score_products(Index rows, Index depth, const std::uint16_t* a, Index lda, const std::uint16_t* panel, Index next,
                                const PanelPrefetch& prefetch, float* out, Index ldo) {
   using Lanes = typename F16LanesOf<W>::type;
-  if constexpr (std::is_same_v<Lanes, PortableF16Lanes<W>>) {  // (row by row: a row's chains are its own)
-    for (Index row = 0; row < rows; ++row)
-      f16_score_products_of<Lanes, W, Panels>(std::integer_sequence<Index, 0>{}, depth, a + row * lda, lda, panel, next, prefetch,
-                                             out + row * ldo, ldo);
-    return;
-  }
-  constexpr int tallest = Panels == 1 ? 8 : 4;  // (a row's chains, float sums and the panels' rows in 32 registers)
-  by_compiled_heights<tallest>(rows, 0, [&](auto height, Index row) {
+  by_f16_heights<Lanes, W, Panels>(rows, [&](auto height, Index row) {
     f16_score_products_of<Lanes, W, Panels>(std::make_integer_sequence<Index, decltype(height)::value>{}, depth, a + row * lda, lda,
                                            panel, next, prefetch, out + row * ldo, ldo);
   });
@@ -250,17 +261,7 @@ inline void f16_value_products_of(std::integer_sequence<Index, r...>, const F16R
   (start(r), ...);
   Index phase = run.phase;
   for (Index t = 0; t < run.tokens; ++t) {
-    Halves b[static_cast<std::size_t>(Panels)];
-    for (Index c = 0; c < Panels; ++c) {
-      const std::uint16_t* at = values + c * next + t * W;
-      prefetch_panel_row(prefetch, at, t * Panels + c, W * Index(sizeof(std::uint16_t)));
-      b[c] = Lanes::load(at);
-    }
-    const auto step = [&](Index row) {
-      const Halves x = Lanes::broadcast(p[row * ldp + t]);
-      for (Index c = 0; c < Panels; ++c) Lanes::fma(x, b[c], h[row][c]);
-    };
-    (step(r), ...);
+    f16_chain_step<Lanes, W, Panels>(std::integer_sequence<Index, r...>{}, p + t, ldp, values + t * W, next, prefetch, t * Panels, h);
     if (++phase == f16_chain) {
       phase = 0;
       const auto sum = [&](Index row) {
@@ -287,14 +288,7 @@ inline void f16_value_products(Index rows, const F16Run& run, const std::uint16_
                                Index next, const PanelPrefetch& prefetch, std::uint16_t* carry, Index ldcarry, float* acc,
                                Index ldacc) {
   using Lanes = typename F16LanesOf<W>::type;
-  if constexpr (std::is_same_v<Lanes, PortableF16Lanes<W>>) {
-    for (Index row = 0; row < rows; ++row)
-      f16_value_products_of<Lanes, W, Panels>(std::integer_sequence<Index, 0>{}, run, p + row * ldp, ldp, values, next, prefetch,
-                                             carry + row * ldcarry, ldcarry, acc + row * ldacc, ldacc);
-    return;
-  }
-  constexpr int tallest = Panels == 1 ? 8 : 4;
-  by_compiled_heights<tallest>(rows, 0, [&](auto height, Index row) {
+  by_f16_heights<Lanes, W, Panels>(rows, [&](auto height, Index row) {
     f16_value_products_of<Lanes, W, Panels>(std::make_integer_sequence<Index, decltype(height)::value>{}, run, p + row * ldp, ldp,
                                            values, next, prefetch, carry + row * ldcarry, ldcarry, acc + row * ldacc, ldacc);
   });

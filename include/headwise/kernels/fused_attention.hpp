@@ -605,8 +605,14 @@ void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Ind
   scaled.noalias() = call.q.block(i0, h * d_head, rows, d_head) * call.inv_divisor;
   const Index entries = call.kv.format().lane_entries();  // (the stored arithmetic: int8, BF16 or F16 rows)
   if (entries == int8_quad) return quantize_query_tile(w, rows, d_head);
-  if (entries == bf16_pair) return round_query_tile(w, rows, d_head);
-  if (call.kv.format().f16_products()) return round_query_tile_to_f16(w, rows, d_head);
+  if (entries == bf16_pair || call.kv.format().f16_products()) {  // (BF16 pairs, F16 chains: the rows rounded to 16 bits)
+    for (Index r = 0; r < rows; ++r) {
+      std::uint16_t* rounded = w.q16.data() + r * d_head;
+      if (entries == bf16_pair) round_to_bf16(w.scaled.row(r).data(), d_head, rounded);
+      else round_to_f16(w.scaled.row(r).data(), d_head, rounded);
+    }
+    return;
+  }
   pack_a<Scalar>(rows, d_head, {w.scaled.data(), d_head}, w.q.data());
 }
 
