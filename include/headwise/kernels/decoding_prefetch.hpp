@@ -1,10 +1,10 @@
 // What a decoding step asks memory for while it computes (detail::PanelPrefetch): a piece of what
-// the step reads later, into L2, and (the widened products, BF16's value products) each product's
-// own panels a little ahead, into L1. A
+// the step reads later, into L2, and (the widened products, the BF16 and F16 value products) each
+// product's own panels a little ahead, into L1. A
 // decoding step reads a key tile's keys (its scores), computes the softmax, then reads the tile's
 // values: left to itself, memory would idle while the scores and the softmax are computed. The
-// widened tiles (kernels/fused_attention.hpp) and the BF16 stored arithmetic's
-// (kernels/bf16_tiles.hpp) ask for their next phase's bytes (score_phase_prefetch,
+// widened tiles (kernels/fused_attention.hpp) and the BF16 and F16 stored arithmetics'
+// (kernels/panel_tiles.hpp; F16's unmeasured) ask for their next phase's bytes (score_phase_prefetch,
 // value_phase_prefetch); the int8 stored arithmetic's (kernels/int8_tiles.hpp) for the value
 // panels one key tile later (next_tile_value_panel), and for keys in another block 512 tokens
 // ahead (key_panel_ahead). Measured at Llama 3 8B's
@@ -24,7 +24,7 @@
 
 namespace headwise::detail {
 
-/// How far ahead of each panel row a decoding step's BF16 value products ask for their own panels,
+/// How far ahead of each panel row a decoding step's BF16 (and F16) value products ask for their own panels,
 /// into L1 (the next phase's bytes already wait in L2; the widened products ask by rows, the int8
 /// ones not at all, below): 4 KiB. Measured at Llama 3 8B's heads, one thread (Zen 4, two binaries
 /// alternated four times), keys and values 4 KiB ahead against the keys 16 KiB ahead (best on Zen 5
