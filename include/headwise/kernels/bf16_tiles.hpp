@@ -48,9 +48,9 @@ void bf16_value_tile(const Call& call, Scratch& w, const State& st, Index rows, 
   panel_value_tile(call, w, rows, j0, g, keys,
                    [&](auto panels, Index nr, Index r0, KeyRange run, KeyRange covered, const std::uint16_t* values,
                        const PanelPrefetch& prefetch, Index c0) {
-                     bf16_panel_products<Scalar, decltype(panels)::value, true>(nr, run.size() / bf16_pair, w.p16.data() + (run.begin - covered.begin),
-                                                                                call.tk, values, stride, prefetch, st.acc + r0 * dv_padded + c0,
-                                                                                dv_padded);
+                     const std::uint16_t* p = w.p16.data() + (run.begin - covered.begin);  // (the weights from the run's first pair)
+                     bf16_panel_products<Scalar, decltype(panels)::value, true>(nr, run.size() / bf16_pair, p, call.tk, values, stride,
+                                                                                prefetch, st.acc + r0 * dv_padded + c0, dv_padded);
                    });
 }
 

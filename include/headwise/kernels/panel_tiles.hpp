@@ -33,7 +33,8 @@ void panel_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index 
     for (Index c0 = first, step; c0 < span.end; c0 += step) {
       const bool two = c0 + W < span.end && j0 + c0 + W < call.kv.block_end(j0 + c0);
       const std::uint16_t* panel = call.kv.template key_panel<std::uint16_t>(g, j0 + c0);
-      const PanelPrefetch prefetch = score_phase_prefetch<std::uint16_t>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / (2 * W), asks);
+      const PanelPrefetch prefetch =
+          score_phase_prefetch<std::uint16_t>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / (2 * W), asks);
       if (two) products(Two{}, rows, 0, panel, prefetch, w.s.data() + c0);
       else products(One{}, rows, 0, panel, prefetch, w.s.data() + c0);
       step = two ? 2 * W : W;
