@@ -260,9 +260,12 @@ inline void f16_value_products_of(std::integer_sequence<Index, r...>, const F16R
   };
   (start(r), ...);
   Index phase = run.phase;
-  for (Index t = 0; t < run.tokens; ++t) {
-    f16_chain_step<Lanes, W, Panels>(std::integer_sequence<Index, r...>{}, p + t, ldp, values + t * W, next, prefetch, t * Panels, h);
-    if (++phase == f16_chain) {
+  for (Index t = 0; t < run.tokens;) {  // chunk by chunk (no branch among a chunk's steps)
+    const Index end = std::min(run.tokens, t + f16_chain - phase);
+    phase += end - t;
+    for (; t < end; ++t)
+      f16_chain_step<Lanes, W, Panels>(std::integer_sequence<Index, r...>{}, p + t, ldp, values + t * W, next, prefetch, t * Panels, h);
+    if (phase == f16_chain) {
       phase = 0;
       const auto sum = [&](Index row) {
         for (Index c = 0; c < Panels; ++c) Lanes::add(sums[row][c], h[row][c]), h[row][c] = Lanes::zero();
