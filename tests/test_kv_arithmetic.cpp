@@ -417,8 +417,9 @@ TEST_CASE("the stored arithmetic: what it does not take is refused by name", "[s
   CHECK_THROWS_WITH(attend<float>(batch, call), Catch::Contains("beyond F16's largest number (65504)"));
   q(0, 3) = 65504.0f * std::sqrt(8.0f) * 0.999f;  // (within range: taken)
   CHECK(attend<float>(q, f16, call).z.allFinite());
-  // A chain that leaves F16's range: a score's (of either sign: none dropped in silence as -inf) or
-  // a value column's (32 keys of weight 1 and value 60000) is refused by name, packed or batched.
+  // A chain that leaves F16's range: a score's (of either sign: none dropped in silence as -inf, with
+  // or without a soft-cap, in one shard or another) or a value column's (4 keys of weight 1 and
+  // value 60000) is refused by name, packed or batched.
   const auto overflows = [&](const Matrix<float>& keys, const Matrix<float>& values, const Matrix<float>& query) {
     PackedKeysValues<float> store(keys.rows(), 1, 8, 8, {ValueStorage::own, KvStorage::f16, KvArithmetic::stored});
     store.append(keys, values);
@@ -430,6 +431,17 @@ TEST_CASE("the stored arithmetic: what it does not take is refused by name", "[s
   const Matrix<float> large = Matrix<float>::Constant(4, 8, 60000.0f), small = Matrix<float>::Ones(4, 8);
   for (const float sign : {1.0f, -1.0f})
     CHECK_THROWS_WITH(overflows(large, small, Matrix<float>::Constant(1, 8, sign * 8.0f)), Catch::Contains("left F16's range (beyond 65504)"));
+  Matrix<float> one_large = Matrix<float>::Ones(200, 8);  // key 150 alone overflows: -inf would drop just it
+  one_large.row(150).setConstant(60000.0f);
+  AttentionOptions capped;
+  capped.softcap = 30.0;
+  const AttentionOptions* const choices[] = {nullptr, &capped};
+  for (const AttentionOptions* options : choices) {
+    call.options = options, call.tiles.keys = 64, call.tiles.key_shard = 64;  // (key 150 in the third of four shards)
+    CHECK_THROWS_WITH(overflows(one_large, Matrix<float>::Ones(200, 8), Matrix<float>::Constant(1, 8, -8.0f)),
+                      Catch::Contains("left F16's range (beyond 65504)"));
+  }
+  call.options = nullptr, call.tiles = {};
   CHECK_THROWS_WITH(overflows(small, large, Matrix<float>::Zero(1, 8)),
                     Catch::Contains("left F16's range"));
 }
@@ -494,9 +506,8 @@ double f16_of(std::uint16_t bits) { return detail::f16_value(bits); }
 
 TEST_CASE("the F16 products are the rule's chains, computed here independently, bit for bit", "[arithmetic]") {
   std::mt19937 rng(4);
-  constexpr Index W = 32, d = 100, tokens = 45;  // (score chains of 32, 32, 32 and 4 components)
-  const std::vector<std::uint16_t> q = f16_numbers(3 * d, 2.0f, 8, rng), keys = f16_numbers(d * W, 1.0f, 8, rng),
-                                   p = f16_numbers(3 * tokens, 0.3f, 8, rng), values = f16_numbers(tokens * W, 2.0f, 8, rng);
+  constexpr Index W = 32, d = 100;  // (score chains of 32, 32, 32 and 4 components)
+  const std::vector<std::uint16_t> q = f16_numbers(3 * d, 2.0f, 8, rng), keys = f16_numbers(d * W, 1.0f, 8, rng);
   // scores: S[r][w] = the chained sums of row r against key w (component c of key w at c W + w)
   std::vector<float> s(3 * W);
   detail::f16_score_products_of<detail::PortableF16Lanes<W>, W, 1>(std::make_integer_sequence<Index, 3>{}, d, q.data(), d, keys.data(), 0,
@@ -509,34 +520,44 @@ TEST_CASE("the F16 products are the rule's chains, computed here independently, 
       const double expected = f16_chain_dot(a, b);
       const float got = s[static_cast<std::size_t>(r * W + w)];
       if (!std::isfinite(expected)) ++infinite;
-      if (std::isfinite(expected) ? got != expected : !std::isnan(got)) ++wrong;  // (an infinite chain: NaN)
+      if (!(got == expected || (std::isnan(got) && std::isnan(expected)))) ++wrong;
     }
   CHECK(wrong == 0);
   CHECK(infinite > 0);  // (numbers near 65504 make some chains overflow)
-  // values: keys 0..44 at places 5..49 of their chunks' grid (chunks of places 0-31, 32-63), as two
-  // runs (20 keys, then 25 carried on): acc[r][w] = 0.5 + the chain of places 5-31 + that of 32-49
-  const std::vector<std::uint16_t> mild_p = f16_numbers(3 * tokens, 0.3f, 1, rng), mild_v = f16_numbers(tokens * W, 2.0f, 1, rng);
-  std::vector<float> acc(3 * W, 0.5f);
-  std::vector<std::uint16_t> carry(3 * W);
-  detail::f16_value_products_of<detail::PortableF16Lanes<W>, W, 1>(std::make_integer_sequence<Index, 3>{}, detail::F16Run{20, 5, false, false},
-                                                                  mild_p.data(), tokens, mild_v.data(), 0, detail::PanelPrefetch{}, carry.data(),
-                                                                  W, acc.data(), W);
-  detail::f16_value_products_of<detail::PortableF16Lanes<W>, W, 1>(std::make_integer_sequence<Index, 3>{}, detail::F16Run{25, 25, true, true},
-                                                                  mild_p.data() + 20, tokens, mild_v.data() + 20 * W, 0, detail::PanelPrefetch{},
-                                                                  carry.data(), W, acc.data(), W);
-  wrong = 0;
-  for (Index r = 0; r < 3; ++r)
-    for (Index w = 0; w < W; ++w) {
-      float expected = 0.5f;
-      for (const auto& [first, last] : {std::pair<Index, Index>{0, 27}, std::pair<Index, Index>{27, 45}}) {
-        double h = 0;
-        for (Index t = first; t < last; ++t)
-          h = to_f16(static_cast<long double>(f16_of(mild_p[static_cast<std::size_t>(r * tokens + t)])) * f16_of(mild_v[static_cast<std::size_t>(t * W + w)]) + h);
-        expected += static_cast<float>(h);
-      }
-      if (acc[static_cast<std::size_t>(r * W + w)] != expected) ++wrong;
+  // values, as runs of keys on the chunks' grid (chunks of places 0-31, 32-63, 64-95): acc[r][w] =
+  // 0.5 + each chunk's chain, in order. Two runs with a chain carried between them (keys 0-44 at
+  // places 5-49: runs of 20 and 25); two runs that meet at a chunk's end, the second over three
+  // chunks (keys 0-66 at places 5-71: runs of 27 and 40).
+  constexpr Index tokens = 67;
+  const std::vector<std::uint16_t> p = f16_numbers(3 * tokens, 0.3f, 1, rng), values = f16_numbers(tokens * W, 2.0f, 1, rng);
+  const std::vector<std::vector<detail::F16Run>> cases = {{{20, 5, false, false}, {25, 25, true, true}},
+                                                          {{27, 5, false, false}, {40, 0, false, true}}};
+  for (const auto& runs : cases) {
+    std::vector<float> acc(3 * W, 0.5f);
+    std::vector<std::uint16_t> carry(3 * W);
+    Index first = 0;
+    for (const detail::F16Run& run : runs) {
+      detail::f16_value_products_of<detail::PortableF16Lanes<W>, W, 1>(std::make_integer_sequence<Index, 3>{}, run, p.data() + first, tokens,
+                                                                      values.data() + first * W, 0, detail::PanelPrefetch{}, carry.data(),
+                                                                      W, acc.data(), W);
+      first += run.tokens;
     }
-  CHECK(wrong == 0);
+    wrong = 0;
+    for (Index r = 0; r < 3; ++r)
+      for (Index w = 0; w < W; ++w) {
+        float expected = 0.5f;
+        for (Index chunk_first = 0; chunk_first < first;) {  // keys 0 .. first - 1 at places 5 ...
+          const Index chunk_end = std::min(first, (chunk_first + 5) / 32 * 32 + 32 - 5);
+          double h = 0;
+          for (Index t = chunk_first; t < chunk_end; ++t)
+            h = to_f16(static_cast<long double>(f16_of(p[static_cast<std::size_t>(r * tokens + t)])) * f16_of(values[static_cast<std::size_t>(t * W + w)]) + h);
+          expected += static_cast<float>(h);
+          chunk_first = chunk_end;
+        }
+        if (acc[static_cast<std::size_t>(r * W + w)] != expected) ++wrong;
+      }
+    CHECK(wrong == 0);
+  }
 }
 
 #if defined(HEADWISE_F16_FMA)

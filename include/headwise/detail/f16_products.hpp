@@ -17,9 +17,9 @@
 //            keys of the chunk the row's sliver sees, ascending, from h = +0 (a chain crosses the
 //            blocks of a paged store: it is the same chain wherever the keys lie). A key the row
 //            does not see has p = 0, and fma(0, v, h) = h: the sliver's span changes no bits
-// A chain that leaves F16's range (beyond 65504) is infinite: a score with an infinite chain is
-// made NaN (either sign: no key is dropped in silence), which makes its row NaN (normalise_rows),
-// and attend refuses a result with an entry that is not finite by name (check_f16_result). With
+// A chain that leaves F16's range (beyond 65504) is infinite: the kernel notes a score a row sees
+// that is not finite (FusedCall::f16_overflow), a value chain's infinity reaches the result, and
+// attend refuses either by name (check_f16_result): no key is dropped in silence as -inf. With
 // AVX512-FP16 the chains are vfmadd231ph's, which keep subnormals whatever MXCSR says; elsewhere
 // the same chains lane by lane (F16LanesOf: each step one double multiply-add of F16 numbers,
 // exact whenever the result is finite, rounded once to F16): for one key tile, the same bits on
@@ -61,7 +61,7 @@ inline float f16_nearest(double x) {
   const auto exponent = static_cast<std::int64_t>((Eigen::numext::bit_cast<std::uint64_t>(x) >> 52) & 0x7ff) - 1023;
   const std::int64_t e = std::max<std::int64_t>(exponent, -14);
   const double c = Eigen::numext::bit_cast<double>(static_cast<std::uint64_t>(e + 42 + 1023) << 52 | std::uint64_t(1) << 51);
-  return static_cast<float>((x + c) - c);
+  return static_cast<float>(std::copysign((x + c) - c, x));  // (a zero keeps x's sign, as IEEE's rounding)
 }
 
 /// fma(a, b, c) of three F16 numbers (held in floats), rounded once to F16. a b is exact in
@@ -123,9 +123,6 @@ struct PortableF16Lanes {
   static void add(Floats& acc, const Halves& h) {
     for (Index w = 0; w < W; ++w) acc.x[w] += h.x[w];
   }
-  static void infinities_to_nan(Floats& acc) {  // (x - x) + x: x if finite, NaN if infinite
-    for (Index w = 0; w < W; ++w) acc.x[w] = (acc.x[w] - acc.x[w]) + acc.x[w];
-  }
 };
 
 #if defined(HEADWISE_F16_FMA)
@@ -145,9 +142,6 @@ struct VectorF16Lanes {
     const __m512i bits = _mm512_castph_si512(h.v);
     acc.lo = _mm512_add_ps(acc.lo, _mm512_cvtxph_ps(_mm512_castph512_ph256(h.v)));
     acc.hi = _mm512_add_ps(acc.hi, _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_castsi512_si256(_mm512_shuffle_i64x2(bits, bits, 0xEE)))));
-  }
-  static void infinities_to_nan(Floats& acc) {
-    acc.lo = _mm512_add_ps(_mm512_sub_ps(acc.lo, acc.lo), acc.lo), acc.hi = _mm512_add_ps(_mm512_sub_ps(acc.hi, acc.hi), acc.hi);
   }
 };
 #endif
@@ -203,8 +197,8 @@ inline void f16_score_products_of(std::integer_sequence<Index, r...>, Index dept
     };
     (sum(r), ...);
   }
-  const auto finish = [&](Index row) {  // (a chain beyond F16's range: NaN, not a key dropped as -inf)
-    for (Index p = 0; p < Panels; ++p) Lanes::infinities_to_nan(acc[row][p]), Lanes::store_floats(out + row * ldo + p * W, acc[row][p]);
+  const auto finish = [&](Index row) {
+    for (Index p = 0; p < Panels; ++p) Lanes::store_floats(out + row * ldo + p * W, acc[row][p]);
   };
   (finish(r), ...);
 }

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -163,6 +164,7 @@ struct FusedCall {
   Index first_key = 0;                        // keys before it are another call's (a shared prefix: attend_batch)
   const ScoreRule<Scalar>& rule;              // which keys each query sees, what a score becomes
   Scalar inv_divisor;
+  std::atomic<bool>* f16_overflow = nullptr;  // F16 chains: set if a score a row sees left F16's range (check_f16_result)
 
   Index n_q() const { return q.rows(); }
   Index n_k() const { return kv.size(); }
@@ -430,6 +432,9 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
     if (r % R == 0) span = w.spans[static_cast<std::size_t>(r / R)];  // what P V reads
     const KeyRange keys = whole ? KeyRange{0, cols} : keys_in_tile(call.rule, i0 + r, j0, cols);
     Scalar* row = w.s.data() + r * call.tk;
+    if constexpr (std::is_same_v<Stored, F16Products>)  // (before a rule could hide it: an F16 chain beyond 65504)
+      if (call.f16_overflow && !all_finite(Eigen::Map<const RowVector<Scalar>>(row + keys.begin, keys.size())))
+        call.f16_overflow->store(true, std::memory_order_relaxed);
     if (modifies) call.rule.apply(h, i0 + r, j0, row, keys.begin, keys.end);
     const Scalar new_max = keys.empty() ? minus_inf : row_max(row + keys.begin, keys.size(), st.max[r]);
     if (keys.empty() || (modifies && new_max == minus_inf)) {  // sees nothing here (yet)

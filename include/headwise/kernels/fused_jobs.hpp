@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -268,12 +269,13 @@ void check_scaled_queries(const char* where, const Eigen::Ref<const Matrix<Scala
             "round the scaled query to F16 (KvArithmetic::widened keeps it in float)");
 }
 
-/// Throws unless every entry of a result over `format`'s store is finite where its arithmetic can
-/// leave it in silence: F16 under the stored arithmetic, whose chains end at 65504 (an infinite
-/// value chain, or a score's, which the kernel makes NaN: detail/f16_products.hpp).
+/// Throws if F16 chains under the stored arithmetic left F16's range (beyond 65504) in a call over
+/// `format`'s store: a score a row sees (the kernel noted it in `overflow`) or a value chain (the
+/// result is not finite). detail/f16_products.hpp.
 template <class Scalar>
-void check_f16_result(const char* where, const Matrix<Scalar>& z, const StoreFormat& format, int threads) {
-  if (format.f16_products() && !all_finite(z, threads))
+void check_f16_result(const char* where, const Matrix<Scalar>& z, const StoreFormat& format, const std::atomic<bool>& overflow,
+                      int threads) {
+  if (format.f16_products() && (overflow.load() || !all_finite(z, threads)))
     invalid(where, "a chain of F16 products left F16's range (beyond 65504) under the stored arithmetic: the result is not finite; ",
             "KvArithmetic::widened multiplies these keys and values in float");
 }
