@@ -10,7 +10,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     const auto config = headwise::io::parse_gpt2_config(std::string(data, data + size), "fuzz");
-    const bool in_range = config.n_embd > 0 && config.n_head > 0 && config.n_layer >= 0 &&
+    const bool in_range = config.n_embd > 0 && config.n_head > 0 && config.n_layer > 0 &&
                           config.n_embd <= headwise::io::max_config_value &&
                           config.n_head <= headwise::io::max_config_value &&
                           config.n_layer <= headwise::io::max_config_value && config.n_embd % config.n_head == 0;

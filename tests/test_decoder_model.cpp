@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <type_traits>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -201,6 +203,10 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   CHECK_THROWS_WITH(model.run({1, 2}, negative), Catch::Contains("first_position must be >= 0, got -1"));
   negative.first_position = 1023;
   CHECK_THROWS_WITH(model.run({1, 2}, negative), Catch::Contains("1025 tokens, more than the model's 1024 positions"));
+  negative.first_position = std::numeric_limits<Index>::max() - 1;  // (first + n overflowed, and passed the check)
+  CHECK_THROWS_WITH(model.run({1, 2}, negative), Catch::Contains("first_position = 9223372036854775806 and 2 tokens: the last position is past INT64_MAX"));
+  CHECK_THROWS_WITH(model.generate({1, 2}, std::numeric_limits<Index>::max() - 1),
+                    Catch::Contains("count = 9223372036854775806 tokens after a prompt of 2 is past INT64_MAX tokens"));
   model::RunOptions<float> keep_negative;
   keep_negative.logits_to_keep = -1;
   CHECK_THROWS_WITH(model.run({1, 2}, keep_negative), Catch::Contains("logits_to_keep must be >= 0 (0: every token), got -1"));
@@ -231,6 +237,14 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
       "intermediate_size": 8, "vocab_size": 4, "hidden_act": "silu", "final_logit_softcapping": 30.0})";
   CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("\"final_logit_softcapping\" is set, which llama does not apply"));
+  // attention_bias true: Hugging Face's layer then has biases, so a checkpoint without them is refused.
+  std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+      "intermediate_size": 8, "vocab_size": 4, "hidden_act": "silu", "attention_bias": true})";
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(folder),
+                    Catch::Contains("missing tensor \"model.layers.0.self_attn.q_proj.bias\": the config says attention_bias = true"));
+  std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+      "intermediate_size": 8, "vocab_size": 4, "hidden_act": ["silu"]})";
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("\"hidden_act\" = [\"silu\"] is not a string"));
 }
 
 namespace {
@@ -359,7 +373,8 @@ TEMPLATE_TEST_CASE("Decoding token by token equals the whole forward's logits bi
 /// a 64-byte vector, so each row of a batch starts at another alignment than a row decoded alone).
 /// One folder per `name`: CTest runs the float and double cases at once, and a file rewritten
 /// while the other process has it mapped is a SIGBUS there.
-std::string random_gpt2_folder(std::mt19937& rng, const std::string& name) {
+std::string random_gpt2_folder(std::mt19937& rng, const std::string& name,
+                               const std::function<void(std::map<std::string, headwise_test::TensorValues>&)>& edit = {}) {
   const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/gpt2-n-embd-40-" + name;
   std::filesystem::create_directories(folder);
   std::ofstream(folder + "/config.json") << R"({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 40, "n_head": 4,
@@ -383,6 +398,7 @@ std::string random_gpt2_folder(std::mt19937& rng, const std::string& name) {
   }
   add("transformer.ln_f.weight", {40}, 1.0f), add("transformer.ln_f.bias", {40}), add("transformer.wpe.weight", {64, 40});
   add("transformer.wte.weight", {96, 40});
+  if (edit) edit(tensors);
   const std::vector<unsigned char> bytes = headwise_test::write_safetensors_values(tensors);
   std::ofstream(folder + "/model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
   return folder;
@@ -404,6 +420,24 @@ TEMPLATE_TEST_CASE("Decoding equals the forward bit for bit at a width whose row
     for (std::size_t t = prompt; t < ids.size(); ++t) decoded.row(Index(t)) = model.decode({ids[t]}, caches);
     CHECK_THAT(headwise_test::as_double(decoded), headwise_test::IsExactly(whole));
   }
+}
+
+TEST_CASE("Logits that are not finite are refused by name, on the forward, decoding and generation", "[model][errors]") {
+  // (The attention layers refuse a stream that is not finite; after the last one nothing did.)
+  std::mt19937 rng(9);
+  const auto lm_head = io::load_decoder_model<float>(random_gpt2_folder(rng, "inf-lm-head", [](auto& t) {
+    t["transformer.wte.weight"].values[7 * 40 + 3] = std::numeric_limits<float>::infinity();  // (id 7, tied head)
+  }));
+  const std::vector<Index> ids = {1, 2, 3};  // (id 7 is not in the text: only the head reads its row)
+  CHECK_THROWS_WITH(lm_head.run(ids), Catch::Contains("the logit of row 0 for id 7 is") && Catch::Contains("the LM head's product overflowed"));
+  auto caches = lm_head.make_caches(4);
+  CHECK_THROWS_WITH(lm_head.decode(ids, caches), Catch::Contains("the logit of row 0 for id 7 is"));
+  CHECK_THROWS_WITH(lm_head.generate(ids, 1), Catch::Contains("the logit of row 0 for id 7 is"));
+  const auto mlp = io::load_decoder_model<float>(random_gpt2_folder(rng, "huge-mlp", [](auto& t) {
+    t["transformer.h.1.mlp.c_proj.bias"].values[5] = 3.39e38f;  // (finite, as BF16's largest numbers are)
+  }));
+  CHECK_THROWS_WITH(mlp.run(ids), Catch::Contains("the residual stream after the last block is not finite"));
+  CHECK_THROWS_WITH(mlp.generate(ids, 2), Catch::Contains("the residual stream after the last block is not finite"));
 }
 
 TEST_CASE("Head studies over a whole model: the scores from PyTorch's patterns, a table and a page", "[model][fixture][interpret]") {

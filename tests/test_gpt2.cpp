@@ -110,7 +110,10 @@ TEST_CASE("GPT-2 loading errors name the problem", "[gpt2][errors]") {
              Contains("no-head.json: no integer field \"n_head\""));
   CHECK_THAT(error_of([] { io::read_gpt2_config(write_temp("no-embd.json", R"({"n_head": 2})")); }),
              Contains("no-embd.json: no integer field \"n_embd\""));
-  CHECK_THAT(error_of([] { io::read_gpt2_config(write_temp("bad.json", R"({"n_embd": 10, "n_head": 3})")); }),
+  // (A missing size is refused, not defaulted: Hugging Face's 12 layers, or none, would load another model.)
+  CHECK_THAT(error_of([] { io::read_gpt2_config(write_temp("no-layer.json", R"({"n_embd": 8, "n_head": 2})")); }),
+             Contains("no-layer.json: no integer field \"n_layer\""));
+  CHECK_THAT(error_of([] { io::read_gpt2_config(write_temp("bad.json", R"({"n_embd": 10, "n_head": 3, "n_layer": 1})")); }),
              Contains("n_embd = 10 is not divisible by n_head = 3"));
   CHECK_THAT(error_of([] { io::read_gpt2_config(write_temp("zero.json", R"({"n_embd": 8, "n_head": 0})")); }),
              Contains("\"n_head\" = 0 must be an integer in [1, 4294967296]"));
@@ -165,5 +168,5 @@ TEST_CASE("every layer at once equals the layers loaded one by one, and reproduc
                io::load_gpt2_attention_layers<float>(headwise_test::load_fixture("gpt2-tiny/model.safetensors"),
                                                      no_layers);
              }),
-             Catch::Matchers::Contains("the config gives no n_layer"));
+             Catch::Matchers::Contains("the config has n_layer = 0, expected an integer in [1, 4294967296]"));
 }

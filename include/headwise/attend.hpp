@@ -272,12 +272,12 @@ HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Ma
   check_kept_keys(rule, kv, where);
   const FusedTiles tiles = tiles_for<Scalar>(call.tiles, q.rows(), kv.size(), kv.format());
   FusedCall<Scalar> fused(q, kv, z, rule, tiles, static_cast<Scalar>(1.0 / divisor));
-  std::atomic<bool> f16_overflow{false};
-  fused.f16_overflow = &f16_overflow;
+  std::atomic<bool> overflow{false};
+  fused.overflow = &overflow;
   if (call.logsumexp) fused.logsumexp = &out.logsumexp;
   if (call.statistics) fused.statistics = &out.statistics;
   std::vector<Observer> seen = run_fused<Scalar, Observer, Reach>(fused, threads, tiles.split_keys);
-  check_f16_result(where, out.z, kv.format(), f16_overflow, threads);
+  check_overflow(where, out.z, kv.format(), overflow, threads);
   if (observers) *observers = std::move(seen);
   return out;
 }
@@ -396,7 +396,7 @@ class BatchCalls {
     });
     std::vector<AttentionResult<Scalar>> out(n_);
     for (std::size_t i = 0; i < n_; ++i) {
-      check_f16_result(where_, z_[i], kv.format(), f16_overflow_, threads_);
+      check_overflow(where_, z_[i], kv.format(), overflow_, threads_);
       raw_[i].z = std::move(z_[i]);
       const BatchedSequence<Scalar>& s = batch_.sequences[i];
       out[i] = fold_ ? unfold_result(raw_[i], call_.heads, s.q.rows(), s.kv.d_v()) : std::move(raw_[i]);
@@ -417,7 +417,7 @@ class BatchCalls {
     check_kept_keys(rules_.back(), s.kv, where_);
     tiles_[i] = tiles_for<Scalar>(call_.tiles, q_[i].rows(), s.kv.size(), s.kv.format());
     calls_.emplace_back(q_ref_.back(), s.kv, z_ref_.back(), rules_.back(), tiles_[i], inverse_divisor_);
-    calls_.back().f16_overflow = &f16_overflow_;
+    calls_.back().overflow = &overflow_;
     if (call_.logsumexp) calls_.back().logsumexp = &raw_[i].logsumexp;
     if (call_.statistics) calls_.back().statistics = &raw_[i].statistics;
   }
@@ -439,7 +439,7 @@ class BatchCalls {
     rules_.emplace_back(at_prefix_, total, prefix, inner_.query, where_);
     const KvBlocks<Scalar> keys = batch_.sequences[static_cast<std::size_t>(sharing[0])].kv.first(prefix);
     calls_.emplace_back(q_ref_.back(), keys, z_ref_.back(), rules_.back(), tiles, inverse_divisor_);
-    calls_.back().f16_overflow = &f16_overflow_;
+    calls_.back().overflow = &overflow_;
     fused_.prefix = &calls_.back();
   }
 
@@ -461,7 +461,7 @@ class BatchCalls {
   std::vector<FusedCall<Scalar>> calls_;
   std::vector<AttentionResult<Scalar>> raw_;
   FusedBatch<Scalar> fused_;
-  std::atomic<bool> f16_overflow_{false};  // (F16 chains: a score beyond F16's range in any of the calls)
+  std::atomic<bool> overflow_{false};  // (a row of any of the calls beyond the range: check_overflow)
 };
 
 /// attend() on a batch, its errors named by `where`.

@@ -115,17 +115,27 @@ inline void bf16_panel_products(Index rows, Index pairs, const std::uint16_t* a,
   }
 #endif
   static_cast<void>(prefetch);
-  const auto widen = [](std::uint16_t bits) { return Eigen::numext::bit_cast<float>(std::uint32_t(bits) << 16); };
-  for (Index r = 0; r < rows; ++r)  // the same chains, one entry at a time
+  // The same chains, one entry at a time, a pair read as the one 32-bit lane it is: its second entry
+  // the lane's high half, its first the low half. (Read as two 16-bit entries, the chain's second-
+  // entry-first order is a reduction GCC 12's -O3 vectorizer gets wrong: it adds one product twice.)
+  const auto lane = [](const std::uint16_t* pair) {
+    std::uint32_t bits;
+    std::memcpy(&bits, pair, sizeof bits);
+    return bits;
+  };
+  const auto high = [](std::uint32_t bits) { return Eigen::numext::bit_cast<float>(bits & 0xffff0000u); };
+  const auto low = [](std::uint32_t bits) { return Eigen::numext::bit_cast<float>(bits << 16); };
+  for (Index r = 0; r < rows; ++r)
     for (Index p = 0; p < Panels; ++p) {
       float acc[static_cast<std::size_t>(W)];
       for (Index w = 0; w < W; ++w) acc[w] = Accumulate ? out[r * ldo + p * W + w] : 0.0f;
       for (Index q = 0; q < pairs; ++q) {
-        const float a0 = widen(a[r * lda + 2 * q]), a1 = widen(a[r * lda + 2 * q + 1]);
+        const std::uint32_t x = lane(a + r * lda + 2 * q);
         const std::uint16_t* row = panel + p * next + q * 2 * W;
         for (Index w = 0; w < W; ++w) {
-          acc[w] += a1 * widen(row[2 * w + 1]);  // (exact products: one rounding each, as vdpbf16ps's)
-          acc[w] += a0 * widen(row[2 * w]);
+          const std::uint32_t y = lane(row + 2 * w);
+          acc[w] += high(x) * high(y);  // (exact products: one rounding each, as vdpbf16ps's)
+          acc[w] += low(x) * low(y);
         }
       }
       for (Index w = 0; w < W; ++w) out[r * ldo + p * W + w] = acc[w];

@@ -18,8 +18,8 @@
 //            blocks of a paged store: it is the same chain wherever the keys lie). A key the row
 //            does not see has p = 0, and fma(0, v, h) = h: the sliver's span changes no bits
 // A chain that leaves F16's range (beyond 65504) is infinite: the kernel notes a score a row sees
-// that is not finite (FusedCall::f16_overflow), a value chain's infinity reaches the result, and
-// attend refuses either by name (check_f16_result): no key is dropped in silence as -inf. With
+// that is not finite (FusedCall::overflow), a value chain's infinity reaches the result, and
+// attend refuses either by name (check_overflow): no key is dropped in silence as -inf. With
 // AVX512-FP16 the chains are vfmadd231ph's, which keep subnormals whatever MXCSR says; elsewhere
 // the same chains lane by lane (F16LanesOf: each step one double multiply-add of F16 numbers,
 // exact whenever the result is finite, rounded once to F16): for one key tile, the same bits on

@@ -22,6 +22,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#endif
 
 #include "headwise/detail/errors.hpp"
 #include "headwise/types.hpp"
@@ -125,6 +128,21 @@ struct RegionWork {
   void* context = nullptr;
 };
 
+/// Forks of this process that the calling code has seen (a child process counts its parent's fork):
+/// a team made before a fork has no threads in the child (fork copies the calling thread alone),
+/// so the child's first region makes a new one, as OpenMP runtimes do. Counted by a
+/// pthread_atfork handler, registered with the first team.
+inline std::atomic<unsigned>& forks_seen() {
+  static std::atomic<unsigned> forks{0};
+  return forks;
+}
+inline void count_forks() {
+#if HEADWISE_THREADS && (defined(__unix__) || defined(__APPLE__))
+  static const int registered = pthread_atfork(nullptr, nullptr, [] { forks_seen().fetch_add(1, std::memory_order_relaxed); });
+  static_cast<void>(registered);
+#endif
+}
+
 /// The workers of one calling thread (WorkerTeam::of_this_thread()).
 class WorkerTeam {
  public:
@@ -132,88 +150,111 @@ class WorkerTeam {
     thread_local WorkerTeam team;
     return team;
   }
-  WorkerTeam() = default;
+  WorkerTeam() { count_forks(); }
   WorkerTeam(const WorkerTeam&) = delete;
   WorkerTeam& operator=(const WorkerTeam&) = delete;
   ~WorkerTeam() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    wake_.notify_all();
-    for (std::thread& worker : workers_) worker.join();
+    if (forked()) static_cast<void>(crew_.release());  // (see run)
+    else crew_->stop();
   }
 
   /// Runs work(t) for t = 0 .. parts - 1: part 0 here, the others on workers 1 .. parts - 1. If the
   /// system refuses a new thread, the parts it would have run run here, after part 0.
   HEADWISE_NOINLINE void run(int parts, RegionWork work) {
-    int hired = parts;
-    try {
-      while (static_cast<int>(workers_.size()) < parts - 1) {
-        const int index = static_cast<int>(workers_.size()) + 1;
-        workers_.emplace_back([this, index] { serve(index); });
-      }
-    } catch (...) {  // std::system_error (no more threads) or std::bad_alloc: fewer workers
-      hired = static_cast<int>(workers_.size()) + 1;
+    // In a child forked after this team was made, its workers do not exist and its lock may be
+    // held by one of them: the crew is left as it is (its memory the fork's copy, never freed) and
+    // a new one hired.
+    if (forked()) {
+      static_cast<void>(crew_.release());
+      crew_ = std::make_unique<Crew>();
     }
-    if (hired > 1) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      work_ = work, parts_ = hired;
-      pending_.store(hired - 1, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    if (hired > 1) wake_.notify_all();
-    work.call(work.context, 0);
-    for (int t = hired; t < parts; ++t) work.call(work.context, t);
-    if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    crew_->run(parts, work);
   }
 
  private:
-  /// Spins until ready() or spin_before_sleep has passed; returns ready().
-  template <class Ready>
-  static bool spin_until(Ready ready) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0;; ++i) {
-      if (ready()) return true;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();  // (a spin-wait hint: the other hardware thread of the core runs meanwhile)
-#endif
-      if (i % 64 == 63 && std::chrono::steady_clock::now() - start > spin_before_sleep) return ready();
-    }
-  }
-  /// Worker `index`'s loop: each new region, its part if it has one, until the team ends.
-  void serve(int index) {
-    unsigned seen = 0;
-    for (;;) {
-      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
-      RegionWork work;
-      int parts = 0;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-        if (stop_) return;
-        seen = generation_.load(std::memory_order_relaxed), work = work_, parts = parts_;
-      }
-      if (index >= parts) continue;  // a region of fewer parts than the team has workers
-      work.call(work.context, index);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lock(mutex_);  // (the caller may be about to wait)
-        done_.notify_one();
-      }
-    }
-  }
+  /// Whether this process was forked after the crew was hired.
+  bool forked() const { return crew_->born != forks_seen().load(std::memory_order_relaxed); }
 
-  std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  std::atomic<unsigned> generation_{0};
-  std::atomic<int> pending_{0};
-  RegionWork work_;
-  int parts_ = 0;
-  bool stop_ = false;
+  /// The workers and what they share: heap-allocated, so that a child process can abandon it.
+  struct Crew {
+    const unsigned born = forks_seen().load(std::memory_order_relaxed);
+    std::vector<std::thread> workers_;
+    std::mutex mutex_;
+    std::condition_variable wake_, done_;
+    std::atomic<unsigned> generation_{0};
+    std::atomic<int> pending_{0};
+    RegionWork work_;
+    int parts_ = 0;
+    bool stop_ = false;
+
+    void stop() {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+        generation_.fetch_add(1, std::memory_order_release);
+      }
+      wake_.notify_all();
+      for (std::thread& worker : workers_) worker.join();
+    }
+    void run(int parts, RegionWork work) {
+      int hired = parts;
+      try {
+        while (static_cast<int>(workers_.size()) < parts - 1) {
+          const int index = static_cast<int>(workers_.size()) + 1;
+          workers_.emplace_back([this, index] { serve(index); });
+        }
+      } catch (...) {  // std::system_error (no more threads) or std::bad_alloc: fewer workers
+        hired = static_cast<int>(workers_.size()) + 1;
+      }
+      if (hired > 1) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        work_ = work, parts_ = hired;
+        pending_.store(hired - 1, std::memory_order_relaxed);
+        generation_.fetch_add(1, std::memory_order_release);
+      }
+      if (hired > 1) wake_.notify_all();
+      work.call(work.context, 0);
+      for (int t = hired; t < parts; ++t) work.call(work.context, t);
+      if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    }
+
+    /// Spins until ready() or spin_before_sleep has passed; returns ready().
+    template <class Ready>
+    static bool spin_until(Ready ready) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0;; ++i) {
+        if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();  // (a spin-wait hint: the other hardware thread of the core runs meanwhile)
+#endif
+        if (i % 64 == 63 && std::chrono::steady_clock::now() - start > spin_before_sleep) return ready();
+      }
+    }
+    /// Worker `index`'s loop: each new region, its part if it has one, until the team ends.
+    void serve(int index) {
+      unsigned seen = 0;
+      for (;;) {
+        spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
+        RegionWork work;
+        int parts = 0;
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+          if (stop_) return;
+          seen = generation_.load(std::memory_order_relaxed), work = work_, parts = parts_;
+        }
+        if (index >= parts) continue;  // a region of fewer parts than the team has workers
+        work.call(work.context, index);
+        if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+          std::lock_guard<std::mutex> lock(mutex_);  // (the caller may be about to wait)
+          done_.notify_one();
+        }
+      }
+    }
+  };
+  std::unique_ptr<Crew> crew_ = std::make_unique<Crew>();
 };
 
 /// Runs body(t) for t = 0 .. parts - 1 on `parts` threads (the calling thread and its team's

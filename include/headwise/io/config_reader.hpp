@@ -43,7 +43,7 @@ class ConfigReader {
   double number(const nlohmann::json& object, const char* key, double fallback) const;
   /// A true/false field; absent or null: `fallback`; anything else is refused.
   bool boolean(const char* key, bool fallback) const;
-  /// A string field; absent or not a string: "".
+  /// A string field; absent or null: ""; anything else but a string is refused.
   std::string string(const char* key) const;
   const nlohmann::json& json() const { return *json_; }
 
@@ -107,7 +107,9 @@ HEADWISE_IO_INLINE bool ConfigReader::boolean(const char* key, bool fallback) co
 }
 
 HEADWISE_IO_INLINE std::string ConfigReader::string(const char* key) const {
-  return json_->contains(key) && json_->at(key).is_string() ? json_->at(key).get<std::string>() : std::string();
+  if (!json_->contains(key) || json_->at(key).is_null()) return std::string();
+  if (!json_->at(key).is_string()) fail(std::string("\"") + key + "\" = " + json_->at(key).dump().substr(0, 80) + " is not a string");
+  return json_->at(key).get<std::string>();
 }
 
 }  // namespace headwise::io::detail

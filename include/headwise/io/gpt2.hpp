@@ -27,7 +27,7 @@ namespace headwise::io {
 struct Gpt2Config {
   Index n_embd = 0;   ///< d_model
   Index n_head = 0;   ///< n_heads
-  Index n_layer = 0;  ///< layers in the checkpoint (0 if the config does not say)
+  Index n_layer = 0;  ///< layers in the checkpoint
 };
 
 namespace detail {
@@ -37,21 +37,21 @@ inline Gpt2Config gpt2_config_of(const ConfigReader& r) {
   Gpt2Config config;
   config.n_embd = r.integer("n_embd");
   config.n_head = r.integer("n_head");
-  config.n_layer = r.integer("n_layer", 0);
+  config.n_layer = r.integer("n_layer");  // (required: Hugging Face's default of 12 is no size of this checkpoint)
   if (config.n_embd % config.n_head != 0)
     r.fail("n_embd = " + std::to_string(config.n_embd) + " is not divisible by n_head = " + std::to_string(config.n_head));
   return config;
 }
 }  // namespace detail
 
-/// Parses the text of a config.json: n_embd, n_head (required) and n_layer (optional). Each must be
+/// Parses the text of a config.json: n_embd, n_head and n_layer, each required. Each must be
 /// a positive integer no larger than `max_config_value`, and n_embd divisible by n_head; `name`
 /// is used in error messages (SafetensorsError).
 inline Gpt2Config parse_gpt2_config(const std::string& text, const std::string& name) {
   return detail::gpt2_config_of(detail::ConfigReader(text, "gpt2 config", name));
 }
 
-/// Reads n_embd, n_head (required) and n_layer (optional) from a config.json (parse_gpt2_config).
+/// Reads n_embd, n_head and n_layer from a config.json (parse_gpt2_config).
 inline Gpt2Config read_gpt2_config(const std::string& path) {
   return parse_gpt2_config(detail::read_text(path, "gpt2 config"), path);
 }
@@ -60,7 +60,7 @@ inline Gpt2Config read_gpt2_config(const std::string& path) {
 template <class Scalar>
 MultiHeadAttention<Scalar> load_gpt2_attention(const SafetensorsFile& model, const Gpt2Config& config, Index layer) {
   const std::string where = "headwise: gpt2: " + model.name() + ": ";
-  if (layer < 0 || (config.n_layer > 0 && layer >= config.n_layer))
+  if (layer < 0 || layer >= config.n_layer)
     throw SafetensorsError(where + "layer " + std::to_string(layer) + " is out of range [0, " +
                            std::to_string(config.n_layer) + ")");
   if (config.n_embd <= 0 || config.n_head <= 0 || config.n_embd > max_config_value || config.n_head > max_config_value)
@@ -69,9 +69,6 @@ MultiHeadAttention<Scalar> load_gpt2_attention(const SafetensorsFile& model, con
                            std::to_string(max_config_value) + "]");
   const std::string plain = "h." + std::to_string(layer) + ".attn.";
   const std::string prefix = model.contains(plain + "c_attn.weight") ? plain : "transformer." + plain;
-  if (config.n_layer == 0 && !model.contains(prefix + "c_attn.weight") && !model.contains("h.0.attn.c_attn.weight") &&
-      !model.contains("transformer.h.0.attn.c_attn.weight"))
-    throw SafetensorsError(where + "no tensor \"" + prefix + "c_attn.weight\": is this a GPT-2 checkpoint?");
   const Checkpoint checkpoint = Checkpoint::of_file(model.name(), model);  // (shares the file's mapping)
   detail::TensorReaderOptions at;
   at.prefix = prefix;
@@ -97,14 +94,14 @@ MultiHeadAttention<Scalar> load_gpt2_attention(const SafetensorsFile& model, con
   }
 }
 
-/// Every layer's attention, 0 .. n_layer - 1, from a checkpoint already open. The config must give
-/// n_layer; the file is validated once and each tensor converted once.
+/// Every layer's attention, 0 .. n_layer - 1, from a checkpoint already open: the file is validated
+/// once and each tensor converted once.
 template <class Scalar>
 std::vector<MultiHeadAttention<Scalar>> load_gpt2_attention_layers(const SafetensorsFile& model,
                                                                    const Gpt2Config& config) {
-  if (config.n_layer <= 0)
-    throw SafetensorsError("headwise: gpt2: " + model.name() + ": the config gives no n_layer, so the layers "
-                           "to load are unknown; load them one by one with load_gpt2_attention");
+  if (config.n_layer <= 0 || config.n_layer > max_config_value)
+    throw SafetensorsError("headwise: gpt2: " + model.name() + ": the config has n_layer = " + std::to_string(config.n_layer) +
+                           ", expected an integer in [1, " + std::to_string(max_config_value) + "]");
   std::vector<MultiHeadAttention<Scalar>> layers;
   for (Index layer = 0; layer < config.n_layer; ++layer) layers.push_back(load_gpt2_attention<Scalar>(model, config, layer));
   return layers;

@@ -37,6 +37,15 @@ inline TensorReader layer_tensors(const Checkpoint& model, Index layer, std::opt
                       {"model.layers." + std::to_string(layer) + ".self_attn.", fp8, " (inconsistent with the config's head counts)"});
 }
 
+/// A projection's bias: required where the config says attention_bias (Hugging Face then has one
+/// whatever the checkpoint holds), else read where the checkpoint has it.
+template <class Scalar>
+RowVector<Scalar> projection_bias(const TensorReader& t, const LlamaConfig& config, const char* name, std::uint64_t size) {
+  if (config.attention_bias && !t.has(name))
+    throw SafetensorsError(t.where() + "missing tensor \"" + t.prefix() + name + "\": the config says attention_bias = true");
+  return t.optional_vector<Scalar>(name, size);
+}
+
 /// W_Q, W_K, W_V and their biases as the family stores them: q_proj, k_proj, v_proj; Phi-3's one
 /// qkv_proj split by rows; Qwen3-Next's q_proj holding [q_h | gate_h] per head (the gate into
 /// w_gate); Gemma 4's full layers without v_proj (K = V: the values are the raw keys).
@@ -45,16 +54,17 @@ void read_projections(const TensorReader& t, const LlamaConfig& config, Index la
   const auto hidden = static_cast<std::uint64_t>(config.hidden_size), d = static_cast<std::uint64_t>(config.head_dim_of(layer));
   const std::uint64_t q_width = std::uint64_t(config.n_heads) * d, kv_width = std::uint64_t(config.kv_heads_of(layer)) * d;
   const auto qw = static_cast<Index>(q_width), kvw = static_cast<Index>(kv_width), di = static_cast<Index>(d);
+  const auto bias = [&](const char* name, std::uint64_t size) { return projection_bias<Scalar>(t, config, name, size); };
   if (config.fused_qkv) {
     const Matrix<Scalar> qkv = t.linear<Scalar>("qkv_proj.weight", q_width + 2 * kv_width, hidden);
     w.w_q = qkv.leftCols(qw), w.w_k = qkv.middleCols(qw, kvw), w.w_v = qkv.rightCols(kvw);
-    const RowVector<Scalar> b = t.optional_vector<Scalar>("qkv_proj.bias", q_width + 2 * kv_width);
+    const RowVector<Scalar> b = bias("qkv_proj.bias", q_width + 2 * kv_width);
     if (b.size()) w.b_q = b.head(qw), w.b_k = b.segment(qw, kvw), w.b_v = b.tail(kvw);
     return;
   }
   if (config.output_gate) {
     const Matrix<Scalar> both = t.linear<Scalar>("q_proj.weight", 2 * q_width, hidden);
-    const RowVector<Scalar> b = t.optional_vector<Scalar>("q_proj.bias", 2 * q_width);
+    const RowVector<Scalar> b = bias("q_proj.bias", 2 * q_width);
     w.w_q.resize(both.rows(), qw), w.w_gate.resize(both.rows(), qw);
     if (b.size()) w.b_q.resize(qw), w.b_gate.resize(qw);
     for (Index h = 0; h < config.n_heads; ++h) {
@@ -63,14 +73,14 @@ void read_projections(const TensorReader& t, const LlamaConfig& config, Index la
       if (b.size()) w.b_q.segment(h * di, di) = b.segment(2 * h * di, di), w.b_gate.segment(h * di, di) = b.segment(2 * h * di + di, di);
     }
   } else {
-    w.w_q = t.linear<Scalar>("q_proj.weight", q_width, hidden), w.b_q = t.optional_vector<Scalar>("q_proj.bias", q_width);
+    w.w_q = t.linear<Scalar>("q_proj.weight", q_width, hidden), w.b_q = bias("q_proj.bias", q_width);
   }
-  w.w_k = t.linear<Scalar>("k_proj.weight", kv_width, hidden), w.b_k = t.optional_vector<Scalar>("k_proj.bias", kv_width);
+  w.w_k = t.linear<Scalar>("k_proj.weight", kv_width, hidden), w.b_k = bias("k_proj.bias", kv_width);
   if (config.full_keys_are_values && config.type_of(layer) == LayerType::full) {
     if (t.has("v_proj.weight")) throw SafetensorsError(t.where() + "layer " + std::to_string(layer) + " has a v_proj, but attention_k_eq_v says its values are its keys");
     w.w_v = w.w_k, w.b_v = w.b_k;
   } else {
-    w.w_v = t.linear<Scalar>("v_proj.weight", kv_width, hidden), w.b_v = t.optional_vector<Scalar>("v_proj.bias", kv_width);
+    w.w_v = t.linear<Scalar>("v_proj.weight", kv_width, hidden), w.b_v = bias("v_proj.bias", kv_width);
   }
 }
 
@@ -134,7 +144,7 @@ MultiHeadAttention<Scalar> load_llama_attention(const Checkpoint& model, const L
   detail::read_projections(t, config, layer, w);
   const auto hidden = static_cast<std::uint64_t>(config.hidden_size);
   const std::uint64_t q_width = std::uint64_t(config.n_heads) * static_cast<std::uint64_t>(config.head_dim_of(layer));
-  w.w_o = t.linear<Scalar>("o_proj.weight", hidden, q_width), w.b_o = t.optional_vector<Scalar>("o_proj.bias", hidden);
+  w.w_o = t.linear<Scalar>("o_proj.weight", hidden, q_width), w.b_o = detail::projection_bias<Scalar>(t, config, "o_proj.bias", hidden);
   w.kept_as = t.kept_type<Scalar>({"qkv_proj.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"});
   if constexpr (std::is_same_v<Scalar, float>)
     if (is_fp8(w.kept_as)) w.fp8_scales = detail::read_fp8_scales(t, config, layer);

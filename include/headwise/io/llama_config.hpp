@@ -58,6 +58,9 @@ struct LlamaConfig {
   bool query_scale_on_nope_layers_only = false;
   bool sinks = false;               ///< gpt-oss: self_attn.sinks
   bool fused_qkv = false;           ///< Phi-3: self_attn.qkv_proj
+  /// attention_bias: the projections' biases are required (else read where the checkpoint has them,
+  /// as Qwen2 stores q, k and v's without saying).
+  bool attention_bias = false;
   bool output_gate = false;         ///< Qwen3-Next: q_proj holds [q_h | gate_h]
   /// Gemma 4's full layers: their head_dim and key/value heads (0: as the others), and K = V
   /// (attention_k_eq_v: no v_proj, the values are the raw keys, normed).
@@ -532,6 +535,7 @@ HEADWISE_IO_INLINE LlamaConfig llama_config_of(const ConfigReader& r) {
   c.n_heads = r.integer("num_attention_heads");
   c.n_kv_heads = r.integer("num_key_value_heads", c.n_heads);
   c.n_layers = r.integer("num_hidden_layers");
+  c.attention_bias = r.boolean("attention_bias", false);
   if (!r.has("head_dim") && c.hidden_size % c.n_heads != 0)
     r.fail("hidden_size = " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads = " +
            std::to_string(c.n_heads) + " and no head_dim is given");

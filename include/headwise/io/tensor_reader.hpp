@@ -35,6 +35,8 @@ class TensorReader {
       : model_(model), where_(std::move(where)), options_(std::move(options)) {}
   const std::string& where() const { return where_; }
   bool has(const std::string& name) const { return model_.contains(options_.prefix + name); }
+  /// The prefix of every name it reads ("model.layers.0.self_attn.").
+  const std::string& prefix() const { return options_.prefix; }
   [[noreturn]] void fail(const std::string& what) const { throw SafetensorsError(where_ + what); }
 
   /// Tensor `name` [rows, cols] as stored; an FP8 one times its block scales.

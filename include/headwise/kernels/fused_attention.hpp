@@ -164,7 +164,9 @@ struct FusedCall {
   Index first_key = 0;                        // keys before it are another call's (a shared prefix: attend_batch)
   const ScoreRule<Scalar>& rule;              // which keys each query sees, what a score becomes
   Scalar inv_divisor;
-  std::atomic<bool>* f16_overflow = nullptr;  // F16 chains: set if a score a row sees left F16's range (check_f16_result)
+  // Set where a row left the type's range though its scores did not (check_overflow): its value
+  // sum (normalise_rows), or, under F16 chains, a score it sees (beyond 65504).
+  std::atomic<bool>* overflow = nullptr;
 
   Index n_q() const { return q.rows(); }
   Index n_k() const { return kv.size(); }
@@ -433,8 +435,8 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
     const KeyRange keys = whole ? KeyRange{0, cols} : keys_in_tile(call.rule, i0 + r, j0, cols);
     Scalar* row = w.s.data() + r * call.tk;
     if constexpr (std::is_same_v<Stored, F16Products>)  // (before a rule could hide it: an F16 chain beyond 65504)
-      if (call.f16_overflow && !all_finite(Eigen::Map<const RowVector<Scalar>>(row + keys.begin, keys.size())))
-        call.f16_overflow->store(true, std::memory_order_relaxed);
+      if (call.overflow && !all_finite(Eigen::Map<const RowVector<Scalar>>(row + keys.begin, keys.size())))
+        call.overflow->store(true, std::memory_order_relaxed);
     if (modifies) call.rule.apply(h, i0 + r, j0, row, keys.begin, keys.end);
     const Scalar new_max = keys.empty() ? minus_inf : row_max(row + keys.begin, keys.size(), st.max[r]);
     if (keys.empty() || (modifies && new_max == minus_inf)) {  // sees nothing here (yet)
@@ -586,6 +588,9 @@ void normalise_rows(const FusedCall<Scalar>& call, const RowState<Scalar>& state
     } else {
       z_row.setZero();
     }
+    // (acc sums e^(s - m) v before the division: it can pass the type's largest number where Z,
+    // a weighted mean of v, would not. Noted, and refused by attend, rather than returned as inf.)
+    if (call.overflow && std::isfinite(lse) && !row_is_finite(z_row, 0)) call.overflow->store(true, std::memory_order_relaxed);
     if (call.logsumexp) (*call.logsumexp)(h, i0 + r) = lse;
     if (call.statistics) record_statistics(call, state, r, i0 + r, h, saw_something ? lse : minus_inf, mass);
   }

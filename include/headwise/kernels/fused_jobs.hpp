@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -269,15 +270,21 @@ void check_scaled_queries(const char* where, const Eigen::Ref<const Matrix<Scala
             "round the scaled query to F16 (KvArithmetic::widened keeps it in float)");
 }
 
-/// Throws if F16 chains under the stored arithmetic left F16's range (beyond 65504) in a call over
-/// `format`'s store: a score a row sees (the kernel noted it in `overflow`) or a value chain (the
-/// result is not finite). detail/f16_products.hpp.
+/// Throws if a call over `format`'s store left its range where the scores did not (the kernel noted
+/// it in `overflow`): F16 chains under the stored arithmetic beyond 65504 (a score a row sees, or a
+/// value chain: the result is not finite; detail/f16_products.hpp), or a row's value sum beyond
+/// Scalar's largest number (normalise_rows). A row whose own scores overflowed stays NaN, as
+/// documented (docs/bad-input.md).
 template <class Scalar>
-void check_f16_result(const char* where, const Matrix<Scalar>& z, const StoreFormat& format, const std::atomic<bool>& overflow,
-                      int threads) {
+void check_overflow(const char* where, const Matrix<Scalar>& z, const StoreFormat& format, const std::atomic<bool>& overflow,
+                    int threads) {
   if (format.f16_products() && (overflow.load() || !all_finite(z, threads)))
     invalid(where, "a chain of F16 products left F16's range (beyond 65504) under the stored arithmetic: the result is not finite; ",
             "KvArithmetic::widened multiplies these keys and values in float");
+  if (overflow.load())
+    invalid(where, "a row's value sum overflowed: the fused kernel adds e^(s - max) v over the keys a row sees before dividing by ",
+            "their sum, so |v| times that sum (up to the keys' count) must stay below ", std::numeric_limits<Scalar>::max(),
+            "; scale v down, or compute in double or by AttentionPath::step_by_step");
 }
 
 }  // namespace detail

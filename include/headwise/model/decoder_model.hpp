@@ -17,6 +17,7 @@
 #include <functional>
 #include <cstring>
 #include <map>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -28,6 +29,7 @@
 
 #include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/parallel.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/forward_record.hpp"
 #include "headwise/head_interventions.hpp"
@@ -326,11 +328,25 @@ class HEADWISE_ISA_TAG DecoderModel {
     if (!(logit_softcap >= 0.0 && std::isfinite(logit_softcap)))
       detail::invalid("DecoderModel::run", "logit_softcap is ", logit_softcap, " (0: none, or a positive cap)");
     Matrix<Scalar> logits = times<Scalar>(x, unembedding, threads);
+    if (!detail::all_finite(logits, threads)) refuse_logits(x, logits);
     if (logit_softcap > 0.0) {
       const auto cap = static_cast<Scalar>(logit_softcap);
       logits = logits.unaryExpr([cap](Scalar u) { return std::tanh(u / cap) * cap; });
     }
     return logits;
+  }
+  /// Throws naming the first logit that is not finite and where it came from: the stream the LM
+  /// head read (the last block's MLP or the final norm overflowed; the attention layers refuse
+  /// what reaches them, and nothing after the last one did) or the head's own product. Checked
+  /// before a soft-cap, which would hide an overflow as ±cap (and keep a NaN). x: the head's input.
+  [[noreturn]] static void refuse_logits(const Matrix<Scalar>& x, const Matrix<Scalar>& logits) {
+    Index t = 0, id = 0;
+    while (detail::row_is_finite(logits, t)) ++t;
+    while (std::isfinite(static_cast<double>(logits(t, id)))) ++id;
+    const char* cause = detail::row_is_finite(x, t) ? "the LM head's product overflowed (or an unembedding entry is not finite)"
+                                                    : "the residual stream after the last block is not finite (its MLP or the final norm "
+                                                      "overflowed)";
+    detail::invalid("DecoderModel::run", "the logit of row ", t, " for id ", id, " is ", logits(t, id), ": ", cause);
   }
   static Index choose(const Eigen::Ref<const RowVector<Scalar>>& logits, const Sampling& s, std::mt19937_64& rng) {
     Index best = 0;
@@ -503,6 +519,8 @@ std::vector<Index> DecoderModel<Scalar>::generate(const std::vector<Index>& prom
   if (prompt.empty()) detail::invalid("DecoderModel::generate", "the prompt is empty");
   if (count < 0 || !(sampling.temperature >= 0.0) || sampling.top_k < 0)
     detail::invalid("DecoderModel::generate", "count, temperature and top_k must be >= 0");
+  if (count > std::numeric_limits<Index>::max() - static_cast<Index>(prompt.size()))
+    detail::invalid("DecoderModel::generate", "count = ", count, " tokens after a prompt of ", prompt.size(), " is past INT64_MAX tokens");
   std::vector<KvCache<Scalar>> caches = make_caches(static_cast<Index>(prompt.size()) + count);
   std::mt19937_64 rng(sampling.seed);
   std::vector<Index> out;
@@ -519,6 +537,8 @@ template <class Scalar>
 Matrix<Scalar> DecoderModel<Scalar>::embed(const std::vector<Index>& ids, Index first) const {
   constexpr const char* where = "DecoderModel::run";
   const auto n = static_cast<Index>(ids.size());
+  if (first > std::numeric_limits<Index>::max() - n)
+    detail::invalid(where, "first_position = ", first, " and ", n, " tokens: the last position is past INT64_MAX");
   if (positions.size() && first + n > positions.rows())
     detail::invalid(where, "the text has ", first + n, " tokens, more than the model's ", positions.rows(), " positions (n_positions)");
   Matrix<Scalar> x(n, d_model());
