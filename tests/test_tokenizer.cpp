@@ -2,7 +2,8 @@
 // 60 texts from three independent tokenizers (gpt-3-encoder, transformers.js, Hugging Face's Rust
 // library), from GPT-2's own files and from tokenizer.json, with GPT-2's and Llama 3's splitting,
 // decoded back; special tokens; invalid UTF-8, 1 MB texts, and the files headwise refuses
-// (the six families' files: test_family_tokenizers.cpp); io::load_tokenizer on a model's folder.
+// (the six families' files: test_family_tokenizers.cpp); io::load_tokenizer on a model's folder;
+// regexes by Unicode 16, normalization of long runs of marks, a regex's budget of work a piece.
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -190,4 +191,135 @@ TEST_CASE("io::load_tokenizer refuses what it would read wrong, by name", "[toke
   std::ofstream(sentencepiece + "/tokenizer.model") << "x";
   CHECK_THROWS_WITH(load_tokenizer(sentencepiece), Catch::Contains("holds a SentencePiece tokenizer.model only"));
   CHECK_THROWS_WITH(load_tokenizer("/nonexistent"), Catch::Contains("/nonexistent holds no tokenizer.json and no vocab.json + merges.txt"));
+}
+
+// ---- Stress findings 3, 6 and 13 (issue 56): Unicode 16 in the regexes, linear NFC, a budget a piece ----
+
+namespace {
+/// The matched pieces of text, in order.
+std::vector<std::string> matched(const headwise::text::Regex& regex, const std::string& text) {
+  std::vector<std::string> out;
+  for (const auto& m : regex.find_matches(text))
+    if (m.matched) out.push_back(text.substr(m.begin, m.end - m.begin));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("Regex: \\p{..}, \\d and \\s by Unicode 16.0 (unicode_categories.hpp), whatever PCRE2's own version", "[tokenizer][regex]") {
+  using headwise::text::Regex;
+  using headwise::text::utf8;
+  // Runs of one kind from blocks PCRE2 10.42 (Unicode 14) does not know: Garay (16.0), Kawi and Nag
+  // Mundari (15.0), CJK Ext. H (15.0) and I (15.1), U+A7CB-A7CD and U+A7DA-A7DC (16.0),
+  // Tulu-Tigalari, Sunuwar, Todhri (16.0); Kaktovik numerals (15.0), outlined digits (16.0).
+  const auto run = [](std::initializer_list<char32_t> cs) {
+    std::string s;
+    for (const char32_t c : cs) s += utf8(c);
+    return s;
+  };
+  const std::vector<std::string> letters = {
+      run({0x10D50, 0x10D51, 0x10D52}), run({0x10D70, 0x10D71, 0x10D50}), run({0x11F04, 0x11F05, 0x11F12}), run({0x1E4D0, 0x1E4D1, 0x1E4EB}),
+      run({0x31350, 0x31351, 0x323AF}), run({0x2EBF0, 0x2EBF1, 0x2EE5D}), run({0xA7CB, 0xA7CC, 0xA7CD, 0xA7DA, 0xA7DB, 0xA7DC}),
+      run({0x11380, 0x11381, 0x113D1}), run({0x11BC0, 0x11BC1}), run({0x105C0, 0x105C1})};
+  const std::vector<std::string> numbers = {run({0x10D40, 0x10D41, 0x10D49}), run({0x11F50, 0x11F59}), run({0x1E4F0, 0x1E4F9}),
+                                            run({0x1D2C0, 0x1D2C1, 0x1D2D3}), run({0x1CCF0, 0x1CCF9}), run({0x11BF0, 0x11BF9})};
+  const Regex gpt2_like(R"( ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+)", "test");  // (GPT-2's pattern, without the contractions)
+  const Regex digits(R"(\d+)", "test"), not_letters(R"([^\p{L}]+)", "test"), upper(R"(\p{Lu}+)", "test"), marks(R"([\p{L}\p{M}]+)", "test");
+  for (const std::string& s : letters) {
+    CAPTURE(s);
+    CHECK(matched(gpt2_like, "ab " + s + "!") == std::vector<std::string>{"ab", " " + s, "!"});  // one piece, the space with it
+    CHECK(matched(not_letters, "1" + s + "2") == std::vector<std::string>{"1", "2"});
+  }
+  for (const std::string& s : numbers) {
+    CAPTURE(s);
+    CHECK(matched(gpt2_like, "ab " + s + "!") == std::vector<std::string>{"ab", " " + s, "!"});
+  }
+  CHECK(matched(digits, "x" + numbers[0] + "7y") == std::vector<std::string>{numbers[0] + "7"});           // Garay digits are Nd
+  CHECK(matched(upper, run({0x10D50, 0x10D51, 0x10D70, 0xA7DC})) == std::vector<std::string>{run({0x10D50, 0x10D51}), run({0xA7DC})});
+  CHECK(matched(marks, "(" + run({0x11F04, 0x11F34, 0x11F36, 0x113B8, 0x113BB}) + ")").size() == 1);     // Kawi, Tulu-Tigalari vowel signs: M
+  // Names as Oniguruma reads them (each checked with Hugging Face tokenizers 0.23.2): long and loose
+  // names, \p{^X}, \P{X} inside a class; \s, \S, \d, \D inside a class; under (?i) a bare \p{Lu}
+  // does not fold ("a" stays out) and a class does ("aB" one piece).
+  CHECK(matched(Regex(R"(\p{Lowercase Letter}+)", "test"), "abC") == std::vector<std::string>{"ab"});
+  CHECK(matched(Regex(R"(\p{^N}+)", "test"), "ab1") == std::vector<std::string>{"ab"});
+  CHECK(matched(Regex(R"([^\P{L}]+)", "test"), "ab1" + letters[0]) == std::vector<std::string>{"ab", letters[0]});
+  CHECK(matched(Regex(R"([^\S\n]+)", "test"), "a \t\nb") == std::vector<std::string>{" \t"});
+  CHECK(matched(Regex(R"([\D]+)", "test"), "ab" + numbers[0] + "c") == std::vector<std::string>{"ab", "c"});
+  CHECK(matched(Regex(R"((?i:\p{Lu}+)x)", "test"), "aBx") == std::vector<std::string>{"Bx"});
+  CHECK(matched(Regex(R"((?i)[\p{Lu}]+)", "test"), "aB1") == std::vector<std::string>{"aB"});
+  CHECK(matched(Regex(R"(\p{Cs}|a)", "test"), "ab") == std::vector<std::string>{"a"});
+  // What headwise cannot spell is refused by name, never left to PCRE2's tables.
+  CHECK_THROWS_WITH(Regex(R"(\p{Han}+)", "t.json"), Catch::Contains("t.json: the regex \\p{Han}+ names the property \\p{Han}") && Catch::Contains("Unicode 16.0.0"));
+  CHECK_THROWS_WITH(Regex(R"(\p{L&})", "t.json"), Catch::Contains("names the property \\p{L&}"));
+  CHECK_THROWS_WITH(Regex(R"(a\pL)", "t.json"), Catch::Contains("the regex a\\pL has \\p without braces"));
+  CHECK_THROWS_WITH(Regex(R"([\p{L)", "t.json"), Catch::Contains("has \\p{ without its closing }"));
+  // The Digits pre-tokenizer and added tokens' single_word read the same table.
+  CHECK(headwise::text::is_numeric(0x10D40));            // Garay digit zero (16.0)
+  CHECK(headwise::text::is_numeric(0x1D2C0));            // Kaktovik numeral zero (15.0, No)
+  CHECK(headwise::text::is_word_character(0x10D50));     // Garay capital letter
+  CHECK(headwise::text::is_word_character(0x11380));     // Tulu-Tigalari letter
+  CHECK_FALSE(headwise::text::is_numeric(0x10D50));
+  CHECK_FALSE(headwise::text::is_word_character(0x10D6E));  // Garay hyphen (Pd)
+}
+
+TEST_CASE("Unicode normalization puts a long run of marks in canonical order in n log n (Qwen3's NFC on 1 MiB of them)", "[tokenizer]") {
+  using headwise::text::NormalForm;
+  using headwise::text::normalize;
+  // Expected forms from Python 3's unicodedata.normalize (Unicode 14; none of these changed since):
+  // U+0301 has canonical combining class 230, U+0316 220, so U+0316 goes first and "a" then
+  // composes with the first U+0301 (a mark of a lower class between them does not block it).
+  CHECK(normalize("a\u0301\u0316", NormalForm::nfc) == "\u00e1\u0316");
+  CHECK(normalize("a\u0301\u0316", NormalForm::nfd) == "a\u0316\u0301");
+  CHECK(normalize("a\u0316\u0301\u0301", NormalForm::nfc) == "\u00e1\u0316\u0301");
+  CHECK(normalize("\u0301\u0316\u0301\u0316\u0301\u0316", NormalForm::nfc) == "\u0316\u0316\u0316\u0301\u0301\u0301");
+  CHECK(normalize("\u00c5\u0316", NormalForm::nfc) == "\u00c5\u0316");
+  CHECK(normalize("\u00c5\u0316", NormalForm::nfd) == "A\u0316\u030a");
+  CHECK(normalize("o\u0308\u0304", NormalForm::nfc) == "\u022b");
+  CHECK(normalize("\u212b \u2126", NormalForm::nfc) == "\u00c5 \u03a9");
+  CHECK(normalize("\u1100\u1161\u11a8 \uac00\u11a8", NormalForm::nfc) == "\uac01 \uac01");     // Hangul jamo compose
+  CHECK(normalize("\uac01", NormalForm::nfd) == "\u1100\u1161\u11a8");
+  CHECK(normalize("\ufb01 e\u0301", NormalForm::nfkc) == "fi \u00e9");
+  CHECK(normalize("\ufb01 \u00e9", NormalForm::nfkd) == "fi e\u0301");
+  // 1 MiB: "a" and 262143 pairs U+0301 U+0316. utf8proc's own reordering swaps neighbours (O(n^2):
+  // 16 s for 100 KB in the stress run, minutes for this); Python gives "á", the U+0316s, then the
+  // U+0301s less one for the same text of 3 pairs: "\u00e1\u0316\u0316\u0316\u0301\u0301".
+  CHECK(normalize("a\u0301\u0316\u0301\u0316\u0301\u0316", NormalForm::nfc) == "\u00e1\u0316\u0316\u0316\u0301\u0301");
+  const std::size_t pairs = ((std::size_t(1) << 20) - 1) / 4;
+  std::string text = "a", upper_marks, lower_marks;
+  for (std::size_t k = 0; k < pairs; ++k) text += "\u0301\u0316", lower_marks += "\u0316", upper_marks += "\u0301";
+  CHECK(normalize(text, NormalForm::nfc) == "\u00e1" + lower_marks + upper_marks.substr(2));
+  CHECK(normalize(text, NormalForm::nfd) == "a" + lower_marks + upper_marks);
+}
+
+TEST_CASE("Regex: a piece's work is bounded by its size, so a backtracking regex is refused in time linear in the piece", "[tokenizer][regex][errors]") {
+  using headwise::text::Regex;
+  // (a|b)*c|. goes to the end of the piece and back from every position: 79.5 s on 100 KB under a
+  // flat match limit of 10^8 a search; now the piece's budget, 1000000 + 32 a byte, is spent in ms.
+  const Regex hostile("(a|b)*c|.", "hostile.json");
+  CHECK_THROWS_WITH(hostile.find_matches(std::string(100000, 'a')),
+                    Catch::Contains("hostile.json: the regex (a|b)*c|. failed on a piece of 100000 bytes: match limit exceeded") &&
+                        Catch::Contains("budget of 4200000 steps"));
+  const std::string short_piece = "aab" + std::string(20, 'a') + "c";
+  CHECK(matched(hostile, short_piece) == std::vector<std::string>{short_piece});
+  // Real tokenizers' regexes (as their tokenizer.json files write them) on 1 MB of English, of CJK,
+  // and on 1 MB runs of one character (spaces, capitals, digits: 1-2 steps a byte) still match.
+  const std::vector<std::string> patterns = {
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",  // Qwen3
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",  // Llama 3.1
+      R"(\p{N}{1,3})", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",  // DeepSeek-V3's three
+      R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",  // gpt-oss
+  };
+  std::string english, cjk;
+  while (english.size() < 1000000) english += "When Mary and John went to the store, John gave a drink to Mary. It's 1999;   she'll say \"THANKS\"!\n\n";
+  while (cjk.size() < 1000000) cjk += "\u6211\u4eec\u5728\u4e1c\u4eac\u3002\u3072\u3089\u304c\u306a\u30ab\u30bf\u30ab\u30ca\uff0c\ud55c\uad6d\uc5b4 123 \u5e74\n";
+  const std::vector<std::string> texts = {english, cjk, std::string(1000000, ' ') + "x", std::string(1000000, 'A'), std::string(1000000, '7')};
+  for (const std::string& p : patterns) {
+    const Regex r(p, "family.json");
+    for (const std::string& t : texts) {
+      CAPTURE(p, t.substr(0, 20));
+      std::size_t covered = 0;
+      for (const auto& m : r.find_matches(t)) covered += m.end - m.begin;
+      CHECK(covered == t.size());
+    }
+  }
 }

@@ -130,15 +130,22 @@ struct RegionWork {
 
 /// Forks of this process that the calling code has seen (a child process counts its parent's fork):
 /// a team made before a fork has no threads in the child (fork copies the calling thread alone),
-/// so the child's first region makes a new one, as OpenMP runtimes do. Counted by a
-/// pthread_atfork handler, registered with the first team.
+/// so the child's first region makes a new one, as LLVM's OpenMP runtime does. Counted by a
+/// pthread_atfork handler, registered with the first team. The handler also sets Eigen's own
+/// products to one thread in the child: GCC's OpenMP runtime (libgomp) keeps its pool across a
+/// fork and waits for it forever at the child's first parallel product.
 inline std::atomic<unsigned>& forks_seen() {
   static std::atomic<unsigned> forks{0};
   return forks;
 }
 inline void count_forks() {
 #if HEADWISE_THREADS && (defined(__unix__) || defined(__APPLE__))
-  static const int registered = pthread_atfork(nullptr, nullptr, [] { forks_seen().fetch_add(1, std::memory_order_relaxed); });
+  static const int registered = pthread_atfork(nullptr, nullptr, [] {
+    forks_seen().fetch_add(1, std::memory_order_relaxed);
+#ifdef _OPENMP
+    Eigen::setNbThreads(1);
+#endif
+  });
   static_cast<void>(registered);
 #endif
 }

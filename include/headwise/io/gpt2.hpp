@@ -16,6 +16,7 @@
 #include "headwise/detail/compiled.hpp"
 #include "headwise/io/checkpoint.hpp"
 #include "headwise/io/config_reader.hpp"
+#include "headwise/io/llama_config.hpp"
 #include "headwise/io/safetensors.hpp"
 #include "headwise/io/tensor_reader.hpp"
 #include "headwise/multi_head_attention.hpp"
@@ -34,6 +35,7 @@ namespace detail {
 /// What a GPT-2 config.json says of the attention, from its JSON parsed once (`r`; the whole-model
 /// loader reads its other keys from the same reader).
 inline Gpt2Config gpt2_config_of(const ConfigReader& r) {
+  refuse_unknown_keys(r, *family_of("gpt2"));  // (GPT-2's keys are a row of the loaders' table)
   Gpt2Config config;
   config.n_embd = r.integer("n_embd");
   config.n_head = r.integer("n_head");
@@ -45,8 +47,9 @@ inline Gpt2Config gpt2_config_of(const ConfigReader& r) {
 }  // namespace detail
 
 /// Parses the text of a config.json: n_embd, n_head and n_layer, each required. Each must be
-/// a positive integer no larger than `max_config_value`, and n_embd divisible by n_head; `name`
-/// is used in error messages (SafetensorsError).
+/// a positive integer no larger than `max_config_value`, and n_embd divisible by n_head; a key
+/// GPT-2's config does not have is refused by name; `name` is used in error messages
+/// (SafetensorsError).
 inline Gpt2Config parse_gpt2_config(const std::string& text, const std::string& name) {
   return detail::gpt2_config_of(detail::ConfigReader(text, "gpt2 config", name));
 }

@@ -1,8 +1,9 @@
 // What config.json says of a decoder's attention, for every family the loaders read, from one
-// table (detail::family_of): each family's model_type, the keys it reads beyond the shared ones
-// (hidden_size, the head counts, head_dim, RoPE: io/rope_config.hpp) and what the whole-model
-// loader builds around its attention. docs/models.md lists the keys; a key that changes attention
-// and that headwise does not read is refused by name, never ignored.
+// table (detail::families): each family's model_type, the keys it reads beyond the shared ones
+// (hidden_size, the head counts, head_dim, RoPE: io/rope_config.hpp), what the whole-model loader
+// builds around its attention, and every top-level key its config.json may have (GPT-2's row
+// too). docs/models.md lists the keys; a key that changes attention and that headwise does not
+// read is refused by name, and so is a key the family's config does not have, never ignored.
 #pragma once
 
 #include <algorithm>
@@ -157,17 +158,33 @@ struct WholeModel {
   const char* missing = nullptr;  ///< what the model code lacks, where norms is none
 };
 
-/// One family: its model_type, what it reads, and its whole model.
+/// One family: its model_type, what it reads, its whole model, and the top-level keys its
+/// config.json may have.
 struct Family {
   const char* model_type;
+  /// Reads what the family's config says beyond the shared keys; null for GPT-2, whose config
+  /// io/gpt2.hpp reads (its row is here for its keys).
   void (*read)(const ConfigReader&, LlamaConfig&);
   const char* rope_key;  ///< a key of its RoPE object besides the rope_type's own, or null
   bool rope_by_layer_type = false;  ///< its RoPE is read by `read`, not before it (it differs by layer type, or covers part of a head)
   WholeModel model = {};
+  /// Every top-level key its config.json may have: what its Hugging Face config class knows (and
+  /// what older releases wrote), PretrainedConfig's own, and, for a Llama-style family, the ones
+  /// every such family shares. Any other key is refused by name (refuse_unknown_keys).
+  std::vector<const char*> keys;
 };
 
-/// The family of `model_type`, or null.
+/// The one table: every family the loaders read, GPT-2 included.
+const std::vector<Family>& families();
+
+/// The family of `model_type` (GPT-2's row included), or null.
 const Family* family_of(const std::string& model_type);
+
+/// Refuses, by name, a top-level key of the config that `family`'s config.json does not have
+/// (Family::keys): a misspelt or foreign key ("rope_thetta", "num_key_value_head", Gemma's
+/// "attn_logit_softcapping" on a Llama) would otherwise load a model other than the file describes.
+/// The values of the nested objects (rope_scaling, quantization_config) are checked where read.
+void refuse_unknown_keys(const ConfigReader& r, const Family& family);
 
 /// What a config.json of any family the loaders read says, from its JSON parsed once (`r`; the
 /// whole-model loader reads its other keys from the same reader).
@@ -493,43 +510,176 @@ HEADWISE_IO_INLINE void read_deepseek_v3(const ConfigReader& r, LlamaConfig& c) 
   c.latent = l;
 }
 
+// The key lists are Hugging Face's: each family's config class's parameters (transformers' main
+// branch, commit 008e574, src/transformers/models/<family>/configuration_<family>.py), the keys
+// older releases wrote (v4.4x-4.5x) and its Hub files hold that its class no longer names (noted
+// where so), and PretrainedConfig's (configuration_utils.py, v4 and v5).
+HEADWISE_IO_INLINE const std::vector<Family>& families() {
+  static const std::vector<Family> table = [] {
+    // Keys any config.json may have: what PretrainedConfig writes or takes (its __init__ and
+    // to_dict in v4; its fields in v5), the generation settings older files carry
+    // (_get_global_generation_defaults, and cache_implementation), and older releases' own
+    // (output_past, _num_labels, xla_device, gradient_checkpointing, _attn_implementation_autoset).
+    const std::initializer_list<const char*> pretrained = {
+        "architectures", "model_type", "transformers_version", "_name_or_path", "auto_map", "torch_dtype", "dtype",
+        "use_bfloat16", "torchscript", "tf_legacy_loss", "return_dict", "output_hidden_states", "output_attentions",
+        "use_cache", "output_past", "pruned_heads", "tie_word_embeddings", "chunk_size_feed_forward", "is_encoder_decoder",
+        "is_decoder", "cross_attention_hidden_size", "add_cross_attention", "tie_encoder_decoder", "finetuning_task",
+        "id2label", "label2id", "num_labels", "_num_labels", "problem_type", "tokenizer_class", "prefix", "bos_token_id",
+        "pad_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id", "task_specific_params", "xla_device",
+        "gradient_checkpointing", "_attn_implementation_autoset",
+        // generation settings
+        "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+        "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+        "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate",
+        "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+        "suppress_tokens", "begin_suppress_tokens", "cache_implementation"};
+    // Keys every Llama-style family has: the sizes llama_config_of reads, RoPE in its v4 and v5
+    // forms (partial_rotary_factor and original_max_position_embeddings too: Hugging Face's RoPE
+    // code and io/rope_config.hpp read them from any config), quantization_config (FP8 blocks or
+    // refused), and what each of their config classes takes besides.
+    const std::initializer_list<const char*> llama_style = {
+        "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "head_dim", "attention_bias",
+        "vocab_size", "intermediate_size", "max_position_embeddings", "rms_norm_eps", "initializer_range",
+        "attention_dropout", "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor",
+        "original_max_position_embeddings", "quantization_config"};
+    // A row's keys: PretrainedConfig's, the Llama-style families' (unless GPT-2's), and its own lists.
+    const auto keys = [&](std::initializer_list<std::initializer_list<const char*>> own, bool llama_like = true) {
+      std::vector<const char*> k(pretrained);
+      if (llama_like) k.insert(k.end(), llama_style);
+      for (const auto& list : own) k.insert(k.end(), list);
+      return k;
+    };
+    const auto qwen2 = {"hidden_act", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types"};
+    const auto mistral = {"hidden_act", "sliding_window", "layer_types"};
+    // DeepSeek-V3's class, and the keys of DeepSeek's own configuration_deepseek.py that the Hub's
+    // DeepSeek-V3 and Kimi K2 files carry (ep_size ... num_nextn_predict_layers).
+    const auto deepseek = {"hidden_act", "moe_intermediate_size", "n_shared_experts", "n_routed_experts", "routed_scaling_factor",
+                           "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim", "n_group",
+                           "topk_group", "num_experts_per_tok", "first_k_dense_replace", "norm_topk_prob", "pretraining_tp",
+                           "rope_interleave", "ep_size", "topk_method", "moe_layer_freq", "scoring_func", "aux_loss_alpha",
+                           "seq_aux", "num_nextn_predict_layers"};
+    const auto gemma = {"hidden_activation", "query_pre_attn_scalar", "sliding_window", "layer_types", "final_logit_softcapping",
+                        "attn_logit_softcapping", "use_bidirectional_attention"};
+    using N = WholeModel::Norms;
+    return std::vector<Family>{
+        {"llama", read_llama, nullptr, false, {N::before}, keys({{"hidden_act", "pretraining_tp", "mlp_bias", "layer_types"}})},
+        // (use_mrope: false in Qwen2.5's Hub files; Qwen2's model has no multimodal RoPE to turn on)
+        {"qwen2", read_qwen2, nullptr, false, {N::before}, keys({qwen2, {"use_mrope"}})},
+        {"qwen3", read_qwen3, nullptr, false, {N::before}, keys({qwen2})},
+        {"qwen3_moe", read_qwen3, nullptr, false, {N::before},
+         keys({qwen2, {"decoder_sparse_step", "moe_intermediate_size", "num_experts_per_tok", "num_experts", "norm_topk_prob",
+                       "output_router_logits", "router_aux_loss_coef", "mlp_only_layers"}})},
+        {"mistral", read_mistral, nullptr, false, {N::before}, keys({mistral})},
+        {"ministral", read_mistral, nullptr, false, {N::before}, keys({mistral})},
+        {"ministral3", read_ministral3, "llama_4_scaling_beta", false, {N::before}, keys({mistral})},
+        // (hidden_act: Gemma 2's Hub files carry it beside hidden_activation, which is the one read)
+        {"gemma2", read_gemma2, nullptr, false, {N::before_and_after, true, true}, keys({gemma, {"hidden_act"}})},
+        // (_sliding_window_pattern: what transformers 4.53 and later write beside layer_types)
+        {"gemma3_text", read_gemma3, nullptr, true, {N::before_and_after, true, true},
+         keys({gemma, {"rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern"}})},
+        {"gemma4_text", read_gemma4, nullptr, true, {N::none, false, false, false, "per-layer inputs (PLE) and layer scalars"},
+         keys({gemma, {"vocab_size_per_layer_input", "hidden_size_per_layer_input", "attention_k_eq_v", "num_kv_shared_layers",
+                       "enable_moe_block", "use_double_wide_mlp", "num_experts", "top_k_experts", "moe_intermediate_size",
+                       "global_head_dim", "num_global_key_value_heads"}})},
+        // (experts_per_token, initial_context_length: in gpt-oss's Hub files, not its class)
+        {"gpt_oss", read_gpt_oss, nullptr, false, {N::none, false, false, false, "gpt-oss's experts (a biased router, clamped SwiGLU)"},
+         keys({{"hidden_act", "sliding_window", "layer_types", "num_local_experts", "num_experts_per_tok", "experts_per_token",
+                "swiglu_alpha", "swiglu_limit", "router_aux_loss_coef", "output_router_logits", "initial_context_length"}})},
+        {"phi3", read_phi3, nullptr, false, {N::before, false, false, true},
+         keys({{"hidden_act", "resid_pdrop", "embd_pdrop", "sliding_window", "layer_types"}})},
+        // (for_llm_compressor: in Llama 4's Hub files)
+        {"llama4_text", read_llama4, nullptr, false,
+         {N::none, false, false, false, "Llama 4's experts (a sigmoid router and a shared expert)"},
+         keys({{"hidden_act", "intermediate_size_mlp", "num_experts_per_tok", "num_local_experts", "moe_layers",
+                "interleave_moe_layer_step", "use_qk_norm", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
+                "no_rope_layers", "no_rope_layer_interval", "attention_chunk_size", "layer_types", "attn_temperature_tuning",
+                "floor_scale", "attn_scale", "for_llm_compressor"}})},
+        // (max_window_layers, pretraining_tp: in SmolLM3's Hub files)
+        {"smollm3", read_smollm3, nullptr, false, {N::before, false, true},
+         keys({qwen2, {"no_rope_layers", "no_rope_layer_interval", "mlp_bias", "pretraining_tp"}})},
+        {"olmo2", read_olmo2, nullptr, false, {N::after}, keys({{"hidden_act", "layer_types"}})},
+        // (full_attention_interval, use_sliding_window: in Qwen3-Next's Hub files; the latter is refused if true)
+        {"qwen3_next", read_qwen3_next, nullptr, false,
+         {N::none, false, false, false, "its linear-attention (Gated DeltaNet) layers and gated experts"},
+         keys({{"hidden_act", "layer_types", "full_attention_interval", "linear_conv_kernel_dim", "linear_key_head_dim",
+                "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads", "decoder_sparse_step",
+                "moe_intermediate_size", "shared_expert_intermediate_size", "num_experts_per_tok", "num_experts", "norm_topk_prob",
+                "output_router_logits", "router_aux_loss_coef", "mlp_only_layers", "use_sliding_window"}})},
+        {"deepseek_v3", read_deepseek_v3, nullptr, true, {N::none, false, false, false, "DeepSeek's experts (a grouped sigmoid router)"},
+         keys({deepseek})},
+        // (Kimi K2 ships DeepSeek's configuration_deepseek.py with model_type "kimi_k2")
+        {"kimi_k2", read_deepseek_v3, nullptr, true, {N::none, false, false, false, "DeepSeek's experts (a grouped sigmoid router)"},
+         keys({deepseek})},
+        // GPT-2: GPT2Config's parameters, and n_ctx, n_special, predict_special_tokens that its Hub
+        // files (gpt2-medium, distilgpt2) carry; its attribute_map's aliases (hidden_size for
+        // n_embd, ...) are refused: io/gpt2.hpp reads n_embd, n_head and n_layer only.
+        {"gpt2", nullptr, nullptr, false, {},
+         keys({{"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function", "resid_pdrop",
+                "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "initializer_range", "summary_type", "summary_use_proj",
+                "summary_activation", "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
+                "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "n_ctx", "n_special", "predict_special_tokens"}},
+              /*llama_like=*/false)},
+    };
+  }();
+  return table;
+}
+
 HEADWISE_IO_INLINE const Family* family_of(const std::string& model_type) {
-  using N = WholeModel::Norms;
-  static const Family families[] = {
-      {"llama", read_llama, nullptr, false, {N::before}},
-      {"qwen2", read_qwen2, nullptr, false, {N::before}},
-      {"qwen3", read_qwen3, nullptr, false, {N::before}},
-      {"qwen3_moe", read_qwen3, nullptr, false, {N::before}},
-      {"mistral", read_mistral, nullptr, false, {N::before}},
-      {"ministral", read_mistral, nullptr, false, {N::before}},
-      {"ministral3", read_ministral3, "llama_4_scaling_beta", false, {N::before}},
-      {"gemma2", read_gemma2, nullptr, false, {N::before_and_after, true, true}},
-      {"gemma3_text", read_gemma3, nullptr, true, {N::before_and_after, true, true}},
-      {"gemma4_text", read_gemma4, nullptr, true, {N::none, false, false, false, "per-layer inputs (PLE) and layer scalars"}},
-      {"gpt_oss", read_gpt_oss, nullptr, false, {N::none, false, false, false, "gpt-oss's experts (a biased router, clamped SwiGLU)"}},
-      {"phi3", read_phi3, nullptr, false, {N::before, false, false, true}},
-      {"llama4_text", read_llama4, nullptr, false,
-       {N::none, false, false, false, "Llama 4's experts (a sigmoid router and a shared expert)"}},
-      {"smollm3", read_smollm3, nullptr, false, {N::before, false, true}},
-      {"olmo2", read_olmo2, nullptr, false, {N::after}},
-      {"qwen3_next", read_qwen3_next, nullptr, false,
-       {N::none, false, false, false, "its linear-attention (Gated DeltaNet) layers and gated experts"}},
-      {"deepseek_v3", read_deepseek_v3, nullptr, true, {N::none, false, false, false, "DeepSeek's experts (a grouped sigmoid router)"}},
-      {"kimi_k2", read_deepseek_v3, nullptr, true, {N::none, false, false, false, "DeepSeek's experts (a grouped sigmoid router)"}},
-  };
-  for (const Family& f : families)
+  for (const Family& f : families())
     if (model_type == f.model_type) return &f;
   return nullptr;
 }
 
+/// The number of single-character edits between a and b, or more than `most` (then `most + 1`).
+HEADWISE_IO_INLINE std::size_t edits_between(const std::string& a, const std::string& b, std::size_t most) {
+  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > most) return most + 1;
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return std::min(row[b.size()], most + 1);
+}
+
+HEADWISE_IO_INLINE void refuse_unknown_keys(const ConfigReader& r, const Family& family) {
+  const auto has = [](const Family& f, const std::string& key) {
+    return std::any_of(f.keys.begin(), f.keys.end(), [&](const char* k) { return key == k; });
+  };
+  for (const auto& item : r.json().items()) {
+    const std::string& key = item.key();
+    if (has(family, key)) continue;
+    std::string hint;  // the families that have it, or the key it may be a misspelling of
+    std::vector<std::string> others;
+    for (const Family& f : families())
+      if (has(f, key)) others.push_back(f.model_type);
+    const std::size_t named = others.size() > 4 ? 3 : others.size();
+    for (std::size_t i = 0; i < named; ++i) hint += (i == 0 ? "; " : i + 1 == others.size() ? " and " : ", ") + others[i];
+    if (named < others.size()) hint += " and " + std::to_string(others.size() - named) + " more";
+    if (!others.empty()) hint += others.size() == 1 ? " has it" : " have it";
+    std::size_t closest = 3;
+    if (others.empty() && key.size() <= 64)  // (a longer key is no misspelling of these; and edits cost |key| x |k|)
+      for (const char* k : family.keys)
+        if (const std::size_t d = edits_between(key, k, 2); d < closest) closest = d, hint = std::string("; did you mean \"") + k + "\"?";
+    r.fail("\"" + (key.size() > 80 ? key.substr(0, 80) + "..." : key) + "\" is not a key of a " + family.model_type +
+           " config.json (headwise refuses keys it does not know, rather than ignore one that may matter)" + hint);
+  }
+}
 
 HEADWISE_IO_INLINE LlamaConfig llama_config_of(const ConfigReader& r) {
   LlamaConfig c;
   c.model_type = r.string("model_type");
   const detail::Family* family = detail::family_of(c.model_type);
-  if (!family)
+  if (!family || !family->read)  // (GPT-2's row has no reader here: io/gpt2.hpp reads its config)
     r.fail("model_type \"" + c.model_type + "\" is not one this loader reads (llama, qwen2, qwen3, qwen3_moe, mistral, ministral, ministral3, "
            "gemma2, gemma3_text, gemma4_text, gpt_oss, phi3, llama4_text, smollm3, olmo2, qwen3_next, deepseek_v3, kimi_k2)");
+  detail::refuse_unknown_keys(r, *family);
   if (r.has("quantization_config")) c.fp8 = detail::parse_fp8_blocks(r);
   c.hidden_size = r.integer("hidden_size");
   c.n_heads = r.integer("num_attention_heads");

@@ -37,15 +37,12 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#if defined(__unix__) || defined(__APPLE__)
-#include <fcntl.h>
+#include "headwise/detail/compiled.hpp"
+#include "headwise/detail/regular_file.hpp"
+#ifdef HEADWISE_POSIX_FILES
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #define HEADWISE_SAFETENSORS_MMAP 1
 #endif
-
-#include "headwise/detail/compiled.hpp"
 #include "headwise/stored_matrix.hpp"
 #include "headwise/types.hpp"
 
@@ -205,41 +202,11 @@ inline Bytes bytes_of(std::vector<unsigned char> buffer) {
 inline std::string system_error_text() { return std::strerror(errno); }
 
 #ifdef HEADWISE_SAFETENSORS_MMAP
-/// A file descriptor open on a regular file, closed with the object.
-struct RegularFile {
-  int fd = -1;
-  std::size_t size = 0;
-  RegularFile() = default;
-  RegularFile(const RegularFile&) = delete;
-  RegularFile& operator=(const RegularFile&) = delete;
-  ~RegularFile() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-/// Opens `path` read-only if it is a regular file; throws SafetensorsError("headwise: <what>: ...")
-/// naming a missing file, a directory, a named pipe or a device. O_NONBLOCK: opening a named pipe
-/// does not wait for a writer (it is refused once open); reads of a regular file ignore the flag.
-inline void open_regular(const std::string& path, const char* what, RegularFile& file) {
-  const std::string where = std::string("headwise: ") + what + ": ";
-  file.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (file.fd < 0) throw SafetensorsError(where + "cannot open " + path + ": " + system_error_text());
-  struct stat status {};
-  if (::fstat(file.fd, &status) != 0) throw SafetensorsError(where + "cannot read " + path + ": " + system_error_text());
-  if (!S_ISREG(status.st_mode)) {
-    const char* kind = S_ISDIR(status.st_mode) ? "a directory" : S_ISFIFO(status.st_mode) ? "a named pipe" : "not a regular file";
-    throw SafetensorsError(where + "cannot read " + path + ": it is " + kind);
-  }
-  file.size = static_cast<std::size_t>(status.st_size);
-  const int flags = ::fcntl(file.fd, F_GETFL);  // a regular file: reads block as usual again
-  if (flags >= 0) ::fcntl(file.fd, F_SETFL, flags & ~O_NONBLOCK);
-}
-
 /// Maps the regular file at `path` read-only. A directory, a pipe, a device or a file that cannot
-/// be opened or mapped throws SafetensorsError.
+/// be opened or mapped throws SafetensorsError (detail/regular_file.hpp).
 inline Bytes map_file(const std::string& path) {
-  RegularFile file;
-  open_regular(path, "safetensors", file);
+  headwise::detail::RegularFile file;
+  headwise::detail::open_regular<SafetensorsError>(path, "headwise: safetensors: ", headwise::detail::any_file_size, file);
   if (file.size == 0) return {};  // mmap refuses a length of 0; an empty file is refused by the parser
   void* mapped = ::mmap(nullptr, file.size, PROT_READ, MAP_PRIVATE, file.fd, 0);
   if (mapped == MAP_FAILED) throw SafetensorsError("headwise: safetensors: cannot map " + path + ": " + system_error_text());
@@ -247,46 +214,18 @@ inline Bytes map_file(const std::string& path) {
   std::shared_ptr<const void> owner(mapped, [size = file.size](const void* p) { ::munmap(const_cast<void*>(p), size); });
   return {owner, static_cast<const unsigned char*>(mapped), file.size};
 }
+#else
+/// Reads the regular file at `path` whole (where there is no mmap).
+inline Bytes map_file(const std::string& path) {
+  const std::string text = headwise::detail::read_regular_text<SafetensorsError>(path, "headwise: safetensors: ", headwise::detail::any_file_size);
+  return bytes_of(std::vector<unsigned char>(text.begin(), text.end()));
+}
+#endif
 
 /// The text of the regular file at `path`; throws SafetensorsError("headwise: <what>: ...").
 inline std::string read_text(const std::string& path, const char* what) {
-  RegularFile file;
-  open_regular(path, what, file);
-  std::string text(file.size, '\0');
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const auto got = ::read(file.fd, &text[done], text.size() - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw SafetensorsError(std::string("headwise: ") + what + ": cannot read " + path + ": " + system_error_text());
-    if (got == 0) break;  // the file shrank while read: take what is there
-    done += static_cast<std::size_t>(got);
-  }
-  text.resize(done);
-  return text;
+  return headwise::detail::read_regular_text<SafetensorsError>(path, std::string("headwise: ") + what + ": ", headwise::detail::any_file_size);
 }
-#else
-/// Reads the regular file at `path` whole (where there is no mmap).
-inline std::vector<unsigned char> read_regular(const std::string& path, const char* what) {
-  const std::string where = std::string("headwise: ") + what + ": ";
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw SafetensorsError(where + "cannot read " + path + ": it is not a regular file");
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw SafetensorsError(where + "cannot open " + path);
-  const std::streamoff size = in.tellg();
-  if (size < 0) throw SafetensorsError(where + "cannot read " + path);
-  std::vector<unsigned char> buffer(static_cast<std::size_t>(size));
-  in.seekg(0);
-  if (size > 0 && !in.read(reinterpret_cast<char*>(buffer.data()), size))
-    throw SafetensorsError(where + "cannot read " + path);
-  return buffer;
-}
-inline Bytes map_file(const std::string& path) { return bytes_of(read_regular(path, "safetensors")); }
-inline std::string read_text(const std::string& path, const char* what) {
-  const std::vector<unsigned char> bytes = read_regular(path, what);
-  return std::string(bytes.begin(), bytes.end());
-}
-#endif
 
 }  // namespace detail
 

@@ -4,8 +4,17 @@
 // tokenizer_config.json (tokenizer_class, added_tokens_decoder, bos/eos/unk/pad/... tokens,
 // add_prefix_space, add_bos_token, add_eos_token), special_tokens_map.json, added_tokens.json.
 // Without any of those, GPT-2's tokenizer classes' default: <|endoftext|> is a special token.
-// A tokenizer_config.json key that would change the ids and that headwise does not apply, or one
-// it does not know, is refused by name; so is a folder with only a SentencePiece tokenizer.model.
+// Rules:
+// - tokenizer_config.json is read whenever it is there, beside either, and checked the same way:
+//   a key headwise does not know, or one that would change the ids and that headwise does not
+//   apply (split_special_tokens or do_lower_case true, errors other than "replace", another
+//   tokenizer_class), is refused by name. Beside vocab.json its options are applied; beside
+//   tokenizer.json, which fixes the tokenizer whole as the tokenizers library reads it, the keys
+//   that describe what the file fixes (the special tokens, add_bos_token, add_prefix_space,
+//   added_tokens_decoder, model_max_length, chat_template, ...) are checked for their types only.
+// - Every file is a regular file of at most text::max_tokenizer_file_bytes: a directory, a named
+//   pipe (never waited on), a device or a larger file in a tokenizer file's place is refused by
+//   name, not skipped. So is a folder with only a SentencePiece tokenizer.model.
 // Part of headwise::text (PCRE2, utf8proc, nlohmann_json).
 //
 //   headwise::text::Tokenizer tok = headwise::io::load_tokenizer("Qwen3-8B");
@@ -32,20 +41,26 @@ text::VocabMergesOptions vocab_merges_options(const std::string& folder);
 
 // ---- Definitions (detail/compiled.hpp: header-only, or src/text.cpp) ----
 #if HEADWISE_TEXT_DEFINITIONS
-#include <fstream>
+#include <filesystem>
 #include <map>
 #include <set>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
 namespace headwise::io {
 namespace detail {
 
-HEADWISE_TEXT_INLINE bool file_exists(const std::string& path) { return std::ifstream(path).good(); }
+/// True if anything is at path: a file of any type, or a link, even a broken one (never opened:
+/// what it is, is for the reader to check and refuse by name).
+HEADWISE_TEXT_INLINE bool is_present(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::symlink_status(path, ec));
+}
 
 /// A JSON object from path, or null if there is no such file; throws if it is there but not an object.
 HEADWISE_TEXT_INLINE nlohmann::json json_object_if_present(const std::string& path) {
-  if (!file_exists(path)) return nullptr;
+  if (!is_present(path)) return nullptr;
   nlohmann::json j = nlohmann::json::parse(text::detail::read_text_file(path), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) throw text::TokenizerError("headwise: load_tokenizer: " + path + ": is not a JSON object");
   return j;
@@ -73,15 +88,20 @@ HEADWISE_TEXT_INLINE void read_special_token_names(const nlohmann::json& j, cons
   }
 }
 
-/// tokenizer_config.json's own options: refuses the keys headwise does not know or apply.
-HEADWISE_TEXT_INLINE void check_tokenizer_config(const nlohmann::json& config, const std::string& path) {
+/// tokenizer_config.json's own options, checked the same way beside tokenizer.json and beside
+/// vocab.json + merges.txt: refuses the keys headwise does not know, and those that would change the
+/// ids in a way headwise does not apply (see the top of this file).
+HEADWISE_TEXT_INLINE void check_tokenizer_config(const nlohmann::json& config, const std::string& path, bool beside_tokenizer_json) {
   const auto fail = [&](const std::string& what) { throw text::TokenizerError("headwise: load_tokenizer: " + path + ": " + what); };
-  // Keys for padding, truncation, chat templates and bookkeeping, which do not change the ids.
+  // Keys for padding, truncation, chat templates, multimodal token names, the slow (SentencePiece)
+  // classes and bookkeeping, which do not change the ids a tokenizer.json or GPT-2's files give.
   static const std::set<std::string> known = {
       "tokenizer_class", "added_tokens_decoder", "bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token",
-      "mask_token", "additional_special_tokens", "add_prefix_space", "add_bos_token", "add_eos_token", "errors",
-      "split_special_tokens", "do_lower_case", "model_max_length", "padding_side", "truncation_side", "clean_up_tokenization_spaces",
-      "chat_template", "model_input_names", "name_or_path", "special_tokens_map_file", "tokenizer_file", "use_fast", "max_length"};
+      "mask_token", "additional_special_tokens", "extra_special_tokens", "boi_token", "eoi_token", "image_token",
+      "add_prefix_space", "add_bos_token", "add_eos_token", "errors", "split_special_tokens", "do_lower_case", "model_max_length",
+      "padding_side", "truncation_side", "clean_up_tokenization_spaces", "spaces_between_special_tokens", "chat_template",
+      "use_default_system_prompt", "model_input_names", "name_or_path", "special_tokens_map_file", "tokenizer_file",
+      "processor_class", "use_fast", "max_length", "legacy", "sp_model_kwargs", "backend", "is_local"};
   for (const auto& item : config.items())
     if (!known.count(item.key())) fail("the key \"" + item.key() + "\" is not one headwise knows");
   const auto flag = [&](const char* key) {
@@ -92,13 +112,26 @@ HEADWISE_TEXT_INLINE void check_tokenizer_config(const nlohmann::json& config, c
   for (const char* key : {"add_prefix_space", "add_bos_token", "add_eos_token"}) flag(key);
   if (config.contains("tokenizer_class") && !config.at("tokenizer_class").is_string()) fail("\"tokenizer_class\" is not a string");
   const std::string cls = config.value("tokenizer_class", std::string("GPT2Tokenizer"));
-  if (cls != "GPT2Tokenizer" && cls != "GPT2TokenizerFast")
+  // Beside tokenizer.json: the classes that take the file as it is (transformers 5's name of its
+  // plain class is TokenizersBackend); beside vocab.json: GPT-2's.
+  static const std::set<std::string> json_classes = {
+      "PreTrainedTokenizerFast", "TokenizersBackend", "GPT2Tokenizer", "GPT2TokenizerFast", "Qwen2Tokenizer", "Qwen2TokenizerFast",
+      "LlamaTokenizer", "LlamaTokenizerFast", "GemmaTokenizer", "GemmaTokenizerFast"};
+  if (beside_tokenizer_json && !json_classes.count(cls))
+    fail("\"tokenizer_class\" is \"" + cls + "\": beside tokenizer.json headwise reads the classes that take the file as it is "
+         "(PreTrainedTokenizerFast, TokenizersBackend, GPT2Tokenizer, Qwen2Tokenizer, LlamaTokenizer, GemmaTokenizer and their "
+         "Fast variants); another class changes what the file says");
+  if (!beside_tokenizer_json && cls != "GPT2Tokenizer" && cls != "GPT2TokenizerFast")
     fail("\"tokenizer_class\" is \"" + cls + "\": beside vocab.json + merges.txt headwise reads GPT-2's tokenizer only (GPT2Tokenizer); "
          "another class splits the text its own way (a tokenizer.json says how)");
+  if (config.contains("backend") && config.at("backend") != "tokenizers")
+    fail("\"backend\" = " + config.at("backend").dump() + ": headwise is the \"tokenizers\" backend only");
   if (config.contains("errors") && config.at("errors") != "replace")
     fail("\"errors\" = " + config.at("errors").dump() + ": headwise decodes invalid UTF-8 as U+FFFD (\"replace\") only");
   if (flag("split_special_tokens")) fail("\"split_special_tokens\" = true (special tokens as ordinary text) is not one headwise applies");
   if (flag("do_lower_case")) fail("\"do_lower_case\" = true is not one headwise applies");
+  std::map<std::string, std::string> names;  // (the special tokens' types)
+  read_special_token_names(config, path, names);
 }
 
 /// added_tokens_decoder: {"50256": {"content": "<|endoftext|>", "special": true, ...}, ...}.
@@ -151,7 +184,7 @@ HEADWISE_TEXT_INLINE text::VocabMergesOptions vocab_merges_options(const std::st
                        added = json_object_if_present(added_path);
   // GPT-2's tokenizer classes: bos, eos and unk are <|endoftext|> unless the files say otherwise.
   std::map<std::string, std::string> names = {{"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}, {"unk_token", "<|endoftext|>"}};
-  if (!config.is_null()) check_tokenizer_config(config, config_path), read_special_token_names(config, config_path, names);
+  if (!config.is_null()) check_tokenizer_config(config, config_path, /*beside_tokenizer_json=*/false), read_special_token_names(config, config_path, names);
   if (!map.is_null()) read_special_token_names(map, map_path, names);
   std::set<std::string> special;
   for (const auto& [role, content] : names)
@@ -181,10 +214,15 @@ HEADWISE_TEXT_INLINE text::VocabMergesOptions vocab_merges_options(const std::st
 }  // namespace detail
 
 HEADWISE_TEXT_INLINE text::Tokenizer load_tokenizer(const std::string& folder) {
-  if (detail::file_exists(folder + "/tokenizer.json")) return text::Tokenizer::from_tokenizer_json(folder + "/tokenizer.json");
-  if (detail::file_exists(folder + "/vocab.json") && detail::file_exists(folder + "/merges.txt"))
+  if (detail::is_present(folder + "/tokenizer.json")) {
+    const std::string config_path = folder + "/tokenizer_config.json";
+    const nlohmann::json config = detail::json_object_if_present(config_path);
+    if (!config.is_null()) detail::check_tokenizer_config(config, config_path, /*beside_tokenizer_json=*/true);
+    return text::Tokenizer::from_tokenizer_json(folder + "/tokenizer.json");
+  }
+  if (detail::is_present(folder + "/vocab.json") && detail::is_present(folder + "/merges.txt"))
     return text::Tokenizer::from_files(folder + "/vocab.json", folder + "/merges.txt", detail::vocab_merges_options(folder));
-  if (detail::file_exists(folder + "/tokenizer.model"))
+  if (detail::is_present(folder + "/tokenizer.model"))
     throw text::TokenizerError("headwise: load_tokenizer: " + folder + " holds a SentencePiece tokenizer.model only; headwise reads the "
                                "model's tokenizer.json (transformers writes one: AutoTokenizer.from_pretrained(folder).save_pretrained(folder))");
   throw text::TokenizerError("headwise: load_tokenizer: " + folder + " holds no tokenizer.json and no vocab.json + merges.txt");

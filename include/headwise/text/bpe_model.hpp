@@ -128,8 +128,10 @@ HEADWISE_TEXT_INLINE Index BpeModel::id(std::string_view token) const {
 
 HEADWISE_TEXT_INLINE BpeModel BpeModel::from_json(const nlohmann::json& model, const std::string& where) {
   BpeModel m(where);
-  if (!model.is_object() || (model.contains("type") && detail::type_of(model) != "BPE"))
-    m.fail("model " + model.dump().substr(0, 80) + " is not one headwise reads (BPE; Unigram, WordPiece and WordLevel are not)");
+  // The model's type named first: the dump of a whole model shows its keys sorted, "type" after "merges".
+  const std::string types = " is not one headwise reads (BPE; Unigram, WordPiece and WordLevel are not)";
+  if (!model.is_object()) m.fail("model " + model.dump().substr(0, 80) + types);
+  if (model.contains("type") && detail::type_of(model) != "BPE") m.fail("model type " + model.at("type").dump().substr(0, 80) + types);
   const auto string_or_null = [&](const char* key) {
     if (!model.contains(key) || model.at(key).is_null()) return std::string();
     if (!model.at(key).is_string()) m.fail(std::string("the BPE model's \"") + key + "\" is neither a string nor null");

@@ -1,8 +1,13 @@
 // A pre-tokenizer's regular expression, matched the way Hugging Face's Rust library matches it
-// (Oniguruma's find_iter): PCRE2 with Unicode properties, JIT-compiled where it can be, \s and \S
-// meaning Unicode White_Space as Oniguruma means it (PCRE2's own \s also counts U+180E), and an
-// empty match right after a match skipped. Matching has bounds: a match limit, a heap limit and a
-// JIT stack, each reported by name with the pattern when a text exceeds it.
+// (Oniguruma's find_iter): PCRE2 with Unicode properties, JIT-compiled where it can be, and an
+// empty match right after a match skipped. \p{..}, \P{..}, \d and \D name General_Category by
+// Unicode 16.0 (unicode_categories.hpp, as Hugging Face's Oniguruma does), \s and \S Unicode
+// White_Space as Oniguruma means it (PCRE2's own \s also counts U+180E): headwise spells them as
+// code points, so PCRE2's own Unicode version does not matter; a property it does not know is
+// refused by name. Matching has bounds: the work of a whole piece (a match limit that grows with
+// the piece, so that a regex that backtracks to the end of the piece from every position is
+// refused in time linear in the piece, not quadratic), a heap limit and a JIT stack, each reported
+// by name with the pattern and the piece's size when a text exceeds it.
 //
 //   headwise::text::Regex digits(R"(\p{N}{1,3})", "tokenizer.json");
 //   auto pieces = digits.find_matches("abc12345");  // (0,3) no, (3,6) match, (6,8) match
@@ -27,8 +32,15 @@ struct Match {
 
 class Regex {
  public:
-  /// How much work one match may take before it is refused (PCRE2's match and heap limits).
-  static constexpr std::uint32_t match_limit = 100'000'000, heap_limit_kib = 1'048'576;
+  /// The work a piece of n bytes may take, in steps of PCRE2's match limit: work_floor +
+  /// work_per_byte * n. A search that takes at most free_steps is not counted (each moves on by a
+  /// character at least, so those cost at most ~2 n free_steps); a longer one is retried with twice
+  /// the limit until it ends, and all its tries are counted. Real tokenizers' regexes take under
+  /// 30 steps a search, and 1-2 a byte of a long run (of spaces, capitals), JIT or not.
+  static constexpr std::uint64_t work_floor = 1'000'000, work_per_byte = 32;
+  static constexpr std::uint32_t free_steps = 256;
+  /// The heap one search may take (PCRE2's heap limit, where it runs without JIT).
+  static constexpr std::uint32_t heap_limit_kib = 1'048'576;
   /// The largest JIT stack a match may grow (the machine stack's 32 KiB are tried first).
   static constexpr std::size_t jit_stack_bytes = std::size_t(256) << 20;
 
@@ -53,46 +65,245 @@ class Regex {
 
 // ---- Definitions (detail/compiled.hpp: header-only, or src/text.cpp) ----
 #if HEADWISE_TEXT_DEFINITIONS
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <iterator>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+
+#include "headwise/text/unicode_categories.hpp"
 
 namespace headwise::text {
 namespace detail {
 
-/// Unicode White_Space as a PCRE2 class body.
-inline constexpr const char* white_space_class = R"(\t\n\x0B\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+/// Code points as ranges [first, last], in any order until merged() sorts and joins them.
+using CodeRanges = std::vector<std::pair<char32_t, char32_t>>;
 
-// pattern with \s and \S spelled as White_Space (inside a class, \s becomes its members; \S
-// inside a class has no such spelling and is refused by name).
-HEADWISE_TEXT_INLINE std::string with_white_space(const std::string& pattern, const std::string& where) {
+/// r sorted, overlapping and adjacent ranges joined.
+HEADWISE_TEXT_INLINE CodeRanges merged(CodeRanges r) {
+  std::sort(r.begin(), r.end());
+  CodeRanges out;
+  for (const auto& [first, last] : r) {
+    if (!out.empty() && first <= out.back().second + 1) out.back().second = std::max(out.back().second, last);
+    else out.push_back({first, last});
+  }
+  return out;
+}
+
+/// The code points U+0000..U+10FFFF that r (merged) leaves out.
+HEADWISE_TEXT_INLINE CodeRanges complement(const CodeRanges& r) {
+  CodeRanges out;
+  char32_t next = 0;
+  for (const auto& [first, last] : r) {
+    if (first > next) out.push_back({next, first - 1});
+    next = last + 1;
+  }
+  if (next <= 0x10FFFF) out.push_back({next, 0x10FFFF});
+  return out;
+}
+
+/// Unicode White_Space (is_white_space), which `\\s` and `\\S` name.
+HEADWISE_TEXT_INLINE CodeRanges white_space_ranges() {
+  return {{0x09, 0x0D}, {0x20, 0x20}, {0x85, 0x85}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}};
+}
+
+constexpr std::uint32_t category_bit(GeneralCategory g) { return std::uint32_t(1) << static_cast<int>(g); }
+
+/// The General_Categories `\\p{name}` names, a category_bit each, or 0: a short name (L, Lu, LC, ...)
+/// or a long one (Letter, Uppercase_Letter, Cased_Letter, ...), compared as Oniguruma compares
+/// them: case, spaces, '_' and '-' ignored.
+HEADWISE_TEXT_INLINE std::uint32_t category_set(std::string_view name) {
+  using G = GeneralCategory;
+  struct Name {
+    const char *short_name, *long_name;
+    std::uint32_t set;
+  };
+  constexpr std::uint32_t lc = category_bit(G::Lu) | category_bit(G::Ll) | category_bit(G::Lt);
+  constexpr std::uint32_t l = lc | category_bit(G::Lm) | category_bit(G::Lo);
+  constexpr std::uint32_t m = category_bit(G::Mn) | category_bit(G::Mc) | category_bit(G::Me);
+  constexpr std::uint32_t n = category_bit(G::Nd) | category_bit(G::Nl) | category_bit(G::No);
+  constexpr std::uint32_t p = category_bit(G::Pc) | category_bit(G::Pd) | category_bit(G::Ps) | category_bit(G::Pe) | category_bit(G::Pi) |
+                              category_bit(G::Pf) | category_bit(G::Po);
+  constexpr std::uint32_t s = category_bit(G::Sm) | category_bit(G::Sc) | category_bit(G::Sk) | category_bit(G::So);
+  constexpr std::uint32_t z = category_bit(G::Zs) | category_bit(G::Zl) | category_bit(G::Zp);
+  constexpr std::uint32_t c = category_bit(G::Cc) | category_bit(G::Cf) | category_bit(G::Cs) | category_bit(G::Co) | category_bit(G::Cn);
+  static constexpr Name names[] = {
+      {"l", "letter", l}, {"lc", "casedletter", lc}, {"lu", "uppercaseletter", category_bit(G::Lu)}, {"ll", "lowercaseletter", category_bit(G::Ll)},
+      {"lt", "titlecaseletter", category_bit(G::Lt)}, {"lm", "modifierletter", category_bit(G::Lm)}, {"lo", "otherletter", category_bit(G::Lo)},
+      {"m", "mark", m}, {"m", "combiningmark", m}, {"mn", "nonspacingmark", category_bit(G::Mn)}, {"mc", "spacingmark", category_bit(G::Mc)},
+      {"me", "enclosingmark", category_bit(G::Me)}, {"n", "number", n}, {"nd", "decimalnumber", category_bit(G::Nd)},
+      {"nl", "letternumber", category_bit(G::Nl)}, {"no", "othernumber", category_bit(G::No)}, {"p", "punctuation", p},
+      {"pc", "connectorpunctuation", category_bit(G::Pc)}, {"pd", "dashpunctuation", category_bit(G::Pd)}, {"ps", "openpunctuation", category_bit(G::Ps)},
+      {"pe", "closepunctuation", category_bit(G::Pe)}, {"pi", "initialpunctuation", category_bit(G::Pi)}, {"pf", "finalpunctuation", category_bit(G::Pf)},
+      {"po", "otherpunctuation", category_bit(G::Po)}, {"s", "symbol", s}, {"sm", "mathsymbol", category_bit(G::Sm)},
+      {"sc", "currencysymbol", category_bit(G::Sc)}, {"sk", "modifiersymbol", category_bit(G::Sk)}, {"so", "othersymbol", category_bit(G::So)},
+      {"z", "separator", z}, {"zs", "spaceseparator", category_bit(G::Zs)}, {"zl", "lineseparator", category_bit(G::Zl)},
+      {"zp", "paragraphseparator", category_bit(G::Zp)}, {"c", "other", c}, {"cc", "control", category_bit(G::Cc)}, {"cf", "format", category_bit(G::Cf)},
+      {"cs", "surrogate", category_bit(G::Cs)}, {"co", "privateuse", category_bit(G::Co)}, {"cn", "unassigned", category_bit(G::Cn)}};
+  std::string key;
+  for (const char ch : name)
+    if (ch != ' ' && ch != '_' && ch != '-') key += static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+  for (const Name& k : names)
+    if (key == k.short_name || key == k.long_name) return k.set;
+  return 0;
+}
+
+/// The code points whose General_Category is in set (category_bit's).
+HEADWISE_TEXT_INLINE CodeRanges category_ranges(std::uint32_t set) {
+  CodeRanges out;
+  const std::size_t count = std::size(category_runs);
+  for (std::size_t k = 0; k < count; ++k) {
+    if (!(set & category_bit(category_runs[k].category))) continue;
+    const char32_t first = category_runs[k].first, last = k + 1 < count ? category_runs[k + 1].first - 1 : 0x10FFFF;
+    if (!out.empty() && out.back().second + 1 == first) out.back().second = last;
+    else out.push_back({first, last});
+  }
+  return out;
+}
+
+/// r as the members of a PCRE2 class (`\\x{41}-\\x{5A}` ...), surrogates left out (UTF mode refuses them).
+HEADWISE_TEXT_INLINE std::string class_members(const CodeRanges& r) {
   std::string out;
-  bool in_class = false;
+  const auto hex = [](char32_t c) {
+    char buffer[16];
+    std::snprintf(buffer, sizeof buffer, "\\x{%X}", static_cast<unsigned>(c));
+    return std::string(buffer);
+  };
+  const auto add = [&](char32_t first, char32_t last) {
+    if (first > last) return;
+    out += hex(first);
+    if (last > first) out += "-" + hex(last);
+  };
+  CodeRanges in_order = merged(r);  // (PCRE2 tries a class's ranges in turn: the widest first, CJK's and Hangul's)
+  std::stable_sort(in_order.begin(), in_order.end(), [](const auto& a, const auto& b) { return a.second - a.first > b.second - b.first; });
+  for (const auto& [first, last] : in_order) {
+    if (last < 0xD800 || first > 0xDFFF) add(first, last);
+    else add(first, 0xD7FF), add(std::max<char32_t>(first, 0xE000), last);
+  }
+  return out;
+}
+
+// pattern as headwise gives it to PCRE2: every \p{X} and \P{X} (\p{^X}), \s and \S (White_Space,
+// as Oniguruma means it: PCRE2's own \s also counts U+180E) and \d and \D (Nd) spelled as the code
+// points they name by Unicode 16.0.0 (unicode_categories.hpp), inside classes too, so that
+// PCRE2's own Unicode version does not matter. Outside a class, one under (?i) is kept out of case
+// folding ((?-i:[...])), as Oniguruma matches it; inside a class the class folds, as Oniguruma's
+// does. A property that is not a General_Category, an unterminated \p{ and \p without braces
+// (Oniguruma reads \pL as the letters pL) are refused by name.
+HEADWISE_TEXT_INLINE std::string spelled_for_pcre2(const std::string& pattern, const std::string& where) {
+  const auto refused = [&](const std::string& why) { return TokenizerError("headwise: tokenizer: " + where + ": the regex " + pattern + " " + why); };
+  std::string out, class_body;                 // (class_body: an open class's literal members;
+  CodeRanges class_ranges;                     //  class_ranges: the code points of its escapes)
+  bool in_class = false, class_negated = false, caseless = false;
+  std::vector<bool> caseless_outside;          // (one per open group)
   for (std::size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
+    std::string& sink = in_class ? class_body : out;
     if (c == '\\' && i + 1 < pattern.size()) {
       const char e = pattern[++i];
-      if (e == 's') out += in_class ? std::string(white_space_class) : "[" + std::string(white_space_class) + "]";
-      else if (e == 'S' && !in_class) out += "[^" + std::string(white_space_class) + "]";
-      else if (e == 'S') throw TokenizerError("headwise: tokenizer: " + where + ": the regex " + pattern + " has \\S inside a class, which headwise cannot spell as Unicode White_Space");
-      else out += c, out += e;
-      continue;
-    }
-    if (c == '[' && !in_class) {
-      in_class = true, out += c;
-      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
-      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];  // (a leading ] is a member)
-      continue;
-    }
-    if (c == '[' && in_class && i + 1 < pattern.size() && pattern[i + 1] == ':') {  // [:alpha:]
-      const std::size_t close = pattern.find(":]", i + 2);
-      if (close != std::string::npos) {
-        out += pattern.substr(i, close + 2 - i), i = close + 1;
+      CodeRanges named;
+      bool negated = false, property = false;
+      if (e == 's' || e == 'S') {
+        named = white_space_ranges(), negated = e == 'S';
+      } else if (e == 'd' || e == 'D') {
+        named = category_ranges(category_bit(GeneralCategory::Nd)), negated = e == 'D';
+      } else if (e == 'p' || e == 'P') {
+        const std::size_t close = pattern.find('}', i);
+        if (i + 1 >= pattern.size() || pattern[i + 1] != '{')
+          throw refused(std::string("has \\") + e + " without braces, which Oniguruma (Hugging Face's regex engine) reads as the letter " + e + ": write \\" + e + "{...}");
+        if (close == std::string::npos) throw refused(std::string("has \\") + e + "{ without its closing }");
+        std::string name = pattern.substr(i + 2, close - i - 2);
+        negated = e == 'P';
+        if (!name.empty() && name.front() == '^') negated = !negated, name.erase(0, 1);
+        const std::uint32_t set = category_set(name);
+        if (set == 0)
+          throw refused("names the property " + pattern.substr(i - 1, close - i + 2) + ", which headwise does not spell: it knows the General_Category "
+                        "names of Unicode " + unicode_version + " (L, LC, Lu, Ll, Lt, Lm, Lo, M, Mn, Mc, Me, N, Nd, Nl, No, P, Pc, Pd, Ps, Pe, Pi, Pf, Po, S, "
+                        "Sm, Sc, Sk, So, Z, Zs, Zl, Zp, C, Cc, Cf, Cs, Co, Cn and their long names), no scripts or other properties");
+        named = category_ranges(set), property = true, i = close;
+      } else if (e == 'Q') {  // \Q...\E: literal
+        const std::size_t end = pattern.find("\\E", i + 1);
+        const std::size_t stop = end == std::string::npos ? pattern.size() : end + 2;
+        sink += pattern.substr(i - 1, stop - (i - 1)), i = stop - 1;
+        continue;
+      } else {
+        sink += c, sink += e;
+        if (e == 'c' && i + 1 < pattern.size()) sink += pattern[++i];  // (\cX: X is the escape's own)
         continue;
       }
+      if (in_class) {
+        const CodeRanges add = negated ? complement(merged(named)) : named;
+        class_ranges.insert(class_ranges.end(), add.begin(), add.end());
+      } else {
+        const std::string members = class_members(named);
+        std::string set = members.empty() ? (negated ? "(?s:.)" : "(?!)") : "[" + std::string(negated ? "^" : "") + members + "]";
+        out += property && caseless ? "(?-i:" + set + ")" : set;
+      }
+      continue;
     }
-    if (c == ']' && in_class) in_class = false;
+    if (in_class) {
+      if (c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {  // [:alpha:] (PCRE2's, under PCRE2_UCP)
+        const std::size_t close = pattern.find(":]", i + 2);
+        if (close != std::string::npos) {
+          class_body += pattern.substr(i, close + 2 - i), i = close + 1;
+          continue;
+        }
+      }
+      if (c != ']') {
+        class_body += c;
+        continue;
+      }
+      // The class closes: its literal members, then its escapes' code points.
+      in_class = false;
+      std::size_t backslashes = 0;  // (before a closing -: an odd number escape it)
+      while (class_body.size() >= backslashes + 2 && class_body[class_body.size() - 2 - backslashes] == '\\') ++backslashes;
+      if (!class_body.empty() && class_body.back() == '-' && backslashes % 2 == 0)
+        class_body.insert(class_body.size() - 1, "\\");  // (a - before an escape was a literal -)
+      const std::string members = class_body + class_members(class_ranges);
+      out += members.empty() ? (class_negated ? "(?s:.)" : "(?!)") : "[" + std::string(class_negated ? "^" : "") + members + "]";
+      continue;
+    }
+    if (c == '[') {
+      in_class = true, class_body.clear(), class_ranges.clear();
+      class_negated = i + 1 < pattern.size() && pattern[i + 1] == '^';
+      if (class_negated) ++i;
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') class_body += "\\]", ++i;  // (a leading ] is a member)
+      continue;
+    }
+    if (c == '(') {
+      if (pattern.compare(i, 3, "(?#") == 0) {  // a comment, copied as it is
+        const std::size_t close = pattern.find(')', i);
+        const std::size_t stop = close == std::string::npos ? pattern.size() : close + 1;
+        out += pattern.substr(i, stop - i), i = stop - 1;
+        continue;
+      }
+      // Options: (?i) holds to the end of the group around it, (?i:...) inside its own.
+      bool options = false, now = caseless;
+      std::size_t k = i + 1;
+      if (pattern.compare(i, 2, "(?") == 0) {
+        bool on = true;
+        for (k = i + 2; k < pattern.size() && (std::isalpha(static_cast<unsigned char>(pattern[k])) || pattern[k] == '-' || pattern[k] == '^'); ++k) {
+          if (pattern[k] == '-') on = false;
+          else if (pattern[k] == '^') now = false;
+          else if (pattern[k] == 'i') now = on;
+        }
+        options = k > i + 2 && k < pattern.size() && (pattern[k] == ':' || pattern[k] == ')');
+      }
+      if (options && pattern[k] == ')') {
+        caseless = now, out += pattern.substr(i, k + 1 - i), i = k;
+        continue;
+      }
+      caseless_outside.push_back(caseless);
+      if (options) caseless = now;
+      out += c;
+      continue;
+    }
+    if (c == ')' && !caseless_outside.empty()) caseless = caseless_outside.back(), caseless_outside.pop_back();
     out += c;
   }
+  if (in_class) out += "[" + std::string(class_negated ? "^" : "") + class_body;  // (unterminated: PCRE2 says so)
   return out;
 }
 
@@ -106,7 +317,7 @@ struct Regex::Compiled {
 };
 
 HEADWISE_TEXT_INLINE Regex::Regex(const std::string& pattern, const std::string& where) : pattern_(pattern), where_(where) {
-  const std::string spelled = detail::with_white_space(pattern, where);
+  const std::string spelled = detail::spelled_for_pcre2(pattern, where);
   int error = 0;
   PCRE2_SIZE offset = 0;
   auto compiled = std::make_shared<Compiled>();
@@ -114,8 +325,14 @@ HEADWISE_TEXT_INLINE Regex::Regex(const std::string& pattern, const std::string&
   if (!compiled->code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof message);
-    throw TokenizerError("headwise: tokenizer: " + where + ": the regex " + pattern + " does not compile (at offset " + std::to_string(offset) +
-                         " of " + spelled + "): " + reinterpret_cast<const char*>(message));
+    // (where: a few characters of the spelling around the offset; its classes of code points can be long)
+    std::size_t from = offset > 40 ? offset - 40 : 0, to = std::min(spelled.size(), std::size_t(offset) + 40);
+    while (from > 0 && (static_cast<unsigned char>(spelled[from]) & 0xC0) == 0x80) --from;
+    while (to < spelled.size() && (static_cast<unsigned char>(spelled[to]) & 0xC0) == 0x80) ++to;
+    throw TokenizerError("headwise: tokenizer: " + where + ": the regex " + pattern + " does not compile: " + reinterpret_cast<const char*>(message) +
+                         " (at offset " + std::to_string(offset) + " of the " + std::to_string(spelled.size()) + " bytes headwise gives PCRE2, its \\p{..}, \\d and \\s as code points: ..." +
+                         spelled.substr(from, to - from) + "..." +
+                         (error == PCRE2_ERROR_PATTERN_TOO_LARGE ? "; a class of General_Categories is hundreds of ranges, and PCRE2 built with a link size of 2 compiles at most 64 KiB)" : ")"));
   }
   pcre2_jit_compile(compiled->code.get(), PCRE2_JIT_COMPLETE);  // (the interpreter matches the same where JIT is unavailable)
   compiled_ = std::move(compiled);
@@ -139,10 +356,13 @@ HEADWISE_TEXT_INLINE std::vector<Match> Regex::find_matches(std::string_view tex
   const std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> context(pcre2_match_context_create(nullptr),
                                                                                         &pcre2_match_context_free);
   std::unique_ptr<pcre2_jit_stack, decltype(&pcre2_jit_stack_free)> stack(nullptr, &pcre2_jit_stack_free);
-  pcre2_set_match_limit(context.get(), match_limit);
   pcre2_set_heap_limit(context.get(), heap_limit_kib);
+  const std::uint64_t budget = work_floor + work_per_byte * text.size();
+  std::uint64_t spent = 0;  // (by searches longer than free_steps)
+  std::uint32_t limit = free_steps;
   std::size_t at = 0, previous = 0, last_match_end = std::string_view::npos;
   while (at <= text.size()) {
+    pcre2_set_match_limit(context.get(), limit);
     int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at, PCRE2_NO_UTF_CHECK, data.get(), context.get());
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !stack) {  // grow the JIT stack once, and match again
       stack.reset(pcre2_jit_stack_create(32 * 1024, jit_stack_bytes, nullptr));
@@ -150,16 +370,24 @@ HEADWISE_TEXT_INLINE std::vector<Match> Regex::find_matches(std::string_view tex
       pcre2_jit_stack_assign(context.get(), nullptr, stack.get());
       continue;
     }
+    if (rc == PCRE2_ERROR_MATCHLIMIT && spent + limit < budget) {  // a long search: again, with twice the limit
+      spent += limit;
+      limit = static_cast<std::uint32_t>(std::min<std::uint64_t>({std::uint64_t(limit) * 2, budget - spent, UINT32_MAX}));
+      continue;
+    }
+    if (limit > free_steps) spent += limit, limit = free_steps;
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof message);
-      const std::string limit = rc == PCRE2_ERROR_MATCHLIMIT ? " (" + std::to_string(match_limit) + " steps)"
-                                : rc == PCRE2_ERROR_HEAPLIMIT ? " (" + std::to_string(heap_limit_kib >> 10) + " MiB of heap)"
-                                : rc == PCRE2_ERROR_JIT_STACKLIMIT ? " (a JIT stack of " + std::to_string(jit_stack_bytes >> 20) + " MiB)"
-                                                                   : "";
+      const std::string why = rc == PCRE2_ERROR_MATCHLIMIT ? " (the piece's budget of " + std::to_string(budget) + " steps, " + std::to_string(work_floor) +
+                                                                 " + " + std::to_string(work_per_byte) + " a byte, was spent searching from byte " + std::to_string(at) +
+                                                                 ": the regex backtracks more than a piece this long allows)"
+                              : rc == PCRE2_ERROR_HEAPLIMIT ? " (" + std::to_string(heap_limit_kib >> 10) + " MiB of heap)"
+                              : rc == PCRE2_ERROR_JIT_STACKLIMIT ? " (a JIT stack of " + std::to_string(jit_stack_bytes >> 20) + " MiB)"
+                                                                 : "";
       throw TokenizerError("headwise: tokenizer: " + where_ + ": the regex " + pattern_ + " failed on a piece of " + std::to_string(text.size()) +
-                           " bytes: " + reinterpret_cast<const char*>(message) + limit);
+                           " bytes: " + reinterpret_cast<const char*>(message) + why);
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.get());
     const std::size_t begin = ov[0], end = ov[1];

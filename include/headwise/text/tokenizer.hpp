@@ -14,6 +14,7 @@
 //   std::string text = tok.decode(ids);
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,11 @@
 #include "headwise/types.hpp"
 
 namespace headwise::text {
+
+/// The largest tokenizer file read (tokenizer.json, vocab.json, merges.txt, tokenizer_config.json,
+/// ...): 1 GiB, 30 times the largest of real models (Gemma 3's tokenizer.json, 33 MB); a larger
+/// one is refused by name before it is read.
+inline constexpr std::uint64_t max_tokenizer_file_bytes = std::uint64_t(1) << 30;
 
 /// What GPT-2's own files (vocab.json + merges.txt) leave to the files beside them, which
 /// io::load_tokenizer reads from a model's folder (tokenizer_config.json, added_tokens.json).
@@ -90,21 +96,19 @@ class Tokenizer {
 
 // ---- Definitions (detail/compiled.hpp: header-only, or src/text.cpp) ----
 #if HEADWISE_TEXT_DEFINITIONS
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "headwise/detail/regular_file.hpp"
 
 namespace headwise::text {
 namespace detail {
 
+/// The text of a tokenizer file: a directory, a named pipe, a device or a file over
+/// max_tokenizer_file_bytes is refused by name before it is read (detail/regular_file.hpp).
 HEADWISE_TEXT_INLINE std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TokenizerError("headwise: tokenizer: cannot open " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return headwise::detail::read_regular_text<TokenizerError>(path, "headwise: tokenizer: ", max_tokenizer_file_bytes);
 }
 
 }  // namespace detail

@@ -1,8 +1,10 @@
 // What the tokenizer needs to know about Unicode text, defined the way Hugging Face's Rust library
 // defines it: UTF-8 code points (decoded, encoded, validated), white space (Rust's
-// char::is_whitespace, the Unicode White_Space property: U+180E is not white space), word
-// characters, the four normalization forms and lower case (from utf8proc, Debian's
-// libutf8proc-dev, a library made for it), and GPT-2's byte-to-character table.
+// char::is_whitespace, the Unicode White_Space property: U+180E is not white space), word and
+// numeric characters (by Unicode 16.0's General_Category, unicode_categories.hpp, the one table
+// the regexes read too), the four normalization forms and lower case (from utf8proc, Debian's
+// libutf8proc-dev, a library made for it; the canonical order of marks is ours, n log n), and
+// GPT-2's byte-to-character table.
 //
 //   std::string nfc = headwise::text::normalize("e\u0301", headwise::text::NormalForm::nfc);  // "é"
 #pragma once
@@ -70,12 +72,25 @@ const std::vector<std::string>& byte_characters();
 
 // ---- Definitions (detail/compiled.hpp: header-only, or src/text.cpp) ----
 #if HEADWISE_TEXT_DEFINITIONS
-#include <cstdlib>
-#include <memory>
+#include <algorithm>
+#include <iterator>
 
 #include <utf8proc.h>
 
+#include "headwise/text/unicode_categories.hpp"
+
 namespace headwise::text {
+namespace detail {
+
+/// The General_Category of code point c (Unicode 16.0; c past U+10FFFF: Cn).
+HEADWISE_TEXT_INLINE GeneralCategory general_category(char32_t c) {
+  if (c > 0x10FFFF) return GeneralCategory::Cn;
+  const auto after = std::upper_bound(std::begin(category_runs), std::end(category_runs), c,
+                                      [](char32_t v, const CategoryRun& r) { return v < r.first; });
+  return std::prev(after)->category;
+}
+
+}  // namespace detail
 
 HEADWISE_TEXT_INLINE std::string utf8(char32_t c) {
   std::string s;
@@ -118,10 +133,9 @@ HEADWISE_TEXT_INLINE std::size_t first_invalid_utf8(std::string_view text) {
 HEADWISE_TEXT_INLINE bool is_word_character(char32_t c) {
   if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
   if (c == 0x200C || c == 0x200D) return true;  // (Join_Control)
-  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+  using G = GeneralCategory;
+  switch (detail::general_category(c)) {
+    case G::Lu: case G::Ll: case G::Lt: case G::Lm: case G::Lo: case G::Mn: case G::Mc: case G::Me: case G::Nd: case G::Nl: case G::Pc:
       return true;
     default:
       return false;
@@ -130,23 +144,56 @@ HEADWISE_TEXT_INLINE bool is_word_character(char32_t c) {
 
 HEADWISE_TEXT_INLINE bool is_numeric(char32_t c) {
   if (c < 0x80) return c >= '0' && c <= '9';
-  const auto k = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+  const GeneralCategory k = detail::general_category(c);
+  return k == GeneralCategory::Nd || k == GeneralCategory::Nl || k == GeneralCategory::No;
 }
 
+// Normalization in three passes, each linear in the text (n log n in a run of marks): 1. each
+// code point decomposed on its own (utf8proc_decompose_char, canonically or for compatibility);
+// 2. each run of non-starters (canonical combining class > 0) sorted by class, stably: the
+// canonical order (utf8proc's own reordering swaps neighbours, O(n^2) in a long run of marks);
+// 3. for NFC and NFKC, utf8proc_normalize_utf32 composes (it does not reorder).
 HEADWISE_TEXT_INLINE std::string normalize(std::string_view text, NormalForm form) {
   bool ascii = true;
   for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   if (ascii) return std::string(text);
-  int options = UTF8PROC_STABLE;
-  options |= form == NormalForm::nfc || form == NormalForm::nfkc ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
+  const bool compose = form == NormalForm::nfc || form == NormalForm::nfkc;
+  int options = UTF8PROC_STABLE | (compose ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE);
   if (form == NormalForm::nfkc || form == NormalForm::nfkd) options |= UTF8PROC_COMPAT;
-  utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
-                                          &out, static_cast<utf8proc_option_t>(options));
-  const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
-  if (n < 0) throw TokenizerError(std::string("headwise: tokenizer: Unicode normalization failed: ") + utf8proc_errmsg(n));
-  return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
+  const auto fail = [](utf8proc_ssize_t n) { return TokenizerError(std::string("headwise: tokenizer: Unicode normalization failed: ") + utf8proc_errmsg(n)); };
+  // 1. decompose
+  std::vector<utf8proc_int32_t> points;
+  points.reserve(text.size());
+  utf8proc_int32_t one[32];  // (the longest decomposition, U+FDFA's for compatibility, has 18)
+  for (std::size_t i = 0; i < text.size();) {
+    const CodePoint c = code_point_at(text, i);
+    int boundary = 0;
+    const utf8proc_ssize_t n = utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c.value), one, 32, static_cast<utf8proc_option_t>(options), &boundary);
+    if (n < 0) throw fail(n);
+    if (n > 32) throw fail(UTF8PROC_ERROR_OVERFLOW);
+    points.insert(points.end(), one, one + n);
+    i += c.length;
+  }
+  // 2. canonical order
+  const auto ccc = [](utf8proc_int32_t c) { return utf8proc_get_property(c)->combining_class; };
+  for (std::size_t i = 0; i < points.size();) {
+    if (ccc(points[i]) == 0) {
+      ++i;
+      continue;
+    }
+    std::size_t end = i + 1;
+    while (end < points.size() && ccc(points[end]) != 0) ++end;
+    if (end - i > 1) std::stable_sort(points.begin() + i, points.begin() + end, [&](utf8proc_int32_t a, utf8proc_int32_t b) { return ccc(a) < ccc(b); });
+    i = end;
+  }
+  // 3. compose
+  utf8proc_ssize_t length = static_cast<utf8proc_ssize_t>(points.size());
+  if (compose) length = utf8proc_normalize_utf32(points.data(), length, static_cast<utf8proc_option_t>(options));
+  if (length < 0) throw fail(length);
+  std::string out;
+  out.reserve(text.size());
+  for (utf8proc_ssize_t k = 0; k < length; ++k) out += utf8(static_cast<char32_t>(points[static_cast<std::size_t>(k)]));
+  return out;
 }
 
 HEADWISE_TEXT_INLINE std::string lowercase(std::string_view text) {
