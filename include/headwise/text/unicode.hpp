@@ -183,7 +183,8 @@ HEADWISE_TEXT_INLINE std::string normalize(std::string_view text, NormalForm for
     }
     std::size_t end = i + 1;
     while (end < points.size() && ccc(points[end]) != 0) ++end;
-    if (end - i > 1) std::stable_sort(points.begin() + i, points.begin() + end, [&](utf8proc_int32_t a, utf8proc_int32_t b) { return ccc(a) < ccc(b); });
+    const auto run = points.begin() + static_cast<std::ptrdiff_t>(i);
+    if (end - i > 1) std::stable_sort(run, run + static_cast<std::ptrdiff_t>(end - i), [&](utf8proc_int32_t a, utf8proc_int32_t b) { return ccc(a) < ccc(b); });
     i = end;
   }
   // 3. compose
