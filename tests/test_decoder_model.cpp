@@ -239,11 +239,11 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("\"final_logit_softcapping\" is not a key of a llama config.json"));
   // attention_bias true: Hugging Face's layer then has biases, so a checkpoint without them is refused.
   std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
-      "intermediate_size": 8, "vocab_size": 4, "hidden_act": "silu", "attention_bias": true})";
+      "intermediate_size": 8, "vocab_size": 4, "hidden_act": "silu", "rms_norm_eps": 1e-5, "attention_bias": true})";
   CHECK_THROWS_WITH(io::load_decoder_model<float>(folder),
                     Catch::Contains("missing tensor \"model.layers.0.self_attn.q_proj.bias\": the config says attention_bias = true"));
   std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
-      "intermediate_size": 8, "vocab_size": 4, "hidden_act": ["silu"]})";
+      "intermediate_size": 8, "vocab_size": 4, "rms_norm_eps": 1e-5, "hidden_act": ["silu"]})";
   CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("\"hidden_act\" = [\"silu\"] is not a string"));
 }
 
@@ -434,7 +434,7 @@ TEST_CASE("Logits that are not finite are refused by name, on the forward, decod
   CHECK_THROWS_WITH(lm_head.decode(ids, caches), Catch::Contains("the logit of row 0 for id 7 is"));
   CHECK_THROWS_WITH(lm_head.generate(ids, 1), Catch::Contains("the logit of row 0 for id 7 is"));
   const auto mlp = io::load_decoder_model<float>(random_gpt2_folder(rng, "huge-mlp", [](auto& t) {
-    t["transformer.h.1.mlp.c_proj.bias"].values[5] = 3.39e38f;  // (finite, as BF16's largest numbers are)
+    for (int k = 0; k < 160; ++k) t["transformer.h.1.mlp.c_proj.weight"].values[k * 40 + 5] = 3.39e38f;  // (finite: BF16's largest)
   }));
   CHECK_THROWS_WITH(mlp.run(ids), Catch::Contains("the residual stream after the last block is not finite"));
   CHECK_THROWS_WITH(mlp.generate(ids, 2), Catch::Contains("the residual stream after the last block is not finite"));

@@ -182,7 +182,7 @@ TEST_CASE("a value sum past float's range is refused by the fused kernel, where 
   CHECK_THAT(headwise_test::as_double(attend<float>(q, k, v, call).z), IsNear(Matrix<double>::Constant(40, 4, 1e37), 1e-6));
   call.path = AttentionPath::fused;
   CHECK_THAT(attend<double>(q.cast<double>(), k.cast<double>(), v.cast<double>(), call).z,
-             IsNear(Matrix<double>::Constant(40, 4, 1e37), 1e-12));
+             IsNear(Matrix<double>::Constant(40, 4, double(1e37f)), 1e-12));
   const Matrix<float> short_rows = v.topRows(30);  // (30 keys: 3e38 is still float's)
   CHECK(attend<float>(q.topRows(30), k.topRows(30), short_rows, call).z.allFinite());
 }

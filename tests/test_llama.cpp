@@ -100,8 +100,10 @@ TEST_CASE("v5 RoPE settings: what headwise does not read is refused by name", "[
   const io::LlamaConfig off = io::parse_llama_config(
       two + R"("sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]})", "types.json");
   CHECK_FALSE(off.layer(1).window);
-  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("sliding_window": 8, "layer_types": ["sliding_attention"]})", "types.json"),
-                    Catch::Contains("sliding_attention layers, which llama does not have"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("layer_types": ["sliding_attention"]})", "types.json"),
+                    Catch::Contains("layer_types[0] = \"sliding_attention\" is not a layer this model_type has"));
+  CHECK_THROWS_WITH(io::parse_llama_config(base + R"("sliding_window": 8, "layer_types": ["full_attention"]})", "types.json"),
+                    Catch::Contains("\"sliding_window\" is not a key of a llama config.json"));
   CHECK_THROWS_WITH(io::parse_llama_config(two + R"("layer_types": ["full_attention"]})", "types.json"),
                     Catch::Contains("\"layer_types\" must be a list of num_hidden_layers = 2 entries, got 1 entries"));
   CHECK_THROWS_WITH(io::parse_llama_config(two + R"("layer_types": ["full_attention", "linear_attention"]})", "types.json"),

@@ -290,10 +290,7 @@ HEADWISE_IO_INLINE void refuse_unread(const ConfigReader& r, const char* key, co
 
 // ---- The families: what each reads beyond hidden_size, the head counts, head_dim and RoPE ----
 
-HEADWISE_IO_INLINE void read_llama(const ConfigReader& r, LlamaConfig& c) {
-  read_layer_types(r, c, {LayerType::full, LayerType::sliding});
-  if (c.sliding_window) r.fail("\"layer_types\" has sliding_attention layers, which llama does not have");
-}
+HEADWISE_IO_INLINE void read_llama(const ConfigReader& r, LlamaConfig& c) { read_layer_types(r, c, {LayerType::full}); }
 
 /// Qwen2, Qwen3, SmolLM3: a window only with use_sliding_window, from max_window_layers on.
 HEADWISE_IO_INLINE void read_qwen2(const ConfigReader& r, LlamaConfig& c) {
