@@ -3,7 +3,8 @@
 // library), from GPT-2's own files and from tokenizer.json, with GPT-2's and Llama 3's splitting,
 // decoded back; special tokens; invalid UTF-8, 1 MB texts, and the files headwise refuses
 // (the six families' files: test_family_tokenizers.cpp); io::load_tokenizer on a model's folder;
-// regexes by Unicode 16, normalization of long runs of marks, a regex's budget of work a piece.
+// regexes by Unicode 16 (PCRE2's own \p{..} and what Unicode 16 added, against code points),
+// normalization of long runs of marks, a regex's budget of work a piece.
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "headwise/io/tokenizer.hpp"
 #include "headwise/text/tokenizer.hpp"
+#include "headwise/text/unicode_categories.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 
@@ -259,6 +261,76 @@ TEST_CASE("Regex: \\p{..}, \\d and \\s by Unicode 16.0 (unicode_categories.hpp),
   CHECK(headwise::text::is_word_character(0x11380));     // Tulu-Tigalari letter
   CHECK_FALSE(headwise::text::is_numeric(0x10D50));
   CHECK_FALSE(headwise::text::is_word_character(0x10D6E));  // Garay hyphen (Pd)
+}
+
+TEST_CASE("Regex: PCRE2's own \\p{..} and the code points Unicode 16 added since its tables match what the code points of Unicode 16 match", "[tokenizer][regex]") {
+  using headwise::text::Regex;
+  using headwise::text::utf8;
+  using headwise::text::detail::spelled_for_pcre2;
+  namespace detail = headwise::text::detail;
+  const auto has_property = [](const std::string& spelled) { return spelled.find("\\p{") != std::string::npos; };
+  // 1. The spelling for each version of PCRE2's tables. 14.0.0 (Debian 12's PCRE2 10.42): PCRE2's
+  // \p{L} or the letters added since (CJK Ext. I, U+2EBF0-2EE5D, among them), a few hundred bytes
+  // where L's code points take ten thousand; negated, neither.
+  const std::string letters = spelled_for_pcre2(R"(\p{L})", "test", "14.0.0");
+  CHECK(letters.rfind("(?>[\\p{L}]|[\\x{", 0) == 0);
+  CHECK(letters.find("\\x{2EBF0}-\\x{2EE5D}") != std::string::npos);
+  CHECK(letters.size() < 1000);
+  CHECK(spelled_for_pcre2(R"(\p{L})", "test", "").size() > 10000);
+  const std::string not_letters = spelled_for_pcre2(R"(\P{L})", "test", "14.0.0");
+  CHECK(not_letters.rfind("(?:(?![\\x{", 0) == 0);
+  CHECK(not_letters.find("])[^\\p{L}])") != std::string::npos);
+  CHECK(spelled_for_pcre2(R"([^\s\p{L}\p{N}]+)", "test", "14.0.0").find("])[^\\p{L}\\p{N}\\x{") != std::string::npos);
+  CHECK(spelled_for_pcre2(R"(\d)", "test", "14.0.0").rfind("(?>[\\p{Nd}]|[\\x{", 0) == 0);
+  CHECK(spelled_for_pcre2(R"((?i:\p{Lu}))", "test", "14.0.0").rfind("(?i:(?-i:(?>[\\p{Lu}]|[\\x{", 0) == 0);
+  CHECK(spelled_for_pcre2(R"(\p{LC})", "test", "16.0.0") == "[\\p{Lu}\\p{Ll}\\p{Lt}]");  // (Unicode 16's tables: nothing added)
+  // As code points: a set that lost code points since 14.0.0 (Mn: U+1171E became Mc; Cn and C:
+  // every code point assigned since; M lost none, U+1171E stayed in it), \P{X} inside a class,
+  // a class that folds case (PCRE2's \p{..} do not, Oniguruma's class does), another version.
+  CHECK(has_property(spelled_for_pcre2(R"(\p{M})", "test", "14.0.0")));
+  for (const std::string p : {R"(\p{Mn})", R"(\P{Mn})", R"([\p{Mn}a])", R"(\p{Cn})", R"(\p{C})", R"([\P{L}x])", R"([^\P{L}])", R"((?i)[\p{Lu}])"}) {
+    CAPTURE(p);
+    CHECK_FALSE(has_property(spelled_for_pcre2(p, "test", "14.0.0")));
+  }
+  for (const std::string version : {"", "13.0.0", "15.0.0", "15.1.0"}) CHECK_FALSE(has_property(spelled_for_pcre2(R"(\p{L}\d)", "test", version)));
+  // 2. Both spellings on the code points of the rows of category_changes and their neighbours,
+  // on U+0000-2FFF (Latin, Greek, Cyrillic, Armenian, Hebrew, Arabic, the Indic scripts, Thai,
+  // Georgian, Hangul jamo, ...) and every 61st of the rest: the same matches, for the real
+  // tokenizers' patterns and for every General_Category name in the forms a pattern uses. (This
+  // PCRE2's own spelling against the code points: a spelling as code points, spelled again, is
+  // itself.)
+  const std::string version = detail::pcre2_unicode_version();
+  CAPTURE(version);
+  if (version != "14.0.0" && version != "16.0.0") WARN("PCRE2's tables are of Unicode " << version << ": Regex spells its classes as code points, so both spellings are one here");
+  std::vector<char32_t> points;
+  for (char32_t c = 0; c < 0x3000; ++c) points.push_back(c);
+  for (char32_t c = 0x3000; c <= 0x10FFFF; c += 61) points.push_back(c);
+  for (const detail::CategoryChange& k : detail::category_changes) {  // (a row of more than 64: every 61st, and its ends)
+    const char32_t step = k.last - k.first > 64 ? 61 : 1;
+    for (char32_t c = k.first - 1; c <= k.last + 1; c += step) points.push_back(c);
+    points.push_back(k.last), points.push_back(k.last + 1);
+  }
+  std::string text;  // (a space after every 7th, for the patterns' " ?" and \s+(?!\S))
+  for (const char32_t c : points)
+    if (c < 0xD800 || c > 0xDFFF) text += utf8(c) + (c % 7 == 0 ? " " : "");
+  std::vector<std::string> patterns = {
+      R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",  // GPT-2
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",  // Llama 3.1
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",  // gpt-oss
+      R"(\d+|\D+)", R"((?i)[\p{Lu}\d]+)", R"((?<=\p{L})\p{N}{1,3}|(?<![^\p{L}\s])\p{Lu}++|\p{Ll}*?\P{L})"};
+  for (const std::string name : {"L", "LC", "Lu", "Ll", "Lt", "Lm", "Lo", "M", "Mn", "Mc", "Me", "N", "Nd", "Nl", "No", "P", "Pc", "Pd", "Ps", "Pe",
+                                 "Pi", "Pf", "Po", "S", "Sm", "Sc", "Sk", "So", "Z", "Zs", "Zl", "Zp", "C", "Cc", "Cf", "Cs", "Co", "Cn"})
+    for (const std::string form : {"\\p{X}+", "\\P{X}+", "[^\\p{X}\\s]+", "[\\P{X}\\d]+", "(?i:\\p{X}+)"}) patterns.push_back(form.substr(0, form.find('X')) + name + form.substr(form.find('X') + 1));
+  for (const std::string& p : patterns) {
+    CAPTURE(p);
+    const std::string points_only = spelled_for_pcre2(p, "test", "");
+    REQUIRE(spelled_for_pcre2(points_only, "test", version) == points_only);
+    const auto own = Regex(p, "test").find_matches(text), code_points = Regex(points_only, "test").find_matches(text);
+    REQUIRE(own.size() == code_points.size());
+    std::size_t differ = 0;
+    for (std::size_t k = 0; k < own.size(); ++k) differ += own[k].begin != code_points[k].begin || own[k].end != code_points[k].end || own[k].matched != code_points[k].matched;
+    CHECK(differ == 0);
+  }
 }
 
 TEST_CASE("Unicode normalization puts a long run of marks in canonical order in n log n (Qwen3's NFC on 1 MiB of them)", "[tokenizer]") {

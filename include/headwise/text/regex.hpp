@@ -2,9 +2,13 @@
 // (Oniguruma's find_iter): PCRE2 with Unicode properties, JIT-compiled where it can be, and an
 // empty match right after a match skipped. \p{..}, \P{..}, \d and \D name General_Category by
 // Unicode 16.0 (unicode_categories.hpp, as Hugging Face's Oniguruma does), \s and \S Unicode
-// White_Space as Oniguruma means it (PCRE2's own \s also counts U+180E): headwise spells them as
-// code points, so PCRE2's own Unicode version does not matter; a property it does not know is
-// refused by name. Matching has bounds: the work of a whole piece (a match limit that grows with
+// White_Space as Oniguruma means it (PCRE2's own \s also counts U+180E), whatever the Unicode
+// version of PCRE2's tables (asked at run time, spelled_for_pcre2): of 14.0.0 (Debian 12's PCRE2
+// 10.42), PCRE2's own \p{X} or the few code points Unicode 16 added to X since, a class of their
+// own; of 16.0.0, \p{X}; of another version, or where PCRE2's \p{X} matches what X no longer holds
+// (\p{Mn}, \p{C}) or cannot be combined exactly (\P{X} inside a class, a class that folds case),
+// every code point of X, hundreds of ranges that PCRE2 tries in turn. A property it does not know
+// is refused by name. Matching has bounds: the work of a whole piece (a match limit that grows with
 // the piece, so that a regex that backtracks to the end of the piece from every position is
 // refused in time linear in the piece, not quadratic), a heap limit and a JIT stack, each reported
 // by name with the pattern and the piece's size when a text exceeds it.
@@ -60,6 +64,15 @@ class Regex {
   std::string pattern_, where_;
   std::shared_ptr<const Compiled> compiled_;
 };
+
+namespace detail {
+/// The Unicode version of the linked PCRE2's tables (PCRE2_CONFIG_UNICODE_VERSION: "14.0.0" for 10.42).
+std::string pcre2_unicode_version();
+/// pattern as headwise gives it to a PCRE2 whose tables are of Unicode pcre2_unicode (Regex gives
+/// pcre2_unicode_version(); any other version than 14.0.0 and 16.0.0, "" too, spells every class as
+/// code points). See its definition.
+std::string spelled_for_pcre2(const std::string& pattern, const std::string& where, const std::string& pcre2_unicode);
+}  // namespace detail
 
 }  // namespace headwise::text
 
@@ -185,17 +198,76 @@ HEADWISE_TEXT_INLINE std::string class_members(const CodeRanges& r) {
   return out;
 }
 
-// pattern as headwise gives it to PCRE2: every \p{X} and \P{X} (\p{^X}), \s and \S (White_Space,
-// as Oniguruma means it: PCRE2's own \s also counts U+180E) and \d and \D (Nd) spelled as the code
-// points they name by Unicode 16.0.0 (unicode_categories.hpp), inside classes too, so that
-// PCRE2's own Unicode version does not matter. Outside a class, one under (?i) is kept out of case
-// folding ((?-i:[...])), as Oniguruma matches it; inside a class the class folds, as Oniguruma's
-// does. A property that is not a General_Category, an unterminated \p{ and \p without braces
-// (Oniguruma reads \pL as the letters pL) are refused by name.
-HEADWISE_TEXT_INLINE std::string spelled_for_pcre2(const std::string& pattern, const std::string& where) {
+/// A set of General_Categories for PCRE2: PCRE2's own `\\p{..}` and code points, members of a class,
+/// and the code points Unicode 16 added to those properties since PCRE2's tables (one_character).
+struct SpelledSet {
+  std::string properties;
+  CodeRanges ranges, added;
+};
+
+/// The categories of set (category_bit's) by Unicode 16.0.0, for a PCRE2 whose tables are of
+/// Unicode pcre2_unicode. 14.0.0 (category_changes' version): PCRE2's \\p{..} of the set, and
+/// added, the code points that entered the set since (a row of category_changes whose `is` is in
+/// the set and `was` is not), where none left it (a row with `was` in and `is` out: \\p{Mn},
+/// U+1171E became Mc; \\p{C} and \\p{Cn}, the code points assigned since; \\p{M} is exact).
+/// 16.0.0: PCRE2's \\p{..} alone. Otherwise: ranges, the set's code points.
+HEADWISE_TEXT_INLINE SpelledSet spelled_set(std::uint32_t set, const std::string& pcre2_unicode) {
+  SpelledSet out;
+  if (pcre2_unicode == changes_since_version) {
+    for (const CategoryChange& k : category_changes) {
+      const bool was = set & category_bit(k.was), is = set & category_bit(k.is);
+      if (was && !is) return {"", category_ranges(set), {}};
+      if (is && !was) out.added.push_back({k.first, k.last});
+    }
+  } else if (pcre2_unicode != unicode_version) {
+    return {"", category_ranges(set), {}};
+  }
+  // PCRE2's names: a whole group by its letter (\\p{L}), the rest two letters each (\\p{Lu}\\p{Lt})
+  std::uint32_t rest = set;
+  for (const char* group : {"L", "M", "N", "P", "S", "Z", "C"}) {
+    const std::uint32_t g = category_set(group);
+    if ((rest & g) == g) out.properties += "\\p{" + std::string(group) + "}", rest &= ~g;
+  }
+  for (std::size_t k = 0; k < std::size(category_names); ++k)
+    if (rest & (std::uint32_t(1) << k)) out.properties += "\\p{" + std::string(category_names[k]) + "}";
+  return out;
+}
+
+/// One character in members (PCRE2's class syntax) or in added, or (negated) in neither. added is
+/// a class of its own, after the members' (atomic: a character in both is matched once, not again
+/// on backtracking) or in a lookahead before them: a class of ranges alone, which PCRE2 passes
+/// over in one comparison for a character below them all (added: above U+0800). In the members'
+/// class, PCRE2 would try each of them for every character the properties do not match: every
+/// space and punctuation mark of an English text.
+HEADWISE_TEXT_INLINE std::string one_character(const std::string& members, const CodeRanges& added, bool negated) {
+  const std::string in = members.empty() ? "" : "[" + std::string(negated ? "^" : "") + members + "]";
+  if (added.empty()) return !in.empty() ? in : negated ? "(?s:.)" : "(?!)";
+  const std::string extra = "[" + class_members(added) + "]";
+  if (negated) return "(?:(?!" + extra + ")" + (in.empty() ? "(?s:.)" : in) + ")";
+  return in.empty() ? extra : "(?>" + in + "|" + extra + ")";
+}
+
+HEADWISE_TEXT_INLINE std::string pcre2_unicode_version() {
+  char version[64] = {};  // (PCRE2 asks for 24 code units at least)
+  pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, version);
+  return version;
+}
+
+// pattern as headwise gives it to PCRE2, whose tables are of Unicode pcre2_unicode: every \p{X}
+// and \P{X} (\p{^X}) and \d and \D (Nd) by Unicode 16.0.0 (spelled_set: PCRE2's own \p{X} and
+// the code points Unicode 16 added to X, or X's code points), and \s and \S (White_Space, as
+// Oniguruma means it: PCRE2's own \s also counts U+180E) as code points, inside classes too: a
+// class with added code points becomes (?>[...]|[added]), or negated (?:(?![added])[^...])
+// (one_character). Inside a class, \P{X} (the complement of PCRE2's \p{X} and the added code
+// points is not a union of members) and \p{X} in a class that folds case (PCRE2's \p{..} do not
+// fold, Oniguruma's class does) are code points whatever the version. Outside a class, one under
+// (?i) is kept out of case folding ((?-i:...)), as Oniguruma matches it. A property that is not a
+// General_Category, an unterminated \p{ and \p without braces (Oniguruma reads \pL as the letters
+// pL) are refused by name.
+HEADWISE_TEXT_INLINE std::string spelled_for_pcre2(const std::string& pattern, const std::string& where, const std::string& pcre2_unicode) {
   const auto refused = [&](const std::string& why) { return TokenizerError("headwise: tokenizer: " + where + ": the regex " + pattern + " " + why); };
-  std::string out, class_body;                 // (class_body: an open class's literal members;
-  CodeRanges class_ranges;                     //  class_ranges: the code points of its escapes)
+  std::string out, class_body, class_properties;  // (an open class's literal members, PCRE2's \p{..} of
+  CodeRanges class_ranges, class_added;           //  its escapes, their code points and those added since)
   bool in_class = false, class_negated = false, caseless = false;
   std::vector<bool> caseless_outside;          // (one per open group)
   for (std::size_t i = 0; i < pattern.size(); ++i) {
@@ -203,12 +275,13 @@ HEADWISE_TEXT_INLINE std::string spelled_for_pcre2(const std::string& pattern, c
     std::string& sink = in_class ? class_body : out;
     if (c == '\\' && i + 1 < pattern.size()) {
       const char e = pattern[++i];
-      CodeRanges named;
+      CodeRanges named;     // (\s's code points, or
+      std::uint32_t set = 0;  //  the categories \d or \p{..} names)
       bool negated = false, property = false;
       if (e == 's' || e == 'S') {
         named = white_space_ranges(), negated = e == 'S';
       } else if (e == 'd' || e == 'D') {
-        named = category_ranges(category_bit(GeneralCategory::Nd)), negated = e == 'D';
+        set = category_bit(GeneralCategory::Nd), negated = e == 'D';
       } else if (e == 'p' || e == 'P') {
         const std::size_t close = pattern.find('}', i);
         if (i + 1 >= pattern.size() || pattern[i + 1] != '{')
@@ -217,12 +290,12 @@ HEADWISE_TEXT_INLINE std::string spelled_for_pcre2(const std::string& pattern, c
         std::string name = pattern.substr(i + 2, close - i - 2);
         negated = e == 'P';
         if (!name.empty() && name.front() == '^') negated = !negated, name.erase(0, 1);
-        const std::uint32_t set = category_set(name);
+        set = category_set(name);
         if (set == 0)
           throw refused("names the property " + pattern.substr(i - 1, close - i + 2) + ", which headwise does not spell: it knows the General_Category "
                         "names of Unicode " + unicode_version + " (L, LC, Lu, Ll, Lt, Lm, Lo, M, Mn, Mc, Me, N, Nd, Nl, No, P, Pc, Pd, Ps, Pe, Pi, Pf, Po, S, "
                         "Sm, Sc, Sk, So, Z, Zs, Zl, Zp, C, Cc, Cf, Cs, Co, Cn and their long names), no scripts or other properties");
-        named = category_ranges(set), property = true, i = close;
+        property = true, i = close;
       } else if (e == 'Q') {  // \Q...\E: literal
         const std::size_t end = pattern.find("\\E", i + 1);
         const std::size_t stop = end == std::string::npos ? pattern.size() : end + 2;
@@ -233,13 +306,19 @@ HEADWISE_TEXT_INLINE std::string spelled_for_pcre2(const std::string& pattern, c
         if (e == 'c' && i + 1 < pattern.size()) sink += pattern[++i];  // (\cX: X is the escape's own)
         continue;
       }
-      if (in_class) {
+      if (in_class && set != 0 && !negated && !caseless) {
+        const SpelledSet spelled = spelled_set(set, pcre2_unicode);
+        class_properties += spelled.properties;
+        class_ranges.insert(class_ranges.end(), spelled.ranges.begin(), spelled.ranges.end());
+        class_added.insert(class_added.end(), spelled.added.begin(), spelled.added.end());
+      } else if (in_class) {
+        if (set != 0) named = category_ranges(set);
         const CodeRanges add = negated ? complement(merged(named)) : named;
         class_ranges.insert(class_ranges.end(), add.begin(), add.end());
       } else {
-        const std::string members = class_members(named);
-        std::string set = members.empty() ? (negated ? "(?s:.)" : "(?!)") : "[" + std::string(negated ? "^" : "") + members + "]";
-        out += property && caseless ? "(?-i:" + set + ")" : set;
+        const SpelledSet spelled = set != 0 ? spelled_set(set, pcre2_unicode) : SpelledSet{"", named, {}};
+        const std::string one = one_character(spelled.properties + class_members(spelled.ranges), spelled.added, negated);
+        out += property && caseless ? "(?-i:" + one + ")" : one;
       }
       continue;
     }
@@ -255,18 +334,17 @@ HEADWISE_TEXT_INLINE std::string spelled_for_pcre2(const std::string& pattern, c
         class_body += c;
         continue;
       }
-      // The class closes: its literal members, then its escapes' code points.
+      // The class closes: its literal members, then its escapes' properties and code points.
       in_class = false;
       std::size_t backslashes = 0;  // (before a closing -: an odd number escape it)
       while (class_body.size() >= backslashes + 2 && class_body[class_body.size() - 2 - backslashes] == '\\') ++backslashes;
       if (!class_body.empty() && class_body.back() == '-' && backslashes % 2 == 0)
         class_body.insert(class_body.size() - 1, "\\");  // (a - before an escape was a literal -)
-      const std::string members = class_body + class_members(class_ranges);
-      out += members.empty() ? (class_negated ? "(?s:.)" : "(?!)") : "[" + std::string(class_negated ? "^" : "") + members + "]";
+      out += one_character(class_body + class_properties + class_members(class_ranges), class_added, class_negated);
       continue;
     }
     if (c == '[') {
-      in_class = true, class_body.clear(), class_ranges.clear();
+      in_class = true, class_body.clear(), class_properties.clear(), class_ranges.clear(), class_added.clear();
       class_negated = i + 1 < pattern.size() && pattern[i + 1] == '^';
       if (class_negated) ++i;
       if (i + 1 < pattern.size() && pattern[i + 1] == ']') class_body += "\\]", ++i;  // (a leading ] is a member)
@@ -317,7 +395,7 @@ struct Regex::Compiled {
 };
 
 HEADWISE_TEXT_INLINE Regex::Regex(const std::string& pattern, const std::string& where) : pattern_(pattern), where_(where) {
-  const std::string spelled = detail::spelled_for_pcre2(pattern, where);
+  const std::string spelled = detail::spelled_for_pcre2(pattern, where, detail::pcre2_unicode_version());
   int error = 0;
   PCRE2_SIZE offset = 0;
   auto compiled = std::make_shared<Compiled>();
@@ -330,9 +408,9 @@ HEADWISE_TEXT_INLINE Regex::Regex(const std::string& pattern, const std::string&
     while (from > 0 && (static_cast<unsigned char>(spelled[from]) & 0xC0) == 0x80) --from;
     while (to < spelled.size() && (static_cast<unsigned char>(spelled[to]) & 0xC0) == 0x80) ++to;
     throw TokenizerError("headwise: tokenizer: " + where + ": the regex " + pattern + " does not compile: " + reinterpret_cast<const char*>(message) +
-                         " (at offset " + std::to_string(offset) + " of the " + std::to_string(spelled.size()) + " bytes headwise gives PCRE2, its \\p{..}, \\d and \\s as code points: ..." +
+                         " (at offset " + std::to_string(offset) + " of the " + std::to_string(spelled.size()) + " bytes headwise gives PCRE2, its \\p{..}, \\d and \\s spelled by Unicode " + detail::unicode_version + ": ..." +
                          spelled.substr(from, to - from) + "..." +
-                         (error == PCRE2_ERROR_PATTERN_TOO_LARGE ? "; a class of General_Categories is hundreds of ranges, and PCRE2 built with a link size of 2 compiles at most 64 KiB)" : ")"));
+                         (error == PCRE2_ERROR_PATTERN_TOO_LARGE ? "; a class of General_Categories as code points is hundreds of ranges, and PCRE2 built with a link size of 2 compiles at most 64 KiB)" : ")"));
   }
   pcre2_jit_compile(compiled->code.get(), PCRE2_JIT_COMPLETE);  // (the interpreter matches the same where JIT is unavailable)
   compiled_ = std::move(compiled);
