@@ -175,9 +175,9 @@ def main():
     c = "seeds/gpt2_config"
     write(c, "gpt2.json", json.dumps({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12}))
     write(c, "tiny.json", json.dumps({"n_embd": 4, "n_head": 2, "n_layer": 1}))
-    write(c, "not-divisible.json", json.dumps({"n_embd": 10, "n_head": 3}))
-    write(c, "float-field.json", json.dumps({"n_embd": 768.0, "n_head": 12}))
-    write(c, "negative.json", json.dumps({"n_embd": -768, "n_head": 12}))
+    write(c, "not-divisible.json", json.dumps({"n_embd": 10, "n_head": 3, "n_layer": 1}))
+    write(c, "float-field.json", json.dumps({"n_embd": 768.0, "n_head": 12, "n_layer": 12}))
+    write(c, "negative.json", json.dumps({"n_embd": -768, "n_head": 12, "n_layer": 12}))
     write(c, "array.json", "[768, 12]")
 
     l = "seeds/llama_config"

@@ -204,7 +204,7 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   negative.first_position = 1023;
   CHECK_THROWS_WITH(model.run({1, 2}, negative), Catch::Contains("1025 tokens, more than the model's 1024 positions"));
   negative.first_position = std::numeric_limits<Index>::max() - 1;  // (first + n overflowed, and passed the check)
-  CHECK_THROWS_WITH(model.run({1, 2}, negative), Catch::Contains("first_position = 9223372036854775806 and 2 tokens: the last position is past INT64_MAX"));
+  CHECK_THROWS_WITH(model.run({1, 2}, negative), Catch::Contains("first_position = 9223372036854775806 plus 2 tokens is past INT64_MAX"));
   CHECK_THROWS_WITH(model.generate({1, 2}, std::numeric_limits<Index>::max() - 1),
                     Catch::Contains("count = 9223372036854775806 tokens after a prompt of 2 is past INT64_MAX tokens"));
   model::RunOptions<float> keep_negative;
@@ -242,6 +242,13 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
       "intermediate_size": 8, "vocab_size": 4, "hidden_act": "silu", "rms_norm_eps": 1e-5, "attention_bias": true})";
   CHECK_THROWS_WITH(io::load_decoder_model<float>(folder),
                     Catch::Contains("missing tensor \"model.layers.0.self_attn.q_proj.bias\": the config says attention_bias = true"));
+  std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+      "intermediate_size": 8, "vocab_size": 4, "hidden_act": "silu", "rms_norm_eps": 1e-5, "attention_bias": false})";
+  tensors["model.layers.0.self_attn.q_proj.bias"] = {{8}, 0.1f};  // (Hugging Face's layer has none: it would ignore it)
+  const std::vector<unsigned char> with_bias = headwise_test::write_safetensors(tensors);
+  std::ofstream(folder + "/model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(with_bias.data()), std::streamsize(with_bias.size()));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(folder),
+                    Catch::Contains("tensor \"model.layers.0.self_attn.q_proj.bias\" is there, but the config says attention_bias = false"));
   std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
       "intermediate_size": 8, "vocab_size": 4, "rms_norm_eps": 1e-5, "hidden_act": ["silu"]})";
   CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("\"hidden_act\" = [\"silu\"] is not a string"));

@@ -1,5 +1,6 @@
 // The fused kernel: the same function as the step-by-step path, at every size, on every fixture,
 // and bitwise the same whatever the number of threads, in a process forked after threaded calls too.
+#include <cstdlib>
 #include <random>
 #include <thread>
 #include <vector>
@@ -212,5 +213,8 @@ TEST_CASE("a process forked after multi-threaded calls runs multi-threaded calls
           if ((again - expected).cwiseAbs().maxCoeff() > 1e-5 * expected.cwiseAbs().maxCoeff()) return 3;
           return region_on_three_threads() ? 0 : 4;
         }, std::chrono::seconds(60)) == "exit 0");
+  // (std::exit destroys the thread's team: one hired in the child, and one the parent hired)
+  CHECK(headwise_test::in_child([&]() -> int { std::exit(region_on_three_threads() ? 0 : 1); }, std::chrono::seconds(60)) == "exit 0");
+  CHECK(headwise_test::in_child([]() -> int { std::exit(0); }, std::chrono::seconds(60)) == "exit 0");
   CHECK(region_on_three_threads());  // (the parent's team is untouched)
 }

@@ -27,6 +27,12 @@
 #include "support/matchers.hpp"
 #include "support/random.hpp"
 
+// The portable copy of the kernel's tests (tests/CMakeLists.txt) must be built as a plain Release
+// build is, without -march: with vector extensions its portable paths would not be compiled.
+#if defined(HEADWISE_TEST_PORTABLE) && (defined(__AVX__) || defined(HEADWISE_BF16_DOT) || defined(HEADWISE_INT8_VNNI))
+#error "the portable copy of the kernel's tests is built with vector extensions beyond SSE2"
+#endif
+
 using namespace headwise;
 using headwise_test::IsNear;
 using headwise_test::mean_kl;

@@ -543,6 +543,15 @@ TEST_CASE("a config key the family's config.json does not have is refused by nam
   CHECK_NOTHROW(io::parse_llama_config(R"({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
       "architectures": ["Qwen2ForCausalLM"], "use_mrope": false, "use_sliding_window": false, "sliding_window": 32768,
       "max_window_layers": 2, "bos_token_id": 1, "dtype": "bfloat16", "rope_scaling": null, "auto_map": {}})", "c.json"));
+  // Keys of real files: Gemma 2 9B's sliding_window_size, Phi-4-mini's own (where they change
+  // nothing), a tool's stamps (unsloth's, transformers-private ones).
+  CHECK_NOTHROW(io::parse_llama_config(R"({"model_type": "gemma2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "head_dim": 16, "sliding_window": 4096, "sliding_window_size": 4096, "unsloth_version": "2025.3.1", "_commit_hash": null})", "c.json"));
+  const std::string phi4 = R"({"model_type": "phi3", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "mlp_bias": false, )";
+  CHECK_NOTHROW(io::parse_llama_config(phi4 + R"("full_attn_mod": 1, "interpolate_factor": 1, "lm_head_bias": false})", "c.json"));
+  CHECK_THROWS_WITH(io::parse_llama_config(phi4 + R"("full_attn_mod": 2})", "c.json"), Contains("\"full_attn_mod\" is not 1"));
+  CHECK_THROWS_WITH(io::parse_llama_config(phi4 + R"("interpolate_factor": 2})", "c.json"), Contains("\"interpolate_factor\" is not 1"));
+  CHECK_THROWS_WITH(io::parse_llama_config(phi4 + R"("lm_head_bias": true})", "c.json"), Contains("\"lm_head_bias\" = true"));
 }
 
 TEST_CASE("every config.json in tests/data loads with its family's reader", "[config][fixture]") {

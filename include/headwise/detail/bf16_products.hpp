@@ -115,16 +115,22 @@ inline void bf16_panel_products(Index rows, Index pairs, const std::uint16_t* a,
   }
 #endif
   static_cast<void>(prefetch);
-  // The same chains, one entry at a time, a pair read as the one 32-bit lane it is: its second entry
-  // the lane's high half, its first the low half. (Read as two 16-bit entries, the chain's second-
-  // entry-first order is a reduction GCC 12's -O3 vectorizer gets wrong: it adds one product twice.)
+  // The same chains, one entry at a time, a pair read as the one 32-bit lane it is (its second entry
+  // the lane's high half on a little-endian machine). Read as two 16-bit entries, the chain's
+  // second-entry-first order is a reduction GCC 12.2's -O3 vectorizer gets wrong (a product added
+  // twice: `acc += a[2q+1] b[2q+1]; acc += a[2q] b[2q];` over q); read as lanes, it is not vectorized.
   const auto lane = [](const std::uint16_t* pair) {
     std::uint32_t bits;
     std::memcpy(&bits, pair, sizeof bits);
     return bits;
   };
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__  // (the second entry in the low half)
+  const auto high = [](std::uint32_t bits) { return Eigen::numext::bit_cast<float>(bits << 16); };
+  const auto low = [](std::uint32_t bits) { return Eigen::numext::bit_cast<float>(bits & 0xffff0000u); };
+#else
   const auto high = [](std::uint32_t bits) { return Eigen::numext::bit_cast<float>(bits & 0xffff0000u); };
   const auto low = [](std::uint32_t bits) { return Eigen::numext::bit_cast<float>(bits << 16); };
+#endif
   for (Index r = 0; r < rows; ++r)
     for (Index p = 0; p < Panels; ++p) {
       float acc[static_cast<std::size_t>(W)];

@@ -131,24 +131,28 @@ struct RegionWork {
 /// Forks of this process that the calling code has seen (a child process counts its parent's fork):
 /// a team made before a fork has no threads in the child (fork copies the calling thread alone),
 /// so the child's first region makes a new one, as LLVM's OpenMP runtime does. Counted by a
-/// pthread_atfork handler, registered with the first team. The handler also sets Eigen's own
-/// products to one thread in the child: GCC's OpenMP runtime (libgomp) keeps its pool across a
-/// fork and waits for it forever at the child's first parallel product.
+/// pthread_atfork handler, registered when the program starts (fork_counter, below). The handler
+/// also sets Eigen's own products to one thread in the child: GCC's OpenMP runtime (libgomp) keeps
+/// its pool across a fork and waits for it forever at the child's first parallel product.
 inline std::atomic<unsigned>& forks_seen() {
   static std::atomic<unsigned> forks{0};
   return forks;
 }
-inline void count_forks() {
+inline int count_forks() {
 #if HEADWISE_THREADS && (defined(__unix__) || defined(__APPLE__))
-  static const int registered = pthread_atfork(nullptr, nullptr, [] {
+  return pthread_atfork(nullptr, nullptr, [] {
     forks_seen().fetch_add(1, std::memory_order_relaxed);
 #ifdef _OPENMP
     Eigen::setNbThreads(1);
 #endif
   });
-  static_cast<void>(registered);
+#else
+  return 0;
 #endif
 }
+/// Registers the handler once per program, at its start: a parent that used Eigen's OpenMP
+/// products before any team of headwise's is counted too.
+inline const int fork_counter = count_forks();
 
 /// The workers of one calling thread (WorkerTeam::of_this_thread()).
 class WorkerTeam {
@@ -157,11 +161,11 @@ class WorkerTeam {
     thread_local WorkerTeam team;
     return team;
   }
-  WorkerTeam() { count_forks(); }
+  WorkerTeam() = default;
   WorkerTeam(const WorkerTeam&) = delete;
   WorkerTeam& operator=(const WorkerTeam&) = delete;
   ~WorkerTeam() {
-    if (forked()) static_cast<void>(crew_.release());  // (see run)
+    if (forked()) abandon(std::move(crew_));  // (see run)
     else crew_->stop();
   }
 
@@ -169,11 +173,10 @@ class WorkerTeam {
   /// system refuses a new thread, the parts it would have run run here, after part 0.
   HEADWISE_NOINLINE void run(int parts, RegionWork work) {
     // In a child forked after this team was made, its workers do not exist and its lock may be
-    // held by one of them: the crew is left as it is (its memory the fork's copy, never freed) and
-    // a new one hired.
+    // held by one of them: the crew is left as it is (abandon) and a new one hired.
     if (forked()) {
-      static_cast<void>(crew_.release());
-      crew_ = std::make_unique<Crew>();
+      std::unique_ptr<Crew> fresh = std::make_unique<Crew>();  // (first: if it throws, the team keeps a crew)
+      abandon(std::exchange(crew_, std::move(fresh)));
     }
     crew_->run(parts, work);
   }
@@ -262,6 +265,18 @@ class WorkerTeam {
     }
   };
   std::unique_ptr<Crew> crew_ = std::make_unique<Crew>();
+
+  /// Keeps a crew of the parent process, never destroyed (its threads cannot be joined, its lock
+  /// may be held), reachable from a global (no leak for a leak checker).
+  static void abandon(std::unique_ptr<Crew> crew) {
+    struct Abandoned {
+      std::mutex mutex;
+      std::vector<std::unique_ptr<Crew>> crews;
+    };
+    static Abandoned* const abandoned = new Abandoned;
+    std::lock_guard<std::mutex> lock(abandoned->mutex);
+    abandoned->crews.push_back(std::move(crew));
+  }
 };
 
 /// Runs body(t) for t = 0 .. parts - 1 on `parts` threads (the calling thread and its team's

@@ -121,8 +121,6 @@ inline void check_model_config(const ConfigReader& r, const std::string& type, c
   if (act != (shape.gemma ? "gelu_pytorch_tanh" : "silu"))
     r.fail(std::string(act_key) + " \"" + act + "\" is not one the model code has for " + type);
   if (r.boolean("mlp_bias", false)) r.fail("\"mlp_bias\" = true: the model code reads MLPs without biases");
-  // (num_experts, final_logit_softcapping: keys of the families that have them, refused elsewhere by
-  // the loader table's key lists)
 }
 
 /// The Llama-style families, arranged as the loader table (io/llama_config.hpp, WholeModel) says: RMSNorms

@@ -37,12 +37,16 @@ inline TensorReader layer_tensors(const Checkpoint& model, Index layer, std::opt
                       {"model.layers." + std::to_string(layer) + ".self_attn.", fp8, " (inconsistent with the config's head counts)"});
 }
 
-/// A projection's bias: required where the config says attention_bias (Hugging Face then has one
-/// whatever the checkpoint holds), else read where the checkpoint has it.
+/// A projection's bias as the config's attention_bias says (LlamaConfig::attention_bias): where it
+/// says true or false, Hugging Face's layer has a bias or none whatever the checkpoint holds, so a
+/// bias missing, or one there, is refused by name; unsaid, read where the checkpoint has it.
 template <class Scalar>
 RowVector<Scalar> projection_bias(const TensorReader& t, const LlamaConfig& config, const char* name, std::uint64_t size) {
-  if (config.attention_bias && !t.has(name))
+  if (config.attention_bias == true && !t.has(name))
     throw SafetensorsError(t.where() + "missing tensor \"" + t.prefix() + name + "\": the config says attention_bias = true");
+  if (config.attention_bias == false && t.has(name))
+    throw SafetensorsError(t.where() + "tensor \"" + t.prefix() + name + "\" is there, but the config says attention_bias = false "
+                           "(the model has no such bias)");
   return t.optional_vector<Scalar>(name, size);
 }
 

@@ -59,9 +59,10 @@ struct LlamaConfig {
   bool query_scale_on_nope_layers_only = false;
   bool sinks = false;               ///< gpt-oss: self_attn.sinks
   bool fused_qkv = false;           ///< Phi-3: self_attn.qkv_proj
-  /// attention_bias: the projections' biases are required (else read where the checkpoint has them,
-  /// as Qwen2 stores q, k and v's without saying).
-  bool attention_bias = false;
+  /// attention_bias: true, the projections' biases are required; false, refused (Hugging Face's
+  /// layers then have none); unset, read where the checkpoint has them (Qwen2 stores q, k and v's
+  /// without saying).
+  std::optional<bool> attention_bias;
   bool output_gate = false;         ///< Qwen3-Next: q_proj holds [q_h | gate_h]
   /// Gemma 4's full layers: their head_dim and key/value heads (0: as the others), and K = V
   /// (attention_k_eq_v: no v_proj, the values are the raw keys, normed).
@@ -341,6 +342,9 @@ HEADWISE_IO_INLINE void read_ministral3(const ConfigReader& r, LlamaConfig& c) {
 
 HEADWISE_IO_INLINE void read_phi3(const ConfigReader& r, LlamaConfig& c) {
   c.fused_qkv = true;
+  if (r.has("full_attn_mod") && r.integer("full_attn_mod") != 1) r.fail("\"full_attn_mod\" is not 1: only every layer alike is read");
+  if (r.number(r.json(), "interpolate_factor", 1.0) != 1.0) r.fail("\"interpolate_factor\" is not 1, which headwise does not apply");
+  if (r.boolean("lm_head_bias", false)) r.fail("\"lm_head_bias\" = true: the model code reads an LM head without a bias");
   // Phi-3 applies sliding_window to every layer.
   if (!read_layer_types(r, c, {LayerType::full, LayerType::sliding}) && r.has("sliding_window"))
     c.sliding_window = r.integer("sliding_window");
@@ -571,7 +575,7 @@ HEADWISE_IO_INLINE const std::vector<Family>& families() {
         {"ministral", read_mistral, nullptr, false, {N::before}, keys({mistral})},
         {"ministral3", read_ministral3, "llama_4_scaling_beta", false, {N::before}, keys({mistral})},
         // (hidden_act: Gemma 2's Hub files carry it beside hidden_activation, which is the one read)
-        {"gemma2", read_gemma2, nullptr, false, {N::before_and_after, true, true}, keys({gemma, {"hidden_act"}})},
+        {"gemma2", read_gemma2, nullptr, false, {N::before_and_after, true, true}, keys({gemma, {"hidden_act", "sliding_window_size"}})},
         // (_sliding_window_pattern: what transformers 4.53 and later write beside layer_types)
         {"gemma3_text", read_gemma3, nullptr, true, {N::before_and_after, true, true},
          keys({gemma, {"rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern"}})},
@@ -584,7 +588,9 @@ HEADWISE_IO_INLINE const std::vector<Family>& families() {
          keys({{"hidden_act", "sliding_window", "layer_types", "num_local_experts", "num_experts_per_tok", "experts_per_token",
                 "swiglu_alpha", "swiglu_limit", "router_aux_loss_coef", "output_router_logits", "initial_context_length"}})},
         {"phi3", read_phi3, nullptr, false, {N::before, false, false, true},
-         keys({{"hidden_act", "resid_pdrop", "embd_pdrop", "sliding_window", "layer_types"}})},
+         keys({{"hidden_act", "resid_pdrop", "embd_pdrop", "sliding_window", "layer_types", "mlp_bias",
+                // (Phi-4-mini's files, for its own configuration_phi3.py: read where they change nothing)
+                "full_attn_mod", "interpolate_factor", "lm_head_bias"}})},
         // (for_llm_compressor: in Llama 4's Hub files)
         {"llama4_text", read_llama4, nullptr, false,
          {N::none, false, false, false, "Llama 4's experts (a sigmoid router and a shared expert)"},
@@ -651,7 +657,8 @@ HEADWISE_IO_INLINE void refuse_unknown_keys(const ConfigReader& r, const Family&
   };
   for (const auto& item : r.json().items()) {
     const std::string& key = item.key();
-    if (has(family, key)) continue;
+    // (a tool's own bookkeeping: a transformers-private key, unsloth's version stamps)
+    if (has(family, key) || key.rfind('_', 0) == 0 || key.rfind("unsloth_", 0) == 0) continue;
     std::string hint;  // the families that have it, or the key it may be a misspelling of
     std::vector<std::string> others;
     for (const Family& f : families())
@@ -682,7 +689,7 @@ HEADWISE_IO_INLINE LlamaConfig llama_config_of(const ConfigReader& r) {
   c.n_heads = r.integer("num_attention_heads");
   c.n_kv_heads = r.integer("num_key_value_heads", c.n_heads);
   c.n_layers = r.integer("num_hidden_layers");
-  c.attention_bias = r.boolean("attention_bias", false);
+  if (r.has("attention_bias")) c.attention_bias = r.boolean("attention_bias", false);
   if (!r.has("head_dim") && c.hidden_size % c.n_heads != 0)
     r.fail("hidden_size = " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads = " +
            std::to_string(c.n_heads) + " and no head_dim is given");

@@ -164,8 +164,9 @@ struct FusedCall {
   Index first_key = 0;                        // keys before it are another call's (a shared prefix: attend_batch)
   const ScoreRule<Scalar>& rule;              // which keys each query sees, what a score becomes
   Scalar inv_divisor;
-  // Set where a row left the type's range though its scores did not (check_overflow): its value
-  // sum (normalise_rows), or, under F16 chains, a score it sees (beyond 65504).
+  // Set where a call left a range the result needs (check_overflow): a row's value sum beyond the
+  // type's largest number, its scores finite (normalise_rows), or, under F16 chains, a score a row
+  // sees beyond F16's (online_softmax_tile, before any rule could hide it).
   std::atomic<bool>* overflow = nullptr;
 
   Index n_q() const { return q.rows(); }

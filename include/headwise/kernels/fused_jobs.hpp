@@ -270,11 +270,11 @@ void check_scaled_queries(const char* where, const Eigen::Ref<const Matrix<Scala
             "round the scaled query to F16 (KvArithmetic::widened keeps it in float)");
 }
 
-/// Throws if a call over `format`'s store left its range where the scores did not (the kernel noted
-/// it in `overflow`): F16 chains under the stored arithmetic beyond 65504 (a score a row sees, or a
-/// value chain: the result is not finite; detail/f16_products.hpp), or a row's value sum beyond
-/// Scalar's largest number (normalise_rows). A row whose own scores overflowed stays NaN, as
-/// documented (docs/bad-input.md).
+/// Throws if a call over `format`'s store left a range the kernel noted in `overflow`: F16 chains
+/// under the stored arithmetic beyond 65504 (a score a row sees, or a value chain: the result is not
+/// finite; detail/f16_products.hpp), or a row's value sum beyond Scalar's largest number where its
+/// scores were finite (normalise_rows). Otherwise a row whose own scores overflowed (|q|.|k| past
+/// Scalar's range) stays NaN, as documented (docs/bad-input.md).
 template <class Scalar>
 void check_overflow(const char* where, const Matrix<Scalar>& z, const StoreFormat& format, const std::atomic<bool>& overflow,
                     int threads) {

@@ -538,7 +538,7 @@ Matrix<Scalar> DecoderModel<Scalar>::embed(const std::vector<Index>& ids, Index 
   constexpr const char* where = "DecoderModel::run";
   const auto n = static_cast<Index>(ids.size());
   if (first > std::numeric_limits<Index>::max() - n)
-    detail::invalid(where, "first_position = ", first, " and ", n, " tokens: the last position is past INT64_MAX");
+    detail::invalid(where, "first_position = ", first, " plus ", n, " tokens is past INT64_MAX");
   if (positions.size() && first + n > positions.rows())
     detail::invalid(where, "the text has ", first + n, " tokens, more than the model's ", positions.rows(), " positions (n_positions)");
   Matrix<Scalar> x(n, d_model());

@@ -438,6 +438,7 @@ HEADWISE_TEXT_INLINE std::vector<Match> Regex::find_matches(std::string_view tex
   const std::uint64_t budget = work_floor + work_per_byte * text.size();
   std::uint64_t spent = 0;  // (by searches longer than free_steps)
   std::uint32_t limit = free_steps;
+  bool retried = false;  // (the search under way took more than free_steps)
   std::size_t at = 0, previous = 0, last_match_end = std::string_view::npos;
   while (at <= text.size()) {
     pcre2_set_match_limit(context.get(), limit);
@@ -449,11 +450,11 @@ HEADWISE_TEXT_INLINE std::vector<Match> Regex::find_matches(std::string_view tex
       continue;
     }
     if (rc == PCRE2_ERROR_MATCHLIMIT && spent + limit < budget) {  // a long search: again, with twice the limit
-      spent += limit;
+      spent += limit, retried = true;
       limit = static_cast<std::uint32_t>(std::min<std::uint64_t>({std::uint64_t(limit) * 2, budget - spent, UINT32_MAX}));
       continue;
     }
-    if (limit > free_steps) spent += limit, limit = free_steps;
+    if (retried) spent += limit, limit = free_steps, retried = false;  // (its last try counted too; the next search starts small)
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR message[256];

@@ -157,6 +157,8 @@ HEADWISE_TEXT_INLINE std::string normalize(std::string_view text, NormalForm for
   bool ascii = true;
   for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   if (ascii) return std::string(text);
+  if (const std::size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)  // (utf8proc_map refused it too)
+    throw TokenizerError("headwise: tokenizer: Unicode normalization of text that is not valid UTF-8 (at byte " + std::to_string(bad) + ")");
   const bool compose = form == NormalForm::nfc || form == NormalForm::nfkc;
   int options = UTF8PROC_STABLE | (compose ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE);
   if (form == NormalForm::nfkc || form == NormalForm::nfkd) options |= UTF8PROC_COMPAT;
