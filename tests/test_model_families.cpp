@@ -261,7 +261,8 @@ TEST_CASE("The families' configs and layers: what headwise does not read or comp
   c.qk_norm->query.weight = Vector<double>::Ones(4);
   const MultiHeadAttention<double> normed(2, w, c);
   const Matrix<double> x = Matrix<double>::Random(5, 8);
-  CHECK_THROWS_WITH(layer_backward(normed, x, x), Catch::Contains("layer_backward: the layer has a QK-norm, which the backward does not differentiate"));
+  CHECK_THROWS_WITH(backward_step_by_step(normed, x, x),
+                    Catch::Contains("backward_step_by_step: the layer has a QK-norm (layer_backward differentiates it), which the backward does not differentiate"));
   CHECK_THROWS_WITH(normed.head(0), Catch::Contains("norms or scales its projections, which one AttentionHead does not compute"));
   AttentionOptions o;
   o.chunk = 0;

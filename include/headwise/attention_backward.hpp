@@ -5,7 +5,8 @@
 //                          the forward; holds each head's (n, n) pattern: for teaching and checking.
 //   layer_backward         by the fused kernels (kernels/fused_attention_backward.hpp): O(n d)
 //                          memory; the forward's Q, K, V, Z and logsumexp either kept in its
-//                          ForwardRecord by forward_for_backward or recomputed.
+//                          ForwardRecord by forward_for_backward or recomputed; QK-norms too.
+//   layer_backward_from_z  the same from ∂L/∂Z, what a whole model's backward (model/backward.hpp) calls.
 #pragma once
 
 #include <memory>
@@ -42,18 +43,26 @@ struct MultiHeadGradients {
   RowVector<Scalar> db_q, db_k, db_v;   ///< shaped as b_Q, b_K, b_V
   Matrix<Scalar> dw_o;                  ///< (n_heads d_head, d_model)
   RowVector<Scalar> db_o;               ///< (1, d_model)
+  Vector<double> dq_norm, dk_norm;      ///< the QK-norm's weights (layer_backward; empty without)
+  /// The gradients of what the attention read (layer_backward): dZ (n, n_heads d_head), and the
+  /// queries, keys and values after norms and RoPE (a key/value head's the sum over its query heads).
+  Matrix<Scalar> dz, dq, dk, dv;
   std::vector<HeadGradients<Scalar>> heads;  ///< per query head (step by step only)
 };
 
 namespace detail {
 /// Throws unless the layer's backward differentiates everything `layer` computes with `options`:
-/// projections, RoPE from position 0, attention, W_O (not a QK-norm, value norm, query scale or
-/// output gate, nor a sequence started at another position).
+/// projections, the QK-norm (layer_backward only), RoPE from position 0, attention with its score
+/// rule, W_O (not a value norm, query scale, output gate or sinks, nor a sequence started at
+/// another position).
 template <class Scalar>
-void check_differentiable(const MultiHeadAttention<Scalar>& layer, const AttentionOptions& options, const char* where) {
+void check_differentiable(const MultiHeadAttention<Scalar>& layer, const AttentionOptions& options, const char* where,
+                          bool qk_norm = false) {
   const LayerConfig& c = layer.config();
-  const char* what = c.qk_norm ? "a QK-norm" : c.value_norm ? "a value norm" : c.query_scale ? "a query scale"
-                     : layer.gated() ? "an output gate" : c.shares_keys_values_of ? "no keys and values of its own (KV sharing)"
+  const char* what = c.qk_norm && !qk_norm ? "a QK-norm (layer_backward differentiates it)" : c.value_norm ? "a value norm"
+                     : c.query_scale ? "a query scale" : layer.gated() ? "an output gate"
+                     : c.sinks.size() || options.sinks.size() ? "attention sinks"
+                     : c.shares_keys_values_of ? "no keys and values of its own (KV sharing)"
                      : c.kv_storage != KvStorage::as_computed ? "keys and values stored in a narrower type (kv_storage)" : nullptr;
   if (what) invalid(where, "the layer has ", what, ", which the backward does not differentiate");
   if (options.first_key_position != 0 || options.first_query_position)
@@ -146,51 +155,63 @@ AttentionCall layer_attention_call(const MultiHeadAttention<Scalar>& layer, cons
 template <class Scalar>
 Matrix<Scalar> forward_for_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
                                     ForwardRecord<Scalar>& record, const AttentionOptions& options = {}) {
-  detail::check_differentiable(layer, options, "forward_for_backward");
+  detail::check_differentiable(layer, options, "forward_for_backward", true);
   record.keep_queries = record.keep_keys_values = record.keep_logsumexp = true;
   layer.attend_heads(x, options, record);
   return layer.project_heads(record.attention.z, options.threads);
 }
 
-/// The layer's gradients at x (n, d_model) from dy = ∂L/∂Y (n, d_model), by the fused kernels:
-/// no (n, n) matrix. With `record` (from forward_for_backward on the same x and options) the
-/// forward is not run again; without it, Q, K, V, Z and the logsumexp are recomputed. Bitwise the
-/// same for any thread count. `heads` is left empty.
+namespace detail {
+/// The backward of what the projection's transform did (layer_projections.hpp): RoPE and the
+/// QK-norm before or after it, from the gradients of the attention's queries and keys to those of
+/// X W + b, in place on g.dq and g.dk; the QK-norm's weight gradients into grads. x: the layer's input.
 template <class Scalar>
-MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
-                                          const Matrix<Scalar>& dy, const AttentionOptions& options = {},
-                                          const ForwardRecord<Scalar>* record = nullptr) {
-  constexpr const char* where = "layer_backward";
-  detail::check_differentiable(layer, options, where);
-  if (dy.rows() != x.rows() || dy.cols() != layer.d_model())
-    detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", x.rows(), "x", layer.d_model(), " (like the output)");
-  detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask
-  ForwardRecord<Scalar> recomputed;
-  if (!record) forward_for_backward(layer, x, recomputed, options), record = &recomputed;
-  const Index n = x.rows();
-  if (record->q.rows() != n || record->k.rows() != n || record->v.rows() != n || record->attention.z.rows() != n ||
-      record->attention.logsumexp.cols() != n)
-    detail::invalid(where, "the record holds queries, keys and values, Z and the logsumexp of ", record->q.rows(), ", ",
-                    record->k.rows(), ", ", record->attention.z.rows(), " and ", record->attention.logsumexp.cols(),
-                    " tokens; x has ", n, " (forward_for_backward keeps them)");
-  const int threads = detail::thread_count(options.threads, where);
-  MultiHeadGradients<Scalar> grads;
-  // The W_O sum: dZ = dY W_Oᵀ, dW_O = Zᵀ dY, db_O = Σ_rows dY. (The deterministic product reads
-  // row-major operands: a transposed one is copied, and the copy of Z freed at once.)
-  Matrix<Scalar> dz;
-  detail::product<Scalar>(dy, layer.stored_w_o().template to_matrix<Scalar>(), dz, threads);
-  detail::product<Scalar>(Matrix<Scalar>(record->attention.z.transpose()), dy, grads.dw_o, threads);
-  grads.db_o = dy.colwise().sum();
-  // Attention, then RoPE's backward on dQ and dK.
+void transform_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x, AttentionGradients<Scalar>& g,
+                        MultiHeadGradients<Scalar>& grads, int threads) {
+  const std::optional<QkNorm>& norm = layer.config().qk_norm;
   const QkvLayout l = layer.layout();
-  const AttentionOptions all = layer.options_for(options);
-  AttentionGradients<Scalar> g = detail::backward_of_attend<Scalar>(record->q, record->k, record->v, record->attention, dz,
-                                                                     detail::layer_attention_call(layer, all), where);
-  dz = Matrix<Scalar>();
+  Matrix<Scalar> before;  // [Q | K | V] as the QK-norm read it
+  if (norm) {
+    before = layer.project_qkv(x);
+    if (norm->after_rope && layer.rope()) layer.rope()->template rotate<Scalar>(l.queries_and_keys(before), 0, threads);
+  }
+  const auto norm_backward = [&] {
+    apply_norm_backward<Scalar>(norm->query, l.part(before, QkvPart::query), g.dq, l.d_head, &grads.dq_norm);
+    apply_norm_backward<Scalar>(norm->key, l.part(before, QkvPart::key), g.dk, l.d_head, &grads.dk_norm);
+  };
+  if (norm && norm->after_rope) norm_backward();
   if (layer.rope()) {
     layer.rope()->template rotate_gradient<Scalar>(g.dq, 0, threads);
     layer.rope()->template rotate_gradient<Scalar>(g.dk, 0, threads);
   }
+  if (norm && !norm->after_rope) norm_backward();
+}
+}  // namespace detail
+
+/// The layer's gradients at x (n, d_model) from dz = ∂L/∂Z (n, n_heads d_head), Z the heads'
+/// outputs before W_O, by the fused kernels: no (n, n) matrix. `record` holds the forward's
+/// queries, keys, values, Z and logsumexp (forward_for_backward, or a whole model's run). W_O's
+/// gradients are left empty; dz, dq, dk and dv are kept.
+template <class Scalar>
+MultiHeadGradients<Scalar> layer_backward_from_z(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x, Matrix<Scalar> dz,
+                                                 const ForwardRecord<Scalar>& record, const AttentionOptions& options = {}) {
+  constexpr const char* where = "layer_backward";
+  detail::check_differentiable(layer, options, where, true);
+  const Index n = x.rows();
+  if (record.q.rows() != n || record.k.rows() != n || record.v.rows() != n || record.attention.z.rows() != n ||
+      record.attention.logsumexp.cols() != n)
+    detail::invalid(where, "the record holds queries, keys and values, Z and the logsumexp of ", record.q.rows(), ", ",
+                    record.k.rows(), ", ", record.attention.z.rows(), " and ", record.attention.logsumexp.cols(),
+                    " tokens; x has ", n, " (forward_for_backward keeps them)");
+  const int threads = detail::thread_count(options.threads, where);
+  MultiHeadGradients<Scalar> grads;
+  // Attention, then the transform's backward (RoPE, the QK-norm) on dQ and dK.
+  const QkvLayout l = layer.layout();
+  const AttentionOptions all = layer.options_for(options);
+  AttentionGradients<Scalar> g = detail::backward_of_attend<Scalar>(record.q, record.k, record.v, record.attention, dz,
+                                                                     detail::layer_attention_call(layer, all), where);
+  grads.dz = std::move(dz), grads.dq = g.dq, grads.dk = g.dk, grads.dv = g.dv;
+  detail::transform_backward(layer, x, g, grads, threads);
   // The projection, part by part (no (n, 3 d) matrix of gradients): dX = Σ dP W_Pᵀ, dW_P = Xᵀ dP.
   const Matrix<Scalar> xt = x.transpose();
   const QkvPart parts[3] = {QkvPart::query, QkvPart::key, QkvPart::value};
@@ -206,6 +227,34 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
     detail::product<Scalar>(xt, *part[p], *dw[p], threads);
     *db[p] = part[p]->colwise().sum();
   }
+  return grads;
+}
+
+/// The layer's gradients at x (n, d_model) from dy = ∂L/∂Y (n, d_model), by the fused kernels:
+/// no (n, n) matrix. With `record` (from forward_for_backward on the same x and options) the
+/// forward is not run again; without it, Q, K, V, Z and the logsumexp are recomputed. Bitwise the
+/// same for any thread count. `heads` is left empty.
+template <class Scalar>
+MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x,
+                                          const Matrix<Scalar>& dy, const AttentionOptions& options = {},
+                                          const ForwardRecord<Scalar>* record = nullptr) {
+  constexpr const char* where = "layer_backward";
+  detail::check_differentiable(layer, options, where, true);
+  if (dy.rows() != x.rows() || dy.cols() != layer.d_model())
+    detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", x.rows(), "x", layer.d_model(), " (like the output)");
+  detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask
+  ForwardRecord<Scalar> recomputed;
+  if (!record) forward_for_backward(layer, x, recomputed, options), record = &recomputed;
+  const int threads = detail::thread_count(options.threads, where);
+  if (record->attention.z.rows() != x.rows())
+    detail::invalid(where, "the record holds Z of ", record->attention.z.rows(), " tokens; x has ", x.rows(), " (forward_for_backward keeps it)");
+  // The W_O sum: dZ = dY W_Oᵀ, dW_O = Zᵀ dY, db_O = Σ_rows dY. (The deterministic product reads
+  // row-major operands: a transposed one is copied, and the copy of Z freed at once.)
+  Matrix<Scalar> dz, dw_o;
+  detail::product<Scalar>(dy, layer.stored_w_o().template to_matrix<Scalar>(), dz, threads);
+  detail::product<Scalar>(Matrix<Scalar>(record->attention.z.transpose()), dy, dw_o, threads);
+  MultiHeadGradients<Scalar> grads = layer_backward_from_z(layer, x, std::move(dz), *record, options);
+  grads.dw_o = std::move(dw_o), grads.db_o = dy.colwise().sum();
   return grads;
 }
 

@@ -82,7 +82,47 @@ void rms_normalise(Scalar* x, Index width, const RmsNorm& norm) {
   }
 }
 
+/// The backward of one norm of the `width` values x (y_i = (x_i - mean) r w_i, r from
+/// row_moments; mean 0 unless centred): dx from dy, and dy_i (x_i - mean) r added to dw[i] when
+/// dw is given (the weight's gradient; with 1 + w the same). w(i): the multiplier of value i.
+/// In double, as the forward: dx_i = r (g_i - mean(g) [centred] - x̂_i mean(g x̂)), g = dy ∘ w.
+template <class Scalar, class Multiplier>
+void norm_backward(const Scalar* x, const Scalar* dy, Index width, bool centred, double eps, const Multiplier& w, Scalar* dx,
+                   double* dw = nullptr) {
+  const RowMoments m = row_moments(x, width, centred, eps);
+  double mean_g = 0, mean_gx = 0;
+  for (Index i = 0; i < width; ++i) {
+    const double g = double(dy[i]) * w(i), xhat = (double(x[i]) - m.mean) * m.inverse;
+    mean_g += g, mean_gx += g * xhat;
+    if (dw) dw[i] += double(dy[i]) * xhat;
+  }
+  mean_g = centred ? mean_g / double(width) : 0.0, mean_gx /= double(width);
+  for (Index i = 0; i < width; ++i) {
+    const double xhat = (double(x[i]) - m.mean) * m.inverse;
+    dx[i] = static_cast<Scalar>(m.inverse * (double(dy[i]) * w(i) - mean_g - xhat * mean_gx));
+  }
+}
+
 }  // namespace detail
+
+/// The backward of apply_norm on x (m, heads d_head, as it was before the norm): dx from dy, in
+/// place (dy becomes dx), and the weight's gradient added to dw (its size) when the norm has one.
+template <class Scalar>
+void apply_norm_backward(const RmsNorm& norm, const Eigen::Ref<const Matrix<Scalar>>& x, Eigen::Ref<Matrix<Scalar>> dy, Index d_head,
+                         Vector<double>* dw) {
+  const Index width = norm.over == RmsNorm::Over::head ? d_head : x.cols();
+  const auto w = [&](Index i) { return norm.weight.size() ? norm.weight(i) + (norm.zero_centred ? 1.0 : 0.0) : 1.0; };
+  const bool weighted = dw && norm.weight.size();
+  if (weighted && dw->size() != width) *dw = Vector<double>::Zero(width);
+  RowVector<Scalar> row(width);
+  for (Index t = 0; t < x.rows(); ++t)
+    for (Index c0 = 0; c0 < x.cols(); c0 += width) {
+      row = x.row(t).segment(c0, width);
+      RowVector<Scalar> d = dy.row(t).segment(c0, width);
+      detail::norm_backward(row.data(), d.data(), width, false, norm.eps, w, d.data(), weighted ? dw->data() : nullptr);
+      dy.row(t).segment(c0, width) = d;
+    }
+}
 
 /// Applies `norm`, in place, to every row of x: (m, heads d_head), one token per row.
 template <class Scalar>

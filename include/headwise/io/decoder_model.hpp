@@ -67,6 +67,7 @@ model::DecoderModel<Scalar> load_gpt2_model(const std::string& folder, const Con
   }
   m.final_norm = norm_of<Scalar>(t, p + "ln_f", d, Kind::layer_norm, eps);
   m.unembedding = m.embedding;  // tied: the same bytes
+  m.names.style = model::CheckpointNames::Style::gpt2, m.names.prefix = p;
   return m;
 }
 
@@ -163,6 +164,8 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   m.final_norm = norm("model.norm");
   const bool tied = r.boolean("tie_word_embeddings", shape.tied);
   m.unembedding = tied ? m.embedding : t.stored<Scalar>("lm_head.weight", vocab, d);  // (tied: the same bytes)
+  m.names.fused_qkv = config.fused_qkv, m.names.fused_gate_up = shape.fused_gate_up;
+  m.names.attention_biases = checkpoint.contains("model.layers.0.self_attn.q_proj.bias") || checkpoint.contains("model.layers.0.self_attn.qkv_proj.bias");
   return m;
 }
 

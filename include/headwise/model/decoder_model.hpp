@@ -159,6 +159,26 @@ struct Block {
   FeedForward<Scalar> mlp;                          ///< the dense MLP, unless `experts` is set
   std::optional<MixtureOfExperts<Scalar>> experts;  ///< Qwen3-MoE's sparse blocks
   std::optional<Norm<Scalar>> post_mlp_norm;        ///< Gemma 2 and 3, OLMo 2
+
+  /// False for an attention-only block (no experts, an MLP without weights): its MLP adds 0.
+  bool has_mlp() const { return experts || mlp.w_up.rows() != 0; }
+  /// The MLP half's output on m (the MLP's input), routing recorded where a sparse block chooses.
+  Matrix<Scalar> mlp_of(const Matrix<Scalar>& m, Routing<Scalar>* routing, int threads) const {
+    if (experts) return experts->forward(m, routing, threads);
+    return has_mlp() ? mlp.forward(m, threads) : Matrix<Scalar>::Zero(m.rows(), m.cols());
+  }
+};
+
+/// How a model's parameters are named in its checkpoint (the keys of parameter gradients and of
+/// training's weights): GPT-2's (transformer.h.L.attn.c_attn.weight, Conv1D [in, out], "transformer."
+/// or no prefix) or the Llama-style families' (model.layers.L.self_attn.q_proj.weight, [out, in];
+/// Phi-3's fused qkv_proj and gate_up_proj).
+struct CheckpointNames {
+  enum class Style { llama, gpt2 };
+  Style style = Style::llama;
+  std::string prefix;  ///< GPT-2: "transformer." or ""
+  bool fused_qkv = false, fused_gate_up = false;  ///< Phi-3
+  bool attention_biases = false;                  ///< q/k/v biases in the checkpoint (Qwen2; GPT-2 always)
 };
 
 /// x through `norm`, or x itself where the block has no norm there.
@@ -230,6 +250,9 @@ struct ModelRun {
   std::map<std::string, Index> heads;            ///< per recorded per-head hook, its heads side by side
   std::map<Index, Routing<Scalar>> routing;      ///< sparse blocks, when "blocks.L.mlp.routing" is asked for
   std::map<Index, RowStatistics<Scalar>> statistics;  ///< per layer, the fused kernel's, when "blocks.L.attn.statistics" is asked for
+  /// Per layer, (n_heads, n): each row's log-sum-exp of its scaled scores (a pattern row is
+  /// exp(score - logsumexp)), when "blocks.L.attn.logsumexp" is asked for.
+  std::map<Index, Matrix<Scalar>> logsumexp;
 
   /// Head h's part of a recorded per-head hook: (n, d) of q, k, v (key/value head h), z; (n, n) of
   /// the pattern.
@@ -272,7 +295,10 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// The LM head [vocab, d_model] as stored: logits = x W_Uᵀ; where they are tied, the embedding
   /// itself (the same bytes, not a copy).
   StoredMatrix unembedding;
+  CheckpointNames names;  ///< how the checkpoint names the parameters (set by the loader)
 
+  /// Whether the LM head is the embedding itself (tied: the same bytes).
+  bool tied() const { return unembedding.data() == embedding.data() && unembedding.rows() == embedding.rows(); }
   Index vocab_size() const { return embedding.rows(); }
   Index d_model() const { return embedding.cols(); }
   Index n_layers() const { return static_cast<Index>(blocks.size()); }
@@ -282,7 +308,7 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// and RoPE, (n, heads d_head) side by side), attn.hook_pattern ((n, heads n): head h's pattern
   /// in columns [h n, (h+1) n)), attn.hook_z, attn.output, hook_attn_out, hook_resid_mid, mlp_in,
   /// mlp.output, hook_mlp_out, hook_resid_post, attn.statistics (the fused kernel's per-row
-  /// statistics, into ModelRun::statistics) and, on sparse blocks, mlp.routing (into
+  /// statistics, into ModelRun::statistics), attn.logsumexp (into ModelRun::logsumexp) and, on sparse blocks, mlp.routing (into
   /// ModelRun::routing); and "ln_final.out".
   std::vector<std::string> hook_names() const;
 
@@ -318,7 +344,7 @@ class HEADWISE_ISA_TAG DecoderModel {
   Matrix<Scalar> finish_block(const Block<Scalar>& b, Matrix<Scalar> x, Matrix<Scalar> attn, int threads) const {
     x += normed(b.post_attention_norm, std::move(attn));
     const Matrix<Scalar> m = normed(b.mlp_norm, x);
-    return x + normed(b.post_mlp_norm, b.experts ? b.experts->forward(m, nullptr, threads) : b.mlp.forward(m, threads));
+    return x + normed(b.post_mlp_norm, b.mlp_of(m, nullptr, threads));
   }
   /// The LM head: x W_U, soft-capped where the model says so.
   Matrix<Scalar> head_of(const Matrix<Scalar>& x, int threads) const {
@@ -373,7 +399,7 @@ class HEADWISE_ISA_TAG DecoderModel {
     x = at({p + "hook_resid_mid"}, x + at({p + "hook_attn_out"}, std::move(attn), options, out), options, out);
     const Matrix<Scalar> m = at({p + "mlp_in"}, normed(b.mlp_norm, x), options, out);
     Routing<Scalar> routing;
-    Matrix<Scalar> mlp = b.experts ? b.experts->forward(m, &routing, options.threads) : b.mlp.forward(m, options.threads);
+    Matrix<Scalar> mlp = b.mlp_of(m, &routing, options.threads);
     if (b.experts && options.hooks.count(p + "mlp.routing")) out.routing[l] = std::move(routing);
     mlp = at({p + "mlp.output"}, std::move(mlp), options, out);
     mlp = normed(b.post_mlp_norm, std::move(mlp));
@@ -391,7 +417,7 @@ class HEADWISE_ISA_TAG DecoderModel {
     ForwardRecord<Scalar> record;
     record.keep_queries = pattern || recorded("attn.hook_q");
     record.keep_keys_values = pattern || recorded("attn.hook_k") || recorded("attn.hook_v");
-    record.keep_logsumexp = pattern, record.keep_statistics = recorded("attn.statistics");
+    record.keep_logsumexp = pattern || recorded("attn.logsumexp"), record.keep_statistics = recorded("attn.statistics");
     AttentionOptions at_positions;
     at_positions.first_key_position = options.first_position, at_positions.threads = options.threads;
     layer.attend_heads(a, at_positions, record);
@@ -407,6 +433,7 @@ class HEADWISE_ISA_TAG DecoderModel {
       if (recorded("attn.hook_v")) keep(out, p + "attn.hook_v", std::move(record.v), layer.n_kv_heads());
     }
     if (record.keep_statistics) out.statistics[l] = std::move(record.attention.statistics);
+    if (recorded("attn.logsumexp")) out.logsumexp[l] = std::move(record.attention.logsumexp);
     const Matrix<Scalar> z = at({p + "attn.hook_z", layer.n_heads()}, std::move(record.attention.z), options, out);
     return layer.project_heads(z, options.threads);
   }
@@ -444,7 +471,8 @@ class HEADWISE_ISA_TAG DecoderModel {
     for (const auto& [name, function] : options.hook_functions) {
       if (!is_known(name)) detail::invalid("DecoderModel::run", "no hook \"", name, "\" in this model (hook_names() lists them)");
       if (!function) detail::invalid("DecoderModel::run", "the hook function on ", name, " is empty");
-      for (const char* read_only : {"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.statistics", "mlp.routing"})
+      for (const char* read_only : {"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.statistics", "attn.logsumexp",
+                                    "mlp.routing"})
         if (name.size() > std::strlen(read_only) && name.compare(name.size() - std::strlen(read_only), std::string::npos, read_only) == 0)
           detail::invalid("DecoderModel::run", name, " is read-only: the layer used it before a hook function could change it ",
                           "(change attn_in, or a head's Z at attn.hook_z)");
@@ -462,7 +490,7 @@ template <class Scalar>
 std::vector<std::string> DecoderModel<Scalar>::hook_names() const {
   static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern",
                                     "attn.hook_z", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in",
-                                    "mlp.output", "hook_mlp_out", "hook_resid_post", "attn.statistics"};
+                                    "mlp.output", "hook_mlp_out", "hook_resid_post", "attn.statistics", "attn.logsumexp"};
   std::vector<std::string> names;
   for (Index l = 0; l < n_layers(); ++l) {
     for (const char* h : per_layer) names.push_back("blocks." + std::to_string(l) + "." + h);

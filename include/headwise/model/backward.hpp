@@ -1,0 +1,434 @@
+// Gradients through a whole model (model/decoder_model.hpp): of one scalar metric of the logits
+// (the mean next-token cross-entropy, a logit difference, or any direction on the logits) with
+// respect to every hook's activation, by TransformerLens's names, and every parameter, by its
+// checkpoint name (model/parameters.hpp). One forward keeps what the backward reads (each layer's
+// queries, keys, values, Z and logsumexp: O(n d) a layer, no (n, n) pattern); the backward goes
+// through the LM head and its soft-cap, the norms (LayerNorm, RMSNorm, Gemma's 1 + w), the MLPs
+// and experts (the chosen experts held fixed, the gradient through the router's softmax and the
+// renormalised top-k weights, as autograd does), each attention layer by the fused backward
+// (layer_backward_from_z: RoPE of every kind, QK-norms, GQA, windows, soft-caps) and the
+// embeddings (tied ones summed with the LM head's). Stored weights (BF16, FP8) are differentiated
+// at their stored values, widened. Every product is the deterministic one: the same bits on any
+// number of threads.
+//
+//   auto g = headwise::model::gradients(model, ids, model::Metric<float>::logit_difference(a, b),
+//                                       {{"blocks.3.attn.hook_z"}});
+//   g.metric; g.activations.at("blocks.3.attn.hook_z"); g.parameters.at("model.norm.weight");
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "headwise/attention_backward.hpp"
+#include "headwise/detail/errors.hpp"
+#include "headwise/detail/tile_product.hpp"
+#include "headwise/model/decoder_model.hpp"
+#include "headwise/model/parameters.hpp"
+
+namespace headwise::model {
+
+/// A scalar of the logits (n, vocab) that a backward differentiates and the analyses measure.
+template <class Scalar>
+struct Metric {
+  enum class Kind { cross_entropy, logit_difference, direction };
+  Kind kind = Kind::cross_entropy;
+  std::vector<Index> targets;  ///< cross_entropy: the id row t should predict, or -1 (no term)
+  double weight = 1.0;         ///< cross_entropy: the value is weight Σ_t -log softmax(logits_t)[targets[t]]
+  Index row = -1, a = 0, b = 0;  ///< logit_difference: logits(row, a) - logits(row, b); row -1: the last
+  Matrix<Scalar> along;        ///< direction: Σ along ∘ logits, (n, vocab)
+
+  /// The mean next-token cross-entropy on ids (row t predicts ids[t + 1], n - 1 terms).
+  static Metric next_token_loss(const std::vector<Index>& ids) {
+    Metric m;
+    if (ids.size() < 2) headwise::detail::invalid("Metric::next_token_loss", "ids has ", ids.size(), " tokens (at least 2: one to predict)");
+    m.targets.assign(ids.begin() + 1, ids.end()), m.targets.push_back(-1);
+    m.weight = 1.0 / double(ids.size() - 1);
+    return m;
+  }
+  /// logits(row, a) - logits(row, b) (row -1: the last token's): IOI's metric.
+  static Metric logit_difference(Index a, Index b, Index row = -1) {
+    Metric m;
+    m.kind = Kind::logit_difference, m.a = a, m.b = b, m.row = row;
+    return m;
+  }
+  /// Σ direction ∘ logits: any linear function of the logits (one row's, a token's, ...).
+  static Metric direction(Matrix<Scalar> direction) {
+    Metric m;
+    m.kind = Kind::direction, m.along = std::move(direction);
+    return m;
+  }
+
+  /// The metric's value on logits, and (with d_logits) its gradient, in double over Scalar's logits.
+  double value(const Matrix<Scalar>& logits, Matrix<Scalar>* d_logits = nullptr) const {
+    check(logits);
+    if (d_logits) d_logits->setZero(logits.rows(), logits.cols());
+    if (kind == Kind::direction) {
+      if (d_logits) *d_logits = along;
+      return (along.template cast<double>().array() * logits.template cast<double>().array()).sum();
+    }
+    if (kind == Kind::logit_difference) {
+      const Index r = row < 0 ? logits.rows() - 1 : row;
+      if (d_logits) (*d_logits)(r, a) += Scalar(1), (*d_logits)(r, b) -= Scalar(1);
+      return double(logits(r, a)) - double(logits(r, b));
+    }
+    double total = 0;
+    for (Index t = 0; t < logits.rows(); ++t) {
+      const Index target = targets[static_cast<std::size_t>(t)];
+      if (target < 0) continue;
+      const auto row_t = logits.row(t).template cast<double>().array();
+      const double top = row_t.maxCoeff();
+      const double sum = (row_t - top).exp().sum();
+      total += top + std::log(sum) - row_t(target);
+      if (!d_logits) continue;
+      for (Index v = 0; v < logits.cols(); ++v) (*d_logits)(t, v) = static_cast<Scalar>(weight * std::exp(row_t(v) - top) / sum);
+      (*d_logits)(t, target) -= static_cast<Scalar>(weight);
+    }
+    return weight * total;
+  }
+
+ private:
+  void check(const Matrix<Scalar>& logits) const {
+    constexpr const char* where = "Metric";
+    const Index n = logits.rows(), vocab = logits.cols();
+    if (kind == Kind::direction && (along.rows() != n || along.cols() != vocab))
+      headwise::detail::invalid(where, "the direction is ", along.rows(), "x", along.cols(), ", the logits ", n, "x", vocab);
+    if (kind == Kind::logit_difference && (row >= n || row < -1 || a < 0 || b < 0 || a >= vocab || b >= vocab || n == 0))
+      headwise::detail::invalid(where, "logit difference of ids ", a, " and ", b, " at row ", row, ": the logits are ", n, "x", vocab);
+    if (kind == Kind::cross_entropy) {
+      if (static_cast<Index>(targets.size()) != n) headwise::detail::invalid(where, targets.size(), " targets for ", n, " rows of logits");
+      for (const Index t : targets)
+        if (t < -1 || t >= vocab) headwise::detail::invalid(where, "target id ", t, " is not in [0, ", vocab, ") (or -1: no term)");
+    }
+  }
+};
+
+/// What a whole-model backward returns.
+template <class Scalar>
+struct ModelGradients {
+  double metric = 0;              ///< the metric's value on the run
+  Matrix<Scalar> logits;          ///< the run's logits
+  /// ∂metric/∂activation for the names asked (GradientOptions::activations), each shaped as the
+  /// hook's value: the per-head hooks side by side (attn.hook_k, hook_v per key/value head: the sum
+  /// over the query heads reading it; attn.hook_pattern (n, heads n), masked entries included:
+  /// dZ_i · v_j); plus hook_embed (the embedding rows before any scale), hook_pos_embed (GPT-2),
+  /// and on sparse blocks mlp.router_logits (n, experts) and mlp.topk_weights (n, top_k).
+  std::map<std::string, Matrix<Scalar>> activations;
+  Parameters<Scalar> parameters;  ///< ∂metric/∂parameter by checkpoint name (GradientOptions::parameters)
+};
+
+struct GradientOptions {
+  std::set<std::string> activations;  ///< gradient_names() lists them
+  bool parameters = true;             ///< every parameter's gradient, by checkpoint name
+  int threads = 0;                    ///< for every product and attention call; the bits do not depend on it
+};
+
+/// The names a backward can return activation gradients for.
+template <class Scalar>
+std::vector<std::string> gradient_names(const DecoderModel<Scalar>& model) {
+  std::vector<std::string> names = {"hook_embed"};
+  if (model.positions.size()) names.push_back("hook_pos_embed");
+  for (const std::string& h : model.hook_names()) {
+    if (h.find("attn.statistics") != std::string::npos || h.find("attn.logsumexp") != std::string::npos ||
+        h.find("mlp.routing") != std::string::npos)
+      continue;
+    names.push_back(h);
+  }
+  for (Index l = 0; l < model.n_layers(); ++l)
+    if (model.blocks[static_cast<std::size_t>(l)].experts)
+      for (const char* h : {"mlp.router_logits", "mlp.topk_weights"}) names.push_back("blocks." + std::to_string(l) + "." + h);
+  return names;
+}
+
+namespace detail {
+
+template <class Scalar>
+Matrix<Scalar> times(const Matrix<Scalar>& a, const Matrix<Scalar>& b, int threads) {
+  Matrix<Scalar> c;
+  headwise::detail::product<Scalar>(a, b, c, threads);
+  return c;
+}
+/// aᵀ b, deterministic.
+template <class Scalar>
+Matrix<Scalar> times_tn(const Matrix<Scalar>& a, const Matrix<Scalar>& b, int threads) {
+  return times<Scalar>(Matrix<Scalar>(a.transpose()), b, threads);
+}
+
+template <class Scalar>
+Scalar activation_slope(Activation a, Scalar u) {
+  if (a == Activation::silu) {
+    const Scalar s = Scalar(1) / (Scalar(1) + std::exp(-u));
+    return s * (Scalar(1) + u * (Scalar(1) - s));
+  }
+  const Scalar c = static_cast<Scalar>(std::sqrt(2.0 / std::acos(-1.0))), k = Scalar(0.044715);
+  const Scalar t = std::tanh(c * (u + k * u * u * u));
+  return Scalar(0.5) * (Scalar(1) + t) + Scalar(0.5) * u * (Scalar(1) - t * t) * c * (Scalar(1) + Scalar(3) * k * u * u);
+}
+
+/// A norm's backward over rows: dx from dy at x, the weight's (and bias's) gradient added.
+template <class Scalar>
+Matrix<Scalar> norm_backward(const Norm<Scalar>& norm, const Matrix<Scalar>& x, const Matrix<Scalar>& dy, Parameters<Scalar>* grads,
+                             const std::string& name) {
+  const bool centred = norm.kind == Norm<Scalar>::Kind::layer_norm;
+  const double offset = norm.kind == Norm<Scalar>::Kind::rms_offset ? 1.0 : 0.0;
+  const auto w = [&](Index i) { return double(norm.weight(i)) + offset; };
+  Matrix<Scalar> dx(x.rows(), x.cols());
+  Vector<double> dw = Vector<double>::Zero(x.cols());
+  for (Index t = 0; t < x.rows(); ++t)
+    headwise::detail::norm_backward(x.row(t).data(), dy.row(t).data(), x.cols(), centred, norm.eps, w, dx.row(t).data(), dw.data());
+  if (grads) {
+    (*grads)[name + ".weight"] = dw.transpose().template cast<Scalar>();
+    if (centred) (*grads)[name + ".bias"] = dy.colwise().sum();
+  }
+  return dx;
+}
+
+/// An optional norm's backward (an absent one passes dy through).
+template <class Scalar>
+Matrix<Scalar> through(const std::optional<Norm<Scalar>>& norm, const Matrix<Scalar>& x, Matrix<Scalar> dy, Parameters<Scalar>* grads,
+                       const std::string& name) {
+  return norm ? norm_backward(*norm, x, dy, grads, name) : dy;
+}
+
+/// A dense MLP's backward at m from dy: dm, and (with grads) its parameters' gradients under
+/// prefix p; `out`, if given, gets the MLP's output (the experts' routing weights need it).
+template <class Scalar>
+Matrix<Scalar> mlp_backward(const FeedForward<Scalar>& f, const ParameterNames& names, const std::string& p, const Matrix<Scalar>& m,
+                            const Matrix<Scalar>& dy, Parameters<Scalar>* grads, Matrix<Scalar>* out, int threads) {
+  const Activation act = f.activation;
+  Matrix<Scalar> up = times_transposed<Scalar>(m, f.w_up, threads);
+  if (f.b_up.size()) up.rowwise() += f.b_up;
+  const bool gated = f.w_gate.rows() != 0;
+  const Matrix<Scalar> pre = gated ? times_transposed<Scalar>(m, f.w_gate, threads) : up;
+  const auto act_of = [act](Scalar u) { return activate(act, u); };
+  const auto slope_of = [act](Scalar u) { return activation_slope(act, u); };
+  const Matrix<Scalar> h = gated ? Matrix<Scalar>(pre.unaryExpr(act_of).array() * up.array()) : Matrix<Scalar>(pre.unaryExpr(act_of));
+  if (out) {
+    *out = times_transposed<Scalar>(h, f.w_down, threads);
+    if (f.b_down.size()) out->rowwise() += f.b_down;
+  }
+  const Matrix<Scalar> w_down = f.w_down.template to_matrix<Scalar>();
+  const Matrix<Scalar> dh = times<Scalar>(dy, w_down, threads);  // (n, inner)
+  Matrix<Scalar> d_up, d_pre;
+  if (gated) {
+    d_up = dh.array() * pre.unaryExpr(act_of).array();
+    d_pre = dh.array() * up.array() * pre.unaryExpr(slope_of).array();
+  } else {
+    d_up = dh.array() * pre.unaryExpr(slope_of).array();
+  }
+  Matrix<Scalar> dm = times<Scalar>(d_up, f.w_up.template to_matrix<Scalar>(), threads);
+  if (gated) dm += times<Scalar>(d_pre, f.w_gate.template to_matrix<Scalar>(), threads);
+  if (grads) {
+    const Matrix<Scalar> dw_down = times_tn<Scalar>(dy, h, threads), dw_up = times_tn<Scalar>(d_up, m, threads);
+    const Matrix<Scalar> dw_gate = gated ? times_tn<Scalar>(d_pre, m, threads) : Matrix<Scalar>();
+    add_mlp(names, p, dw_gate, dw_up, dw_down, f.b_up.size() ? RowVector<Scalar>(d_up.colwise().sum()) : RowVector<Scalar>(),
+            f.b_down.size() ? RowVector<Scalar>(dy.colwise().sum()) : RowVector<Scalar>(), *grads);
+  }
+  return dm;
+}
+
+/// One backward through a model: the forward's run (every hook the backward reads), then block
+/// by block from the logits down, keeping the gradients asked for.
+template <class Scalar>
+class ModelBackward {
+ public:
+  ModelBackward(const DecoderModel<Scalar>& model, const GradientOptions& options)
+      : model_(model), names_(model.names), options_(options), threads_(headwise::detail::thread_count(options.threads, "gradients")) {}
+
+  ModelGradients<Scalar> operator()(const std::vector<Index>& ids, const Metric<Scalar>& metric) {
+    check_names();
+    run_ = model_.run(ids, forward_options());
+    out_.logits = run_.logits;
+    Matrix<Scalar> dx = head_backward(metric, ids);
+    for (Index l = model_.n_layers() - 1; l >= 0; --l) dx = block_backward(l, std::move(dx));
+    embedding_backward(ids, dx);
+    return std::move(out_);
+  }
+
+ private:
+  static std::string at(Index l, const char* hook) { return "blocks." + std::to_string(l) + "." + hook; }
+  const Matrix<Scalar>& hook(Index l, const char* name) const { return run_.hooks.at(at(l, name)); }
+  void keep(const std::string& name, const Matrix<Scalar>& g) {
+    if (options_.activations.count(name)) out_.activations[name] = g;
+  }
+  Parameters<Scalar>* params() { return options_.parameters ? &out_.parameters : nullptr; }
+
+  void check_names() const {
+    const std::vector<std::string> known = gradient_names(model_);
+    for (const std::string& name : options_.activations)
+      if (std::find(known.begin(), known.end(), name) == known.end())
+        headwise::detail::invalid("gradients", "no activation \"", name, "\" to differentiate (gradient_names lists them)");
+  }
+  RunOptions<Scalar> forward_options() const {
+    RunOptions<Scalar> o;
+    o.threads = options_.threads;
+    for (Index l = 0; l < model_.n_layers(); ++l) {
+      for (const char* h : {"hook_resid_pre", "attn_in", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "attn.logsumexp",
+                            "attn.output", "hook_resid_mid", "mlp_in", "mlp.output", "hook_resid_post"})
+        o.hooks.insert(at(l, h));
+      if (model_.blocks[static_cast<std::size_t>(l)].experts) o.hooks.insert(at(l, "mlp.routing"));
+    }
+    o.hooks.insert("ln_final.out");
+    return o;
+  }
+
+  /// From the metric to the residual stream after the last block: the LM head (its soft-cap), the final norm.
+  Matrix<Scalar> head_backward(const Metric<Scalar>& metric, const std::vector<Index>& ids) {
+    Matrix<Scalar> d_logits;
+    out_.metric = metric.value(run_.logits, &d_logits);
+    if (model_.logit_softcap > 0.0) {
+      const auto cap = static_cast<Scalar>(model_.logit_softcap);
+      d_logits.array() *= Scalar(1) - (run_.logits.array() / cap).square();
+    }
+    const Matrix<Scalar>& ln = run_.hooks.at("ln_final.out");
+    const Matrix<Scalar> d_ln = times<Scalar>(d_logits, model_.unembedding.template to_matrix<Scalar>(), threads_);
+    if (params()) d_unembedding_ = times_tn<Scalar>(d_logits, ln, threads_);
+    keep("ln_final.out", d_ln);
+    const Matrix<Scalar> last = model_.n_layers() ? hook(model_.n_layers() - 1, "hook_resid_post") : model_.embed(ids);
+    return norm_backward(model_.final_norm, last, d_ln, params(), names_.final_norm());
+  }
+
+  /// From ∂/∂hook_resid_post of block l to ∂/∂hook_resid_pre.
+  Matrix<Scalar> block_backward(Index l, Matrix<Scalar> dx) {
+    const Block<Scalar>& b = model_.blocks[static_cast<std::size_t>(l)];
+    keep(at(l, "hook_resid_post"), dx), keep(at(l, "hook_mlp_out"), dx);
+    const Matrix<Scalar> d_mlp = through(b.post_mlp_norm, hook(l, "mlp.output"), dx, params(), names_.norm(l, b, b.post_mlp_norm));
+    keep(at(l, "mlp.output"), d_mlp);
+    const Matrix<Scalar>& m = hook(l, "mlp_in");
+    Matrix<Scalar> dm = b.experts ? experts_backward(l, *b.experts, m, d_mlp)
+                        : b.has_mlp() ? mlp_backward<Scalar>(b.mlp, names_, names_.mlp(l), m, d_mlp, params(), nullptr, threads_)
+                                      : Matrix<Scalar>::Zero(m.rows(), m.cols());
+    keep(at(l, "mlp_in"), dm);
+    dx += through(b.mlp_norm, hook(l, "hook_resid_mid"), std::move(dm), params(), names_.norm(l, b, b.mlp_norm));
+    keep(at(l, "hook_resid_mid"), dx), keep(at(l, "hook_attn_out"), dx);
+    const Matrix<Scalar> d_attn = through(b.post_attention_norm, hook(l, "attn.output"), dx, params(), names_.norm(l, b, b.post_attention_norm));
+    keep(at(l, "attn.output"), d_attn);
+    Matrix<Scalar> da = attention_backward(l, d_attn);
+    keep(at(l, "attn_in"), da);
+    dx += through(b.attention_norm, hook(l, "hook_resid_pre"), std::move(da), params(), names_.norm(l, b, b.attention_norm));
+    keep(at(l, "hook_resid_pre"), dx);
+    return dx;
+  }
+
+  /// From ∂/∂attn.output of layer l to ∂/∂attn_in: W_O's sum, then the layer's fused backward.
+  Matrix<Scalar> attention_backward(Index l, const Matrix<Scalar>& d_out) {
+    const MultiHeadAttention<Scalar>& layer = model_.blocks[static_cast<std::size_t>(l)].attention;
+    ForwardRecord<Scalar> record;
+    record.q = hook(l, "attn.hook_q"), record.k = hook(l, "attn.hook_k"), record.v = hook(l, "attn.hook_v");
+    record.attention.z = hook(l, "attn.hook_z"), record.attention.logsumexp = run_.logsumexp.at(l);
+    Matrix<Scalar> dz = times<Scalar>(d_out, layer.stored_w_o().template to_matrix<Scalar>(), threads_);
+    keep(at(l, "attn.hook_z"), dz);
+    if (options_.activations.count(at(l, "attn.hook_pattern"))) keep(at(l, "attn.hook_pattern"), pattern_gradient(layer, dz, record.v));
+    AttentionOptions o;
+    o.threads = options_.threads;
+    MultiHeadGradients<Scalar> g = layer_backward_from_z(layer, hook(l, "attn_in"), std::move(dz), record, o);
+    keep(at(l, "attn.hook_q"), g.dq), keep(at(l, "attn.hook_k"), g.dk), keep(at(l, "attn.hook_v"), g.dv);
+    if (params()) {
+      const QkvLayout lay = layer.layout();
+      Matrix<Scalar> dw_qkv(layer.d_model(), lay.width());
+      RowVector<Scalar> db_qkv(lay.width());
+      dw_qkv << g.dw_q, g.dw_k, g.dw_v;
+      db_qkv << g.db_q, g.db_k, g.db_v;
+      const Matrix<Scalar> dw_o = times_tn<Scalar>(record.attention.z, d_out, threads_);
+      const RowVector<Scalar> db_o = d_out.colwise().sum();
+      add_attention(names_, l, lay, {dw_qkv, db_qkv, dw_o, db_o, as_row<Scalar>(g.dq_norm), as_row<Scalar>(g.dk_norm)},
+                    model_.names.attention_biases, *params());
+    }
+    return std::move(g.dx);
+  }
+
+  /// ∂/∂P of every head, (n, heads n): dZ_h[i] · v_g[j] for every (i, j), masked ones included.
+  static Matrix<Scalar> pattern_gradient(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& dz, const Matrix<Scalar>& v) {
+    const Index n = dz.rows(), d = layer.d_head();
+    Matrix<Scalar> out(n, layer.n_heads() * n);
+    for (Index h = 0; h < layer.n_heads(); ++h)
+      out.middleCols(h * n, n) = dz.middleCols(h * d, d) * v.middleCols(layer.kv_head_of(h) * d, d).transpose();
+    return out;
+  }
+
+  /// A sparse block's backward at m from dy: each expert on the tokens that chose it (its output
+  /// scaled by the routing weight), then the router through the (renormalised) top-k softmax.
+  Matrix<Scalar> experts_backward(Index l, const MixtureOfExperts<Scalar>& moe, const Matrix<Scalar>& m, const Matrix<Scalar>& dy) {
+    const Routing<Scalar>& routing = run_.routing.at(l);
+    const Index n = m.rows(), k = routing.experts.cols();
+    Matrix<Scalar> dm = Matrix<Scalar>::Zero(n, m.cols()), d_weights(n, k);
+    for (Index e = 0; e < Index(moe.experts.size()); ++e) {
+      std::vector<std::pair<Index, Index>> chosen;  // (token, slot), in token order
+      for (Index t = 0; t < n; ++t)
+        for (Index j = 0; j < k; ++j)
+          if (routing.experts(t, j) == e) chosen.emplace_back(t, j);
+      Matrix<Scalar> m_e(Index(chosen.size()), m.cols()), dy_e(Index(chosen.size()), m.cols()), out_e;
+      for (std::size_t i = 0; i < chosen.size(); ++i)
+        m_e.row(Index(i)) = m.row(chosen[i].first), dy_e.row(Index(i)) = dy.row(chosen[i].first) * routing.weights(chosen[i].first, chosen[i].second);
+      const Matrix<Scalar> dm_e = mlp_backward(moe.experts[std::size_t(e)], names_, names_.mlp(l, e), m_e, dy_e, params(), &out_e, threads_);
+      for (std::size_t i = 0; i < chosen.size(); ++i) {
+        dm.row(chosen[i].first) += dm_e.row(Index(i));
+        d_weights(chosen[i].first, chosen[i].second) = dy.row(chosen[i].first).dot(out_e.row(Index(i)));
+      }
+    }
+    keep(at(l, "mlp.topk_weights"), d_weights);
+    const Matrix<Scalar> d_logits = router_backward(moe, routing, d_weights);
+    keep(at(l, "mlp.router_logits"), d_logits);
+    if (params()) (*params())[names_.router(l)] = times_tn<Scalar>(d_logits, m, threads_);
+    dm += times<Scalar>(d_logits, moe.router.template to_matrix<Scalar>(), threads_);
+    return dm;
+  }
+
+  /// ∂/∂router logits from ∂/∂(top-k weights): w_j = p_j / Σ_chosen p (renormalised) or p_j, p = softmax.
+  static Matrix<Scalar> router_backward(const MixtureOfExperts<Scalar>& moe, const Routing<Scalar>& routing, const Matrix<Scalar>& d_weights) {
+    const Index n = routing.logits.rows(), E = routing.logits.cols(), k = routing.experts.cols();
+    Matrix<Scalar> d_logits(n, E);
+    for (Index t = 0; t < n; ++t) {
+      const RowVector<double> e = (routing.logits.row(t).template cast<double>().array() - double(routing.logits.row(t).maxCoeff())).exp();
+      const RowVector<double> p = e / e.sum();
+      RowVector<double> dp = RowVector<double>::Zero(E);
+      double chosen = 0, weighted = 0;
+      for (Index j = 0; j < k; ++j) chosen += p(routing.experts(t, j)), weighted += double(d_weights(t, j)) * p(routing.experts(t, j));
+      for (Index j = 0; j < k; ++j)
+        dp(routing.experts(t, j)) = moe.normalise_top_k ? double(d_weights(t, j)) / chosen - weighted / (chosen * chosen) : double(d_weights(t, j));
+      d_logits.row(t) = (p.array() * (dp.array() - dp.dot(p))).template cast<Scalar>();
+    }
+    return d_logits;
+  }
+
+  /// The embeddings: hook_embed (before the scale), GPT-2's positions, the (tied) embedding's rows.
+  void embedding_backward(const std::vector<Index>& ids, const Matrix<Scalar>& dx) {
+    const Matrix<Scalar> d_embed = dx * static_cast<Scalar>(model_.embedding_scale);
+    keep("hook_embed", d_embed);
+    if (model_.positions.size()) keep("hook_pos_embed", dx);
+    if (!params()) return;
+    Matrix<Scalar> d_table = model_.tied() ? std::move(d_unembedding_) : Matrix<Scalar>::Zero(model_.vocab_size(), model_.d_model());
+    if (!model_.tied()) (*params())[names_.unembedding()] = std::move(d_unembedding_);
+    for (std::size_t t = 0; t < ids.size(); ++t) d_table.row(ids[t]) += d_embed.row(Index(t));
+    (*params())[names_.embedding()] = std::move(d_table);
+    if (model_.positions.size()) {
+      Matrix<Scalar> d_positions = Matrix<Scalar>::Zero(model_.positions.rows(), model_.positions.cols());
+      d_positions.topRows(dx.rows()) = dx;
+      (*params())[names_.positions()] = std::move(d_positions);
+    }
+  }
+
+  const DecoderModel<Scalar>& model_;
+  ParameterNames names_;
+  const GradientOptions& options_;
+  int threads_;
+  ModelRun<Scalar> run_;
+  ModelGradients<Scalar> out_;
+  Matrix<Scalar> d_unembedding_;
+};
+
+}  // namespace detail
+
+/// ∂metric/∂(activations, parameters) of `model` on ids (positions 0 ..), by one forward and one
+/// backward. Refuses a layer its backward cannot differentiate by name (value norms, output gates,
+/// sinks: check_differentiable).
+template <class Scalar>
+ModelGradients<Scalar> gradients(const DecoderModel<Scalar>& model, const std::vector<Index>& ids, const Metric<Scalar>& metric,
+                                 const GradientOptions& options = {}) {
+  return detail::ModelBackward<Scalar>(model, options)(ids, metric);
+}
+
+}  // namespace headwise::model

@@ -1,0 +1,172 @@
+// A whole model's parameters by their checkpoint names, in the checkpoint's layout (a vector as one
+// row): GPT-2's Conv1D weights [in, out] and fused c_attn, the Llama-style families' [out, in]
+// (Phi-3's fused qkv_proj and gate_up_proj), as DecoderModel::names says. One table, ParameterMap,
+// read three ways: parameters_of (the weights, widened), set_parameters (the model rebuilt from
+// them: training) and the whole-model backward (model/backward.hpp: gradients under the same names).
+//
+//   auto weights = headwise::model::parameters_of(model);   // "model.layers.0.self_attn.q_proj.weight" -> (out, in)
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "headwise/detail/errors.hpp"
+#include "headwise/model/decoder_model.hpp"
+
+namespace headwise::model {
+
+/// Parameters (or their gradients) by checkpoint name.
+template <class Scalar>
+using Parameters = std::map<std::string, Matrix<Scalar>>;
+
+/// The checkpoint names of a model's parts (CheckpointNames: GPT-2's or the Llama-style families').
+class ParameterNames {
+ public:
+  explicit ParameterNames(const CheckpointNames& names) : c_(names) {}
+  bool gpt2() const { return c_.style == CheckpointNames::Style::gpt2; }
+  const CheckpointNames& names() const { return c_; }
+  std::string embedding() const { return gpt2() ? c_.prefix + "wte.weight" : "model.embed_tokens.weight"; }
+  std::string positions() const { return c_.prefix + "wpe.weight"; }
+  std::string unembedding() const { return "lm_head.weight"; }
+  std::string final_norm() const { return gpt2() ? c_.prefix + "ln_f" : "model.norm"; }
+  std::string layer(Index l) const { return (gpt2() ? c_.prefix + "h." : std::string("model.layers.")) + std::to_string(l) + "."; }
+  /// The block's norms, by where they sit (the Llama-style names follow the loader: a block with a
+  /// norm after its attention calls its MLP's norm pre_feedforward_layernorm).
+  template <class Scalar>
+  std::string norm(Index l, const Block<Scalar>& b, const std::optional<Norm<Scalar>>& which) const {
+    const std::string p = layer(l);
+    if (&which == &b.attention_norm) return p + (gpt2() ? "ln_1" : "input_layernorm");
+    if (&which == &b.mlp_norm) return p + (gpt2() ? "ln_2" : b.post_attention_norm ? "pre_feedforward_layernorm" : "post_attention_layernorm");
+    if (&which == &b.post_attention_norm) return p + "post_attention_layernorm";
+    return p + "post_feedforward_layernorm";
+  }
+  /// The dense MLP's prefix, or expert e's (e >= 0), or the router's weight.
+  std::string mlp(Index l, Index expert = -1) const {
+    return layer(l) + "mlp." + (expert >= 0 ? "experts." + std::to_string(expert) + "." : "");
+  }
+  std::string router(Index l) const { return layer(l) + "mlp.gate.weight"; }
+
+ private:
+  CheckpointNames c_;
+};
+
+namespace detail {
+
+template <class Scalar>
+Matrix<Scalar> as_row(const RowVector<Scalar>& v) {
+  return Matrix<Scalar>(v);
+}
+template <class Scalar>
+Matrix<Scalar> as_row(const Vector<double>& v) {
+  return v.transpose().template cast<Scalar>();
+}
+
+/// The entries one attention layer adds under `names`: W_QKV (d_model, width) and W_O (heads d, d_model)
+/// in headwise's layout, their biases (empty: none), the QK-norm's weights (empty: none).
+template <class Scalar>
+struct AttentionEntries {
+  const Matrix<Scalar>& w_qkv;
+  const RowVector<Scalar>& b_qkv;
+  const Matrix<Scalar>& w_o;
+  const RowVector<Scalar>& b_o;
+  Matrix<Scalar> q_norm, k_norm;
+};
+
+template <class Scalar>
+void add_attention(const ParameterNames& names, Index l, const QkvLayout& layout, const AttentionEntries<Scalar>& e, bool biases,
+                   Parameters<Scalar>& out) {
+  const std::string p = names.layer(l) + (names.gpt2() ? "attn." : "self_attn.");
+  if (names.gpt2()) {
+    out[p + "c_attn.weight"] = e.w_qkv, out[p + "c_proj.weight"] = e.w_o;
+    out[p + "c_attn.bias"] = e.b_qkv, out[p + "c_proj.bias"] = e.b_o;
+    return;
+  }
+  if (names.names().fused_qkv) {
+    out[p + "qkv_proj.weight"] = e.w_qkv.transpose();
+    if (biases) out[p + "qkv_proj.bias"] = e.b_qkv;
+  } else {
+    const QkvPart parts[3] = {QkvPart::query, QkvPart::key, QkvPart::value};
+    const char* keys[3] = {"q_proj", "k_proj", "v_proj"};
+    for (int i = 0; i < 3; ++i) {
+      const Index first = layout.first_column(parts[i]), width = layout.part_width(parts[i]);
+      out[p + keys[i] + ".weight"] = e.w_qkv.middleCols(first, width).transpose();
+      if (biases) out[p + keys[i] + ".bias"] = e.b_qkv.segment(first, width);
+    }
+  }
+  out[p + "o_proj.weight"] = e.w_o.transpose();
+  if (e.q_norm.size()) out[p + "q_norm.weight"] = e.q_norm, out[p + "k_norm.weight"] = e.k_norm;
+}
+
+/// A dense MLP's entries: W_gate, W_up, W_down [out, in] as stored, GPT-2's biases.
+template <class Scalar>
+void add_mlp(const ParameterNames& names, const std::string& p, const Matrix<Scalar>& gate, const Matrix<Scalar>& up,
+             const Matrix<Scalar>& down, const RowVector<Scalar>& b_up, const RowVector<Scalar>& b_down, Parameters<Scalar>& out) {
+  if (names.gpt2()) {
+    out[p + "c_fc.weight"] = up.transpose(), out[p + "c_proj.weight"] = down.transpose();
+    out[p + "c_fc.bias"] = b_up, out[p + "c_proj.bias"] = b_down;
+    return;
+  }
+  if (names.names().fused_gate_up) {
+    Matrix<Scalar> both(gate.rows() + up.rows(), up.cols());
+    both << gate, up;
+    out[p + "gate_up_proj.weight"] = std::move(both);
+  } else {
+    out[p + "gate_proj.weight"] = gate, out[p + "up_proj.weight"] = up;
+  }
+  out[p + "down_proj.weight"] = down;
+}
+
+template <class Scalar>
+void add_norm(const std::string& name, const Norm<Scalar>& n, Parameters<Scalar>& out) {
+  out[name + ".weight"] = as_row<Scalar>(n.weight);
+  if (n.kind == Norm<Scalar>::Kind::layer_norm) out[name + ".bias"] = as_row<Scalar>(n.bias);
+}
+
+/// The entry `name` of `values`, checked to be rows x cols.
+template <class Scalar>
+const Matrix<Scalar>& entry(const Parameters<Scalar>& values, const std::string& name, Index rows, Index cols) {
+  const auto it = values.find(name);
+  if (it == values.end()) headwise::detail::invalid("set_parameters", "no parameter \"", name, "\" (parameters_of lists them)");
+  if (it->second.rows() != rows || it->second.cols() != cols)
+    headwise::detail::invalid("set_parameters", name, " is ", it->second.rows(), "x", it->second.cols(), ", expected ", rows, "x", cols);
+  if (!it->second.allFinite()) headwise::detail::invalid("set_parameters", name, " has an entry that is not finite");
+  return it->second;
+}
+
+}  // namespace detail
+
+/// Every parameter of `model` by checkpoint name, widened to Scalar, in the checkpoint's layout.
+template <class Scalar>
+Parameters<Scalar> parameters_of(const DecoderModel<Scalar>& model) {
+  const ParameterNames names(model.names);
+  Parameters<Scalar> out;
+  out[names.embedding()] = model.embedding.template to_matrix<Scalar>();
+  if (model.positions.size()) out[names.positions()] = model.positions;
+  for (Index l = 0; l < model.n_layers(); ++l) {
+    const Block<Scalar>& b = model.blocks[static_cast<std::size_t>(l)];
+    for (const auto* n : {&b.attention_norm, &b.mlp_norm, &b.post_attention_norm, &b.post_mlp_norm})
+      if (*n) detail::add_norm(names.norm(l, b, *n), **n, out);
+    const MultiHeadAttention<Scalar>& a = b.attention;
+    const auto& qk = a.config().qk_norm;
+    const Matrix<Scalar> w_qkv = a.w_qkv(), w_o = a.w_o();
+    detail::add_attention(names, l, a.layout(), {w_qkv, a.b_qkv(), w_o, a.b_o(), qk ? detail::as_row<Scalar>(qk->query.weight) : Matrix<Scalar>(),
+                                                  qk ? detail::as_row<Scalar>(qk->key.weight) : Matrix<Scalar>()},
+                          model.names.attention_biases, out);
+    const auto dense = [&](const FeedForward<Scalar>& f, const std::string& p) {
+      detail::add_mlp(names, p, f.w_gate.template to_matrix<Scalar>(), f.w_up.template to_matrix<Scalar>(),
+                      f.w_down.template to_matrix<Scalar>(), f.b_up, f.b_down, out);
+    };
+    if (b.experts) {
+      out[names.router(l)] = b.experts->router.template to_matrix<Scalar>();
+      for (std::size_t e = 0; e < b.experts->experts.size(); ++e) dense(b.experts->experts[e], names.mlp(l, Index(e)));
+    } else if (b.has_mlp()) {
+      dense(b.mlp, names.mlp(l));
+    }
+  }
+  detail::add_norm(names.final_norm(), model.final_norm, out);
+  if (!model.tied()) out[names.unembedding()] = model.unembedding.template to_matrix<Scalar>();
+  return out;
+}
+
+}  // namespace headwise::model

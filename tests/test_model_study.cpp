@@ -1,0 +1,134 @@
+// Studying whole models (tests/data/*-model-tiny/analysis-reference.safetensors, PyTorch float64
+// autograd rechecked by finite differences in numpy): gradients of the next-token loss and of a
+// logit difference through GPT-2, Llama, Qwen3, Gemma 3 and Qwen3-MoE, with respect to every hook
+// and every parameter by its checkpoint name; and what the backward refuses by name.
+#include <string>
+#include <vector>
+
+#include "headwise/io/decoder_model.hpp"
+#include "headwise/model/backward.hpp"
+#include "support/catch.hpp"
+#include "support/fixtures.hpp"
+#include "support/layer_checks.hpp"
+#include "support/matchers.hpp"
+
+using namespace headwise;
+using headwise_test::IsNear;
+
+namespace {
+
+const char* const study_folders[] = {"gpt2-model-tiny", "llama-model-tiny", "qwen3-model-tiny", "gemma3-model-tiny", "qwen3moe-model-tiny"};
+
+std::vector<Index> ids_in(const io::SafetensorsFile& ref, const std::string& name) {
+  std::vector<Index> ids;
+  for (const double v : ref.values<double>(name)) ids.push_back(static_cast<Index>(v));
+  return ids;
+}
+
+/// The fixture's tensor `name` as the library lays the activation out: [T, H, d] and [H, T, d] (or
+/// [H, T, T]) side by side as (T, H d); others as stored (a vector as one row).
+Matrix<double> laid_out(const io::SafetensorsFile& ref, const std::string& name, bool heads_first) {
+  const auto& shape = ref.info(name).shape;
+  if (shape.size() != 3) return ref.matrix<double>(name);
+  if (heads_first) return headwise_test::side_by_side<double>(ref, name);
+  const std::vector<double> v = ref.values<double>(name);
+  return Eigen::Map<const Matrix<double>>(v.data(), Index(shape[0]), Index(shape[1] * shape[2]));
+}
+
+/// The library's (TransformerLens's) name of a fixture's activation: attn.q is attn.hook_q.
+std::string library_name(std::string name) {
+  for (const auto& [theirs, ours] : {std::pair<std::string, std::string>{"attn.q", "attn.hook_q"}, {"attn.k", "attn.hook_k"}, {"attn.v", "attn.hook_v"}}) {
+    const auto at = name.size() >= theirs.size() ? name.size() - theirs.size() : std::string::npos;
+    if (at != std::string::npos && name.compare(at, std::string::npos, theirs) == 0) name.replace(at, theirs.size(), ours);
+  }
+  return name;
+}
+
+/// GPT-2's wte and wpe are stored as chosen rows, their column sums and the sum of squares.
+void check_table(const io::SafetensorsFile& ref, const std::string& key, const Matrix<double>& g, double tol) {
+  const std::vector<Index> rows = ids_in(ref, "rows." + key.substr(key.find("param.") + 6));
+  Matrix<double> chosen(Index(rows.size()), g.cols());
+  for (std::size_t i = 0; i < rows.size(); ++i) chosen.row(Index(i)) = g.row(rows[i]);
+  CHECK_THAT(chosen, IsNear(ref.matrix<double>(key + ".rows"), tol));
+  CHECK_THAT(Matrix<double>(g.colwise().sum()), IsNear(ref.matrix<double>(key + ".colsum"), tol));
+  CHECK(std::abs(g.squaredNorm() - ref.values<double>(key + ".sumsq")[0]) <= tol * ref.values<double>(key + ".sumsq")[0]);
+}
+
+template <class Scalar>
+void check_gradients(const std::string& folder) {
+  CAPTURE(folder);
+  const auto model = io::load_decoder_model<Scalar>(headwise_test::data_path(folder));
+  const io::SafetensorsFile ref = headwise_test::load_fixture(folder + "/analysis-reference.safetensors");
+  const std::vector<Index> ids = ids_in(ref, "input_ids"), tokens = ids_in(ref, "metric_tokens");
+  const double tol = sizeof(Scalar) == sizeof(double) ? 1e-10 : 1e-4;
+  model::GradientOptions options;
+  for (const std::string& name : model::gradient_names(model)) options.activations.insert(name);
+  for (const std::string metric : {"loss", "logit_diff"}) {
+    CAPTURE(metric);
+    const auto m = metric == "loss" ? model::Metric<Scalar>::next_token_loss(ids) : model::Metric<Scalar>::logit_difference(tokens[0], tokens[1]);
+    const model::ModelGradients<Scalar> g = model::gradients(model, ids, m, options);
+    CHECK(std::abs(g.metric - ref.values<double>(metric)[0]) <= (sizeof(Scalar) == sizeof(double) ? 1e-11 : 1e-4) * std::abs(ref.values<double>(metric)[0]));
+    // Every activation gradient the fixture holds, by the library's name.
+    const std::string prefix = "grad." + metric + ".";
+    for (const std::string& key : ref.names()) {
+      if (key.rfind(prefix, 0) != 0 || key.rfind(prefix + "param.", 0) == 0) continue;
+      const std::string name = library_name(key.substr(prefix.size()));
+      CAPTURE(name);
+      REQUIRE(g.activations.count(name));
+      const bool heads_first = name.find("attn.hook_q") != std::string::npos || name.find("attn.hook_k") != std::string::npos ||
+                               name.find("attn.hook_v") != std::string::npos || name.find("hook_pattern") != std::string::npos;
+      CHECK_THAT(g.activations.at(name).template cast<double>(), IsNear(laid_out(ref, key, heads_first), tol));
+    }
+    for (const auto& [name, value] : g.parameters) {
+      CAPTURE(name);
+      const std::string key = "grad." + metric + ".param." + name;
+      if (ref.contains(key + ".rows")) {
+        check_table(ref, key, value.template cast<double>(), tol);
+        continue;
+      }
+      REQUIRE(ref.contains(key));
+      CHECK_THAT(value.template cast<double>(), IsNear(ref.matrix<double>(key), tol));
+    }
+    // Every parameter of the checkpoint has its gradient.
+    std::size_t in_fixture = 0;
+    for (const std::string& key : ref.names())
+      if (key.rfind("grad." + metric + ".param.", 0) == 0 && key.find(".colsum") == std::string::npos && key.find(".sumsq") == std::string::npos)
+        ++in_fixture;
+    CHECK(g.parameters.size() == in_fixture);
+  }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("Whole-model gradients of the loss and a logit difference match PyTorch's autograd", "[study][gradients][fixture]",
+                   double, float) {
+  for (const char* folder : study_folders) check_gradients<TestType>(folder);
+}
+
+TEST_CASE("A whole-model backward gives the same bits on 1 and 2 threads, and refuses what it cannot take by name", "[study][gradients]") {
+  const auto model = io::load_decoder_model<float>(headwise_test::data_path("qwen3moe-model-tiny"));
+  const io::SafetensorsFile ref = headwise_test::load_fixture("qwen3moe-model-tiny/analysis-reference.safetensors");
+  const std::vector<Index> ids = ids_in(ref, "input_ids");
+  model::GradientOptions one, two;
+  one.threads = 1, two.threads = 2;
+  one.activations = two.activations = {"hook_embed", "blocks.1.attn.hook_z", "blocks.2.mlp.router_logits"};
+  const auto metric = model::Metric<float>::next_token_loss(ids);
+  const auto a = model::gradients(model, ids, metric, one), b = model::gradients(model, ids, metric, two);
+  for (const auto& [name, value] : a.activations) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(b.activations.at(name)));
+  for (const auto& [name, value] : a.parameters) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(b.parameters.at(name)));
+  CHECK(a.parameters.size() == b.parameters.size());
+
+  model::GradientOptions unknown;
+  unknown.activations = {"blocks.0.attn.hook_result"};
+  CHECK_THROWS_WITH(model::gradients(model, ids, metric, unknown),
+                    Catch::Contains("no activation \"blocks.0.attn.hook_result\" to differentiate (gradient_names lists them)"));
+  CHECK_THROWS_WITH(model::gradients(model, ids, model::Metric<float>::logit_difference(0, 300)),
+                    Catch::Contains("logit difference of ids 0 and 300 at row -1: the logits are 20x300"));
+  CHECK_THROWS_WITH(model::gradients(model, {1, 2}, metric), Catch::Contains("20 targets for 2 rows of logits"));
+  CHECK_THROWS_WITH(model::Metric<float>::next_token_loss({7}), Catch::Contains("ids has 1 tokens (at least 2: one to predict)"));
+  CHECK_THROWS_WITH(model::gradients(model, ids, model::Metric<float>::direction(Matrix<float>::Ones(3, 3))),
+                    Catch::Contains("the direction is 3x3, the logits 20x300"));
+  model::Metric<float> bad = metric;
+  bad.targets[3] = 300;
+  CHECK_THROWS_WITH(model::gradients(model, ids, bad), Catch::Contains("target id 300 is not in [0, 300)"));
+}
