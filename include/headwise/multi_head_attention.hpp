@@ -127,6 +127,12 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// the matching rows of forward() on the whole sequence, for any split into chunks.
   Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
                                      const AttentionOptions& options = {}) const;
+  /// forward_incremental before W_O: the m new tokens' Z (and what `record` asks to keep: the
+  /// queries, logsumexp and statistics of the new rows; the keys and values it then holds, every
+  /// token's) into `record`, their keys and values appended to `cache`. A whole model's resumed
+  /// run (DecoderModel::resume) reads Z here, where its hook is.
+  void attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache, const AttentionOptions& options,
+                    ForwardRecord<Scalar>& record) const;
 
   /// Incremental decoding of sequence s of a paged cache (paged_kv_cache.hpp): the output rows of
   /// the m tokens x that follow the pool.size(s) tokens it holds, whose keys and values are
@@ -454,25 +460,40 @@ void MultiHeadAttention<Scalar>::attend_heads(const Eigen::Ref<const Matrix<Scal
 }
 
 template <class Scalar>
-Matrix<Scalar> MultiHeadAttention<Scalar>::forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
-    const AttentionOptions& options) const {
+void MultiHeadAttention<Scalar>::attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache, const AttentionOptions& options,
+                                              ForwardRecord<Scalar>& record) const {
   constexpr const char* where = "MultiHeadAttention::forward_incremental";
-  const AttentionOptions all = checked_call(x, options, where);
-  const KvCacheOrigin origin = origin_of(cache.size() + x.rows(), all, where);
+  record.options = checked_call(x, options, where);
+  record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
+  record.arithmetic = config_.kv_arithmetic;
+  const KvCacheOrigin origin = origin_of(cache.size() + x.rows(), record.options, where);
   cache.check_append(kv_shape(), x.rows(), origin, where);
   const Index held = cache.size();
-  const int threads = detail::thread_count(options.threads, where);
-  Matrix<Scalar> out;
   try {
-    Matrix<Scalar> z = attend_rows(x, cache.store(), all, nullptr, RowPositions{held, held + x.rows()}, where).z;
-    proj_.apply_gate(x, z, threads);
-    out = output_of(z, threads, held, where);
+    record.attention = attend_rows(x, cache.store(), record.options, &record, RowPositions{held, held + x.rows()}, where);
+    proj_.apply_gate(x, record.attention.z, detail::thread_count(options.threads, where));
   } catch (...) {
     cache.store().truncate(held);  // a refused call changes nothing
     throw;
   }
+  if (record.keep_keys_values) detail::unpack(cache.packed(), record.k, record.v);
   if (cache.size() > 0) cache.origin_ = origin;  // an empty cache stays without one
-  return out;
+}
+
+template <class Scalar>
+Matrix<Scalar> MultiHeadAttention<Scalar>::forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
+    const AttentionOptions& options) const {
+  constexpr const char* where = "MultiHeadAttention::forward_incremental";
+  const Index held = cache.size();
+  const std::optional<KvCacheOrigin> before = cache.origin_;
+  ForwardRecord<Scalar> record;
+  attend_heads(x, cache, options, record);
+  try {
+    return output_of(record.attention.z, detail::thread_count(options.threads, where), held, where);
+  } catch (...) {
+    cache.store().truncate(held), cache.origin_ = before;  // a refused call changes nothing
+    throw;
+  }
 }
 
 template <class Scalar>

@@ -193,6 +193,7 @@ Matrix<Scalar> normed(const std::optional<Norm<Scalar>>& norm, Matrix<Scalar> x)
 struct HookPoint {
   std::string name;
   Index heads = 0;
+  Index first = 0;  ///< the position of the value's row 0 (a resumed run's first new token; RunOptions::first_position)
   /// Head h's columns of a per-head value ((n, d) of the (n, heads d) side by side: TransformerLens's
   /// [pos, head, d] at head h; the pattern's (n, n) of head h).
   template <class M>
@@ -319,6 +320,17 @@ class HEADWISE_ISA_TAG DecoderModel {
   ModelRun<Scalar> run(const std::vector<Index>& ids, const RunOptions<Scalar>& options = {}) const;
   Matrix<Scalar> logits(const std::vector<Index>& ids) const { return run(ids).logits; }
 
+  /// A run resumed at layer `layer` (patching reruns only what a patch changes): x is the stream
+  /// entering it (hook_resid_pre's rows) for the tokens after those each cache of layers layer ..
+  /// holds (make_caches; the same count in each, the position of x's row 0), the tokens before
+  /// them given by their keys and values alone. Each layer from `layer` on appends the new tokens'
+  /// keys and values to its cache; hooks and hook functions see the new rows (HookPoint::first);
+  /// logits for them. Resumed from layer 0 on empty caches with x = embed(ids) it is run(ids)
+  /// filling the caches; with a cache that a run of the same tokens filled, its logits equal run's
+  /// rows bit for bit (decoding = forward). attn.hook_k, hook_v and hook_pattern, which hold every
+  /// token, are refused here.
+  ModelRun<Scalar> resume(Index layer, Matrix<Scalar> x, std::vector<KvCache<Scalar>>& caches, const RunOptions<Scalar>& options = {}) const;
+
   // ---- Decoding and generation ----
   /// One KV cache per layer, with room for `capacity` tokens.
   std::vector<KvCache<Scalar>> make_caches(Index capacity) const;
@@ -389,12 +401,13 @@ class HEADWISE_ISA_TAG DecoderModel {
     return order[pick(rng)];
   }
 
-  Matrix<Scalar> run_block(Index l, Matrix<Scalar> x, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
+  Matrix<Scalar> run_block(Index l, Matrix<Scalar> x, const RunOptions<Scalar>& options, ModelRun<Scalar>& out,
+                           KvCache<Scalar>* cache = nullptr) const {
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
     const std::string p = "blocks." + std::to_string(l) + ".";
     x = at({p + "hook_resid_pre"}, std::move(x), options, out);
     const Matrix<Scalar> a = at({p + "attn_in"}, normed(b.attention_norm, x), options, out);
-    Matrix<Scalar> attn = at({p + "attn.output"}, attention_of(l, a, options, out), options, out);
+    Matrix<Scalar> attn = at({p + "attn.output"}, attention_of(l, a, options, out, cache), options, out);
     attn = normed(b.post_attention_norm, std::move(attn));
     x = at({p + "hook_resid_mid"}, x + at({p + "hook_attn_out"}, std::move(attn), options, out), options, out);
     const Matrix<Scalar> m = at({p + "mlp_in"}, normed(b.mlp_norm, x), options, out);
@@ -409,7 +422,8 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// Layer l's attention on a, its one fused run keeping what the hooks ask for (q, k, v, the
   /// statistics, and for the pattern the queries, keys and logsumexp), then hook_z (read or
   /// changed) into the W_O sum.
-  Matrix<Scalar> attention_of(Index l, const Matrix<Scalar>& a, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
+  Matrix<Scalar> attention_of(Index l, const Matrix<Scalar>& a, const RunOptions<Scalar>& options, ModelRun<Scalar>& out,
+                              KvCache<Scalar>* cache) const {
     const MultiHeadAttention<Scalar>& layer = blocks[static_cast<std::size_t>(l)].attention;
     const std::string p = "blocks." + std::to_string(l) + ".";
     const auto recorded = [&](const char* name) { return options.hooks.count(p + name) != 0; };
@@ -419,8 +433,13 @@ class HEADWISE_ISA_TAG DecoderModel {
     record.keep_keys_values = pattern || recorded("attn.hook_k") || recorded("attn.hook_v");
     record.keep_logsumexp = pattern || recorded("attn.logsumexp"), record.keep_statistics = recorded("attn.statistics");
     AttentionOptions at_positions;
-    at_positions.first_key_position = options.first_position, at_positions.threads = options.threads;
-    layer.attend_heads(a, at_positions, record);
+    at_positions.threads = options.threads;
+    if (cache) {
+      layer.attend_heads(a, *cache, at_positions, record);  // (positions from the cache's count)
+    } else {
+      at_positions.first_key_position = options.first_position;
+      layer.attend_heads(a, at_positions, record);
+    }
     if (pattern) {  // (first: it reads the queries, which attn.hook_q takes)
       const Index n = a.rows();
       Matrix<Scalar> patterns(n, layer.n_heads() * n);
@@ -450,7 +469,9 @@ class HEADWISE_ISA_TAG DecoderModel {
     const auto function = options.hook_functions.find(point.name);
     if (function != options.hook_functions.end()) {
       const Index rows = value.rows(), cols = value.cols();
-      function->second(value, point);
+      HookPoint here = point;
+      here.first = options.first_position;
+      function->second(value, here);
       if (value.rows() != rows || value.cols() != cols)
         detail::invalid("DecoderModel::run", "the hook function on ", point.name, " left it ", value.rows(), "x", value.cols(),
                         ", the stream there is ", rows, "x", cols);
@@ -507,6 +528,34 @@ ModelRun<Scalar> DecoderModel<Scalar>::run(const std::vector<Index>& ids, const 
   Matrix<Scalar> x = embed(ids, options.first_position);
   for (Index l = 0; l < n_layers(); ++l) x = run_block(l, std::move(x), options, out);
   Matrix<Scalar> last = at({"ln_final.out"}, final_norm.apply(x), options, out);
+  const Index kept = options.logits_to_keep == 0 ? last.rows() : std::min(options.logits_to_keep, last.rows());
+  out.logits = head_of(last.bottomRows(kept), options.threads);
+  return out;
+}
+
+template <class Scalar>
+ModelRun<Scalar> DecoderModel<Scalar>::resume(Index layer, Matrix<Scalar> x, std::vector<KvCache<Scalar>>& caches,
+                                              const RunOptions<Scalar>& options) const {
+  constexpr const char* where = "DecoderModel::resume";
+  check_options(options);
+  if (layer < 0 || layer > n_layers()) detail::invalid(where, "layer ", layer, " is not in [0, ", n_layers(), "]");
+  if (static_cast<Index>(caches.size()) != n_layers()) detail::invalid(where, caches.size(), " caches for ", n_layers(), " layers (make_caches)");
+  if (x.cols() != d_model()) detail::invalid(where, "x has ", x.cols(), " columns, the model's stream ", d_model());
+  if (options.first_position != 0) detail::invalid(where, "first_position is set by the caches' count, not given (got ", options.first_position, ")");
+  const Index first = layer < n_layers() ? caches[static_cast<std::size_t>(layer)].size() : 0;
+  for (Index l = layer; l < n_layers(); ++l)
+    if (caches[static_cast<std::size_t>(l)].size() != first)
+      detail::invalid(where, "the caches of layers ", layer, " .. hold different numbers of tokens (layer ", l, ": ",
+                      caches[static_cast<std::size_t>(l)].size(), ", layer ", layer, ": ", first, ")");
+  for (const std::string& h : options.hooks)
+    for (const char* whole : {"attn.hook_k", "attn.hook_v", "attn.hook_pattern"})
+      if (h.size() > std::strlen(whole) && h.compare(h.size() - std::strlen(whole), std::string::npos, whole) == 0)
+        detail::invalid(where, h, " holds every token's keys, values or weights; a resumed run has the new tokens' (record it in run)");
+  RunOptions<Scalar> o = options;
+  o.first_position = first;
+  ModelRun<Scalar> out;
+  for (Index l = layer; l < n_layers(); ++l) x = run_block(l, std::move(x), o, out, &caches[static_cast<std::size_t>(l)]);
+  Matrix<Scalar> last = at({"ln_final.out"}, final_norm.apply(x), o, out);
   const Index kept = options.logits_to_keep == 0 ? last.rows() : std::min(options.logits_to_keep, last.rows());
   out.logits = head_of(last.bottomRows(kept), options.threads);
   return out;

@@ -51,7 +51,7 @@ class ParameterNames {
   CheckpointNames c_;
 };
 
-namespace detail {
+namespace internal {
 
 template <class Scalar>
 Matrix<Scalar> as_row(const RowVector<Scalar>& v) {
@@ -134,7 +134,7 @@ const Matrix<Scalar>& entry(const Parameters<Scalar>& values, const std::string&
   return it->second;
 }
 
-}  // namespace detail
+}  // namespace internal
 
 /// Every parameter of `model` by checkpoint name, widened to Scalar, in the checkpoint's layout.
 template <class Scalar>
@@ -146,15 +146,15 @@ Parameters<Scalar> parameters_of(const DecoderModel<Scalar>& model) {
   for (Index l = 0; l < model.n_layers(); ++l) {
     const Block<Scalar>& b = model.blocks[static_cast<std::size_t>(l)];
     for (const auto* n : {&b.attention_norm, &b.mlp_norm, &b.post_attention_norm, &b.post_mlp_norm})
-      if (*n) detail::add_norm(names.norm(l, b, *n), **n, out);
+      if (*n) internal::add_norm(names.norm(l, b, *n), **n, out);
     const MultiHeadAttention<Scalar>& a = b.attention;
     const auto& qk = a.config().qk_norm;
     const Matrix<Scalar> w_qkv = a.w_qkv(), w_o = a.w_o();
-    detail::add_attention(names, l, a.layout(), {w_qkv, a.b_qkv(), w_o, a.b_o(), qk ? detail::as_row<Scalar>(qk->query.weight) : Matrix<Scalar>(),
-                                                  qk ? detail::as_row<Scalar>(qk->key.weight) : Matrix<Scalar>()},
+    internal::add_attention(names, l, a.layout(), {w_qkv, a.b_qkv(), w_o, a.b_o(), qk ? internal::as_row<Scalar>(qk->query.weight) : Matrix<Scalar>(),
+                                                  qk ? internal::as_row<Scalar>(qk->key.weight) : Matrix<Scalar>()},
                           model.names.attention_biases, out);
     const auto dense = [&](const FeedForward<Scalar>& f, const std::string& p) {
-      detail::add_mlp(names, p, f.w_gate.template to_matrix<Scalar>(), f.w_up.template to_matrix<Scalar>(),
+      internal::add_mlp(names, p, f.w_gate.template to_matrix<Scalar>(), f.w_up.template to_matrix<Scalar>(),
                       f.w_down.template to_matrix<Scalar>(), f.b_up, f.b_down, out);
     };
     if (b.experts) {
@@ -164,7 +164,7 @@ Parameters<Scalar> parameters_of(const DecoderModel<Scalar>& model) {
       dense(b.mlp, names.mlp(l));
     }
   }
-  detail::add_norm(names.final_norm(), model.final_norm, out);
+  internal::add_norm(names.final_norm(), model.final_norm, out);
   if (!model.tied()) out[names.unembedding()] = model.unembedding.template to_matrix<Scalar>();
   return out;
 }
