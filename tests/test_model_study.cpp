@@ -8,6 +8,9 @@
 
 #include "headwise/io/decoder_model.hpp"
 #include "headwise/interpret/activation_patching.hpp"
+#include "headwise/interpret/attribution.hpp"
+#include "headwise/interpret/logit_lens.hpp"
+#include "headwise/interpret/path_patching.hpp"
 #include "headwise/model/backward.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
@@ -199,4 +202,77 @@ TEST_CASE("A patched run resumed from the clean run's caches equals a full rerun
       (void)patching;
     }
   }
+}
+
+namespace {
+/// A [L, H, L, R] fixture as (L H, L R).
+Matrix<double> senders_by_receivers(const io::SafetensorsFile& ref, const std::string& name) {
+  const auto& s = ref.info(name).shape;
+  const std::vector<double> v = ref.values<double>(name);
+  return Eigen::Map<const Matrix<double>>(v.data(), Index(s[0] * s[1]), Index(s[2] * s[3]));
+}
+
+/// NaN where the reference is NaN, else near: the path tables.
+void check_with_gaps(const Matrix<double>& actual, const Matrix<double>& expected, double tol) {
+  REQUIRE(actual.rows() == expected.rows());
+  REQUIRE(actual.cols() == expected.cols());
+  CHECK(((actual.array().isNaN()) == (expected.array().isNaN())).all());
+  CHECK_THAT(Matrix<double>(actual.array().isNaN().select(0.0, actual)), IsNear(Matrix<double>(expected.array().isNaN().select(0.0, expected)), tol));
+}
+
+template <class Scalar>
+void check_attribution_paths_lens(const std::string& folder) {
+  CAPTURE(folder);
+  const auto model = io::load_decoder_model<Scalar>(headwise_test::data_path(folder));
+  const io::SafetensorsFile ref = headwise_test::load_fixture(folder + "/analysis-reference.safetensors");
+  const std::vector<Index> ids = ids_in(ref, "input_ids"), corrupted = ids_in(ref, "corrupted_ids"), tokens = ids_in(ref, "metric_tokens");
+  const double tol = sizeof(Scalar) == sizeof(double) ? 1e-10 : 1e-4;
+  const auto metric = model::Metric<Scalar>::logit_difference(tokens[0], tokens[1]);
+  // Attribution patching: the tables hold the unpatched metric plus each estimate.
+  const interpret::ModelAttribution a = interpret::attribution_patching(model, ids, corrupted, metric);
+  const double base = a.heads.unpatched;
+  CHECK_THAT(Matrix<double>(a.heads.values.array() - base), IsNear(ref.matrix<double>("attribution.head_z.all_pos"), tol));
+  CHECK_THAT(Matrix<double>(a.heads_per_position.values.array() - base), IsNear(stacked(ref, "attribution.head_z.per_pos"), tol));
+  CHECK_THAT(Matrix<double>(a.resid_pre.values.array() - base), IsNear(ref.matrix<double>("attribution.resid_pre"), tol));
+  CHECK_THAT(Matrix<double>(a.attn_out.values.array() - base), IsNear(ref.matrix<double>("attribution.attn_out"), tol));
+  CHECK_THAT(Matrix<double>(a.mlp_out.values.array() - base), IsNear(ref.matrix<double>("attribution.mlp_out"), tol));
+  // Path patching, every reading the fixture holds.
+  using interpret::Receiver;
+  for (const auto& [name, receiver, freeze, per_query] :
+       {std::tuple<std::string, Receiver, bool, bool>{"path.q", Receiver::query, true, false}, {"path.k", Receiver::key, true, false},
+        {"path.v", Receiver::value, true, false}, {"path_free.q", Receiver::query, false, false}, {"path_free.k", Receiver::key, false, false},
+        {"path_free.v", Receiver::value, false, false}, {"path.k_per_query_head", Receiver::key, true, true},
+        {"path.v_per_query_head", Receiver::value, true, true}}) {
+    if (!ref.contains(name)) continue;
+    CAPTURE(name);
+    interpret::PathPatchingOptions o;
+    o.receiver = receiver, o.freeze = freeze, o.per_query_head = per_query;
+    check_with_gaps(interpret::path_patching(model, ids, corrupted, metric, o).values, senders_by_receivers(ref, name), tol);
+  }
+  // The logit lens: log-sum-exp and argmax per layer and position; the whole logits (or GPT-2's chosen columns).
+  interpret::LogitLensOptions lo;
+  lo.keep_logits = true;
+  const interpret::LogitLens<Scalar> lens = interpret::logit_lens(model, ids, lo);
+  CHECK_THAT(lens.logsumexp, IsNear(ref.matrix<double>("lens.resid_pre.logsumexp"), tol));
+  const Matrix<double> argmax = ref.matrix<double>("lens.resid_pre.argmax");
+  for (Index l = 0; l <= model.n_layers(); ++l) {
+    CAPTURE(l);
+    for (Index t = 0; t < Index(ids.size()); ++t) CHECK(double(lens.top[std::size_t(l)](t, 0)) == argmax(l, t));
+    const bool chosen = ref.contains("lens.resid_pre.rows");
+    const Matrix<double> expected = ref.slice<double>(chosen ? "lens.resid_pre.rows" : "lens.resid_pre", l);
+    Matrix<double> actual = lens.logits[std::size_t(l)].template cast<double>();
+    if (chosen) {
+      const std::vector<Index> columns = ids_in(ref, "rows.transformer.wte.weight");
+      Matrix<double> picked(actual.rows(), Index(columns.size()));
+      for (std::size_t c = 0; c < columns.size(); ++c) picked.col(Index(c)) = actual.col(columns[c]);
+      actual = picked;
+    }
+    CHECK_THAT(actual, IsNear(expected, tol));
+  }
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("Attribution patching over the model, path patching (q, k, v, frozen or free, per key/value or query head) and the logit lens match the fixtures",
+                   "[study][patching][fixture]", double, float) {
+  for (const char* folder : study_folders) check_attribution_paths_lens<TestType>(folder);
 }

@@ -36,7 +36,10 @@ namespace headwise::model {
 template <class Scalar>
 struct ModelGradients {
   double metric = 0;              ///< the metric's value on the run
-  Matrix<Scalar> logits;          ///< the run's logits
+  /// The forward the backward read: its logits and, per layer, the hooks it recorded (hook_resid_pre,
+  /// attn_in, attn.hook_q, hook_k, hook_v, hook_z, attn.logsumexp, attn.output, hook_resid_mid,
+  /// mlp_in, mlp.output, hook_resid_post; mlp.routing; ln_final.out).
+  ModelRun<Scalar> run;
   /// ∂metric/∂activation for the names asked (GradientOptions::activations), each shaped as the
   /// hook's value: the per-head hooks side by side (attn.hook_k, hook_v per key/value head: the sum
   /// over the query heads reading it; attn.hook_pattern (n, heads n), masked entries included:
@@ -48,6 +51,7 @@ struct ModelGradients {
 
 struct GradientOptions {
   std::set<std::string> activations;  ///< gradient_names() lists them
+  std::set<std::string> record;       ///< hooks the forward records besides its own (into ModelGradients::run)
   bool parameters = true;             ///< every parameter's gradient, by checkpoint name
   int threads = 0;                    ///< for every product and attention call; the bits do not depend on it
 };
@@ -167,10 +171,10 @@ class ModelBackward {
   ModelGradients<Scalar> operator()(const std::vector<Index>& ids, const Metric<Scalar>& metric) {
     check_names();
     run_ = model_.run(ids, forward_options());
-    out_.logits = run_.logits;
     Matrix<Scalar> dx = head_backward(metric, ids);
     for (Index l = model_.n_layers() - 1; l >= 0; --l) dx = block_backward(l, std::move(dx));
     embedding_backward(ids, dx);
+    out_.run = std::move(run_);
     return std::move(out_);
   }
 
@@ -198,6 +202,7 @@ class ModelBackward {
       if (model_.blocks[static_cast<std::size_t>(l)].experts) o.hooks.insert(at(l, "mlp.routing"));
     }
     o.hooks.insert("ln_final.out");
+    o.hooks.insert(options_.record.begin(), options_.record.end());
     return o;
   }
 

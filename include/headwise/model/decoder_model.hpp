@@ -348,6 +348,9 @@ class HEADWISE_ISA_TAG DecoderModel {
 
   /// The residual stream entering layer 0: embedding rows (scaled), plus positions first ...
   Matrix<Scalar> embed(const std::vector<Index>& ids, Index first = 0) const;
+  /// The final norm and the LM head (soft-capped where the model is) on rows of the residual
+  /// stream x: the logits of the stream after the last block, the logit lens's of any other.
+  Matrix<Scalar> unembed(const Matrix<Scalar>& x, int threads = 0) const { return head_of(final_norm.apply(x), threads); }
 
  private:
   /// decode without the LM head: the final norm's output for ids, their keys and values appended to caches.
