@@ -459,6 +459,7 @@ TEST_CASE("Head studies over a whole model: the scores from PyTorch's patterns, 
       CHECK(s.previous_token(l, h) == Approx(interpret::previous_token_score(p)).epsilon(1e-12));
       CHECK(s.first_token(l, h) == Approx(interpret::first_token_score(p)).epsilon(1e-12));
       CHECK(s.duplicate_token(l, h) == Approx(interpret::duplicate_token_score(p, tokens)).epsilon(1e-12));  // "John" repeats
+      CHECK(s.prefix_matching(l, h) == Approx(interpret::induction_score(p, tokens)).epsilon(1e-12));
       CHECK(std::abs(s.sink_mass(l, h)) < 1e-12);  // GPT-2 has no sinks
       CHECK((s.induction(l, h) >= 0.0 && s.induction(l, h) <= 1.0));
     }

@@ -10,6 +10,7 @@
 #include "headwise/interpret/activation_patching.hpp"
 #include "headwise/interpret/attribution.hpp"
 #include "headwise/interpret/logit_lens.hpp"
+#include "headwise/interpret/model_head_scores.hpp"
 #include "headwise/interpret/path_patching.hpp"
 #include "headwise/model/backward.hpp"
 #include "support/catch.hpp"
@@ -275,4 +276,21 @@ void check_attribution_paths_lens(const std::string& folder) {
 TEMPLATE_TEST_CASE("Attribution patching over the model, path patching (q, k, v, frozen or free, per key/value or query head) and the logit lens match the fixtures",
                    "[study][patching][fixture]", double, float) {
   for (const char* folder : study_folders) check_attribution_paths_lens<TestType>(folder);
+}
+
+TEMPLATE_TEST_CASE("Head studies from the fused records (O(n d)) equal those from the recorded patterns", "[study][scores]", double, float) {
+  for (const char* folder : study_folders) {
+    CAPTURE(folder);
+    const auto model = io::load_decoder_model<TestType>(headwise_test::data_path(folder));
+    std::vector<Index> ids = ids_in(headwise_test::load_fixture(std::string(folder) + "/analysis-reference.safetensors"), "input_ids");
+    ids.insert(ids.end(), ids.begin(), ids.begin() + 9);  // (repeats for the duplicate and prefix-matching scores)
+    const interpret::ModelHeadScores rows = interpret::score_model_heads(model, ids, 12, 7, interpret::PatternSource::rows, 2);
+    const interpret::ModelHeadScores recorded = interpret::score_model_heads(model, ids, 12, 7, interpret::PatternSource::recorded);
+    const double tol = sizeof(TestType) == sizeof(double) ? 1e-12 : 1e-5;
+    for (std::size_t k = 0; k < rows.named().size(); ++k) {
+      CAPTURE(rows.named()[k].first);
+      CHECK_THAT(*rows.named()[k].second, IsNear(*recorded.named()[k].second, tol, 1.0));  // (scores in [0, 1]: to tol of 1)
+      if (rows.named()[k].first != "sink mass") CHECK(rows.named()[k].second->maxCoeff() > 0.01);  // (each score measured something; no model here has sinks)
+    }
+  }
 }

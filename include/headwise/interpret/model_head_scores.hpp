@@ -4,19 +4,23 @@
 // effects: each head's ablation effect on a metric of the logits (a patching effect) and its direct
 // logit attribution (a contribution); a table, and an HTML page with a layer x head heatmap per
 // score (svg_heatmap.hpp; [0, 1] scores in blue, signed effects on a diverging red-blue scale). The
-// patterns come from one run of the model that records every layer's (O(layers heads n²) memory for
-// that run).
+// scores are read from one run of the model: by default from each layer's fused record as the run
+// passes it (the row statistics, and the few weights p_ij a score needs, recomputed from the
+// queries, keys and logsumexp: O(n d) memory, any length), or from every layer's recorded pattern
+// (O(layers heads n²): short texts; the two agree).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "headwise/detail/parallel.hpp"
 #include "headwise/interpret/head_scores.hpp"
 #include "headwise/interpret/svg_heatmap.hpp"
 #include "headwise/model/decoder_model.hpp"
@@ -32,6 +36,41 @@ std::vector<Matrix<Scalar>> patterns_of(const model::DecoderModel<Scalar>& m, co
   for (Index l = 0; l < m.n_layers(); ++l) patterns.push_back(std::move(run.hooks.at("blocks." + std::to_string(l) + ".attn.hook_pattern")));
   return patterns;
 }
+
+/// The weights p_ij of head h's row i for chosen keys j, exactly as ForwardRecord::pattern gives
+/// them (q_i . k_j / divisor, the rule's cap, ALiBi and masks, exp(s - logsumexp_i)), without the
+/// rest of the row: O(d) a weight.
+template <class Scalar>
+class PatternEntries {
+ public:
+  PatternEntries(const ForwardRecord<Scalar>& r, const char* where)
+      : r_(r), rule_(r.options, r.q.rows(), r.k.rows(), r.n_heads, where),
+        inv_divisor_(static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(r.options, r.d_head, where))) {
+    if (r.arithmetic == KvArithmetic::stored)
+      invalid(where, "the layer multiplied its keys under the stored arithmetic: its pattern is not q . k (use kv_arithmetic = widened)");
+  }
+  /// Σ p_ij over `keys` (each j once).
+  double mass(Index h, Index i, const std::vector<Index>& keys, Index offset, std::vector<Scalar>& row) const {
+    const KeyRange seen = rule_.keys(i);
+    const Index d = r_.d_head, g = h / (r_.n_heads / r_.n_kv_heads);
+    row.resize(static_cast<std::size_t>(r_.k.rows()));
+    double total = 0;
+    for (const Index key : keys) {
+      const Index j = key + offset;
+      if (j < seen.begin || j >= seen.end) continue;
+      row[std::size_t(j)] = r_.q.row(i).segment(h * d, d).dot(r_.k.row(j).segment(g * d, d)) * inv_divisor_;
+      rule_.apply(h, i, 0, row.data(), j, j + 1);
+      total += std::exp(double(row[std::size_t(j)]) - double(r_.attention.logsumexp(h, i)));
+    }
+    return total;
+  }
+
+ private:
+  const ForwardRecord<Scalar>& r_;
+  ScoreRule<Scalar> rule_;
+  Scalar inv_divisor_;
+};
+
 }  // namespace headwise::detail
 
 namespace headwise::interpret {
@@ -39,26 +78,91 @@ namespace headwise::interpret {
 /// Each score, (layers, heads), in [0, 1].
 struct ModelHeadScores {
   Matrix<double> previous_token, duplicate_token, first_token, sink_mass, induction;
+  /// Anthropic's prefix matching on the text itself: the induction score's mass (on the positions
+  /// after earlier occurrences of the query's token) over the rows where the text repeats one.
+  Matrix<double> prefix_matching;
 
   /// The scores by name, in the order of the table and the page.
   std::vector<std::pair<std::string, const Matrix<double>*>> named() const {
     return {{"previous token", &previous_token}, {"duplicate token", &duplicate_token}, {"induction", &induction},
-            {"first token", &first_token}, {"sink mass", &sink_mass}};
+            {"prefix matching", &prefix_matching}, {"first token", &first_token}, {"sink mass", &sink_mass}};
   }
 };
+
+/// Where score_model_heads reads the patterns: each layer's fused record as the run passes it
+/// (O(n d) memory), or every layer's recorded (n, n) patterns (short texts).
+enum class PatternSource { rows, recorded };
+
+namespace detail_scores {
+/// The scores of every head of one layer from its record: row statistics, and the duplicate and
+/// prefix-matching masses from the few weights they need. `duplicate`, `prefix`: null to skip.
+template <class Scalar>
+void score_layer(const ForwardRecord<Scalar>& r, const std::vector<Index>& ids, Index l, int threads, ModelHeadScores& s, bool text) {
+  const Index n = r.q.rows(), H = r.n_heads;
+  const headwise::detail::PatternEntries<Scalar> entries(r, "score_model_heads");
+  // Earlier occurrences of each row's token, and the positions after them.
+  std::vector<std::vector<Index>> earlier(static_cast<std::size_t>(n));
+  std::map<Index, std::vector<Index>> seen;
+  for (Index i = 0; i < n; ++i) {
+    std::vector<Index>& at = seen[ids[std::size_t(i)]];
+    earlier[std::size_t(i)] = at;
+    at.push_back(i);
+  }
+  headwise::detail::parallel_for<headwise::detail::Schedule::next_free>(threads, H, [&](Index h) {
+    std::vector<Scalar> row;
+    double duplicate = 0, prefix = 0, previous = 0, first = 0, sink = 0;
+    Index duplicate_rows = 0, prefix_rows = 0;
+    for (Index i = 0; i < n; ++i) {
+      const std::vector<Index>& before = earlier[std::size_t(i)];
+      if (i > 0) previous += double(r.attention.statistics.previous_token_mass(h, i)), first += double(r.attention.statistics.first_token_mass(h, i));
+      sink += double(r.attention.statistics.sink_mass(h, i));
+      if (before.empty()) continue;
+      if (text) duplicate += entries.mass(h, i, before, 0, row), ++duplicate_rows;
+      if (before.front() + 1 < i) {  // (a position after an earlier occurrence, before i)
+        std::vector<Index> after;
+        for (const Index j : before)
+          if (j + 1 < i) after.push_back(j);
+        prefix += entries.mass(h, i, after, 1, row), ++prefix_rows;
+      }
+    }
+    Matrix<double>& induction = text ? s.prefix_matching : s.induction;
+    induction(l, h) = prefix_rows ? prefix / double(prefix_rows) : 0.0;
+    if (!text) return;
+    s.duplicate_token(l, h) = duplicate_rows ? duplicate / double(duplicate_rows) : 0.0;
+    s.previous_token(l, h) = n > 1 ? previous / double(n - 1) : 0.0, s.first_token(l, h) = n > 1 ? first / double(n - 1) : 0.0;
+    s.sink_mass(l, h) = std::max(0.0, sink / double(n));
+  });
+}
+}  // namespace detail_scores
 
 
 /// The scores of every head of `m` on the text `ids`; induction on `induction_length` random tokens
 /// (drawn with `seed` from the vocabulary) repeated twice (0: not measured, left zero).
 template <class Scalar>
 ModelHeadScores score_model_heads(const model::DecoderModel<Scalar>& m, const std::vector<Index>& ids, Index induction_length = 0,
-                                  unsigned seed = 0) {
+                                  unsigned seed = 0, PatternSource source = PatternSource::rows, int threads = 0) {
   if (ids.size() < 2) detail::invalid("score_model_heads", "the text has ", ids.size(), " tokens: at least 2 are needed");
   if (induction_length < 0) detail::invalid("score_model_heads", "induction_length must be >= 0, got ", induction_length);
   const Index L = m.n_layers(), H = L ? m.blocks.front().attention.n_heads() : 0, n = static_cast<Index>(ids.size());
   ModelHeadScores s;
-  for (Matrix<double>* score : {&s.previous_token, &s.duplicate_token, &s.first_token, &s.sink_mass, &s.induction})
+  for (Matrix<double>* score : {&s.previous_token, &s.duplicate_token, &s.first_token, &s.sink_mass, &s.induction, &s.prefix_matching})
     *score = Matrix<double>::Zero(L, H);
+  std::vector<Index> repeated(static_cast<std::size_t>(induction_length));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<Index> draw(0, std::max<Index>(m.vocab_size() - 1, 0));
+  for (Index& t : repeated) t = draw(rng);
+  repeated.insert(repeated.end(), repeated.begin(), repeated.end());
+  if (source == PatternSource::rows) {
+    const int workers = detail::thread_count(threads, "score_model_heads");
+    for (const bool text : {true, false}) {
+      if (!text && induction_length == 0) break;
+      model::RunOptions<Scalar> o;
+      o.threads = threads, o.logits_to_keep = 1;
+      o.read_attention = [&](Index l, const ForwardRecord<Scalar>& r) { detail_scores::score_layer(r, text ? ids : repeated, l, workers, s, text); };
+      m.run(text ? ids : repeated, o);
+    }
+    return s;
+  }
   const auto text = detail::patterns_of(m, ids);
   for (Index l = 0; l < L; ++l)
     for (Index h = 0; h < H; ++h) {
@@ -66,13 +170,9 @@ ModelHeadScores score_model_heads(const model::DecoderModel<Scalar>& m, const st
       s.previous_token(l, h) = previous_token_score(p), s.first_token(l, h) = first_token_score(p);
       s.duplicate_token(l, h) = duplicate_token_score(p, ids);
       s.sink_mass(l, h) = std::max(0.0, 1.0 - p.template cast<double>().rowwise().sum().mean());  // what sinks took (0 without; no -0.0000 from rounding)
+      s.prefix_matching(l, h) = induction_score(p, ids);
     }
   if (induction_length == 0) return s;
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<Index> draw(0, m.vocab_size() - 1);
-  std::vector<Index> repeated(static_cast<std::size_t>(induction_length));
-  for (Index& t : repeated) t = draw(rng);
-  repeated.insert(repeated.end(), repeated.begin(), repeated.end());
   const auto twice = detail::patterns_of(m, repeated);
   const Index r = 2 * induction_length;
   for (Index l = 0; l < L; ++l)

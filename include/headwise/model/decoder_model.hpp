@@ -239,6 +239,10 @@ struct RunOptions {
   /// no earlier keys: the tokens from there of a longer text whose earlier tokens are not attended.
   Index first_position = 0;
   int threads = 0;  ///< threads for every product and attention call; 0: the default (detail::thread_count)
+  /// Called with each layer's attention record, its queries, keys, values, logsumexp and row
+  /// statistics kept (O(n d) a layer, freed after the call): a reader of every head's pattern rows
+  /// (ForwardRecord::pattern) that never holds an (n, n) pattern (interpret/model_head_scores.hpp).
+  std::function<void(Index layer, const ForwardRecord<Scalar>& record)> read_attention;
   /// Logits for the last this many tokens only (0: every token), as Hugging Face's logits_to_keep:
   /// generation needs the last one, and the LM head is a fifth of a small model's prefill.
   Index logits_to_keep = 0;
@@ -435,6 +439,7 @@ class HEADWISE_ISA_TAG DecoderModel {
     record.keep_queries = pattern || recorded("attn.hook_q");
     record.keep_keys_values = pattern || recorded("attn.hook_k") || recorded("attn.hook_v");
     record.keep_logsumexp = pattern || recorded("attn.logsumexp"), record.keep_statistics = recorded("attn.statistics");
+    if (options.read_attention) record.keep_queries = record.keep_keys_values = record.keep_logsumexp = record.keep_statistics = true;
     AttentionOptions at_positions;
     at_positions.threads = options.threads;
     if (cache) {
@@ -443,6 +448,7 @@ class HEADWISE_ISA_TAG DecoderModel {
       at_positions.first_key_position = options.first_position;
       layer.attend_heads(a, at_positions, record);
     }
+    if (options.read_attention) options.read_attention(l, record);
     if (pattern) {  // (first: it reads the queries, which attn.hook_q takes)
       const Index n = a.rows();
       Matrix<Scalar> patterns(n, layer.n_heads() * n);
@@ -545,6 +551,7 @@ ModelRun<Scalar> DecoderModel<Scalar>::resume(Index layer, Matrix<Scalar> x, std
   if (static_cast<Index>(caches.size()) != n_layers()) detail::invalid(where, caches.size(), " caches for ", n_layers(), " layers (make_caches)");
   if (x.cols() != d_model()) detail::invalid(where, "x has ", x.cols(), " columns, the model's stream ", d_model());
   if (options.first_position != 0) detail::invalid(where, "first_position is set by the caches' count, not given (got ", options.first_position, ")");
+  if (options.read_attention) detail::invalid(where, "read_attention reads a whole sequence's record; a resumed run has the new tokens' (use run)");
   const Index first = layer < n_layers() ? caches[static_cast<std::size_t>(layer)].size() : 0;
   for (Index l = layer; l < n_layers(); ++l)
     if (caches[static_cast<std::size_t>(l)].size() != first)
