@@ -1,13 +1,15 @@
 // A whole model's parameters by their checkpoint names, in the checkpoint's layout (a vector as one
 // row): GPT-2's Conv1D weights [in, out] and fused c_attn, the Llama-style families' [out, in]
-// (Phi-3's fused qkv_proj and gate_up_proj), as DecoderModel::names says. One table, ParameterMap,
-// read three ways: parameters_of (the weights, widened), set_parameters (the model rebuilt from
-// them: training) and the whole-model backward (model/backward.hpp: gradients under the same names).
+// (Phi-3's fused qkv_proj and gate_up_proj), as DecoderModel::names says. One naming
+// (ParameterNames), read three ways: parameters_of (the weights, widened), set_parameters (the
+// model rebuilt from them: training) and the whole-model backward (model/backward.hpp: gradients
+// under the same names).
 //
 //   auto weights = headwise::model::parameters_of(model);   // "model.layers.0.self_attn.q_proj.weight" -> (out, in)
 #pragma once
 
 #include <map>
+#include <type_traits>
 #include <string>
 #include <utility>
 
@@ -167,6 +169,107 @@ Parameters<Scalar> parameters_of(const DecoderModel<Scalar>& model) {
   internal::add_norm(names.final_norm(), model.final_norm, out);
   if (!model.tied()) out[names.unembedding()] = model.unembedding.template to_matrix<Scalar>();
   return out;
+}
+
+namespace internal {
+
+template <class Scalar>
+StoredMatrix stored(const Matrix<Scalar>& m) {
+  return StoredMatrix::from(m, std::is_same_v<Scalar, double> ? WeightType::f64 : WeightType::f32);
+}
+
+template <class Scalar>
+void read_norm(const Parameters<Scalar>& v, const std::string& name, Norm<Scalar>& n) {
+  n.weight = entry(v, name + ".weight", 1, n.weight.size());
+  if (n.kind == Norm<Scalar>::Kind::layer_norm) n.bias = entry(v, name + ".bias", 1, n.bias.size());
+}
+
+/// Layer l's attention rebuilt from `v` with its config (the QK-norm's weights from `v` too).
+template <class Scalar>
+MultiHeadAttention<Scalar> read_attention(const ParameterNames& names, Index l, const MultiHeadAttention<Scalar>& old, bool biases,
+                                          const Parameters<Scalar>& v) {
+  const QkvLayout lay = old.layout();
+  const Index d = old.d_model();
+  const std::string p = names.layer(l) + (names.gpt2() ? "attn." : "self_attn.");
+  MultiHeadWeights<Scalar> w;
+  Matrix<Scalar> w_qkv;
+  RowVector<Scalar> b_qkv = RowVector<Scalar>::Zero(lay.width());
+  if (names.gpt2()) {
+    w_qkv = entry(v, p + "c_attn.weight", d, lay.width()), b_qkv = entry(v, p + "c_attn.bias", 1, lay.width());
+    w.w_o = entry(v, p + "c_proj.weight", lay.query_width(), d), w.b_o = entry(v, p + "c_proj.bias", 1, d);
+  } else if (names.names().fused_qkv) {
+    w_qkv = entry(v, p + "qkv_proj.weight", lay.width(), d).transpose();
+    if (biases) b_qkv = entry(v, p + "qkv_proj.bias", 1, lay.width());
+    w.w_o = entry(v, p + "o_proj.weight", d, lay.query_width()).transpose();
+  } else {
+    w_qkv.resize(d, lay.width());
+    const QkvPart parts[3] = {QkvPart::query, QkvPart::key, QkvPart::value};
+    const char* keys[3] = {"q_proj", "k_proj", "v_proj"};
+    for (int i = 0; i < 3; ++i) {
+      const Index first = lay.first_column(parts[i]), width = lay.part_width(parts[i]);
+      w_qkv.middleCols(first, width) = entry(v, p + keys[i] + ".weight", width, d).transpose();
+      if (biases) b_qkv.segment(first, width) = entry(v, p + keys[i] + ".bias", 1, width);
+    }
+    w.w_o = entry(v, p + "o_proj.weight", d, lay.query_width()).transpose();
+  }
+  w.w_q = w_qkv.middleCols(lay.first_column(QkvPart::query), lay.query_width());
+  w.w_k = w_qkv.middleCols(lay.first_column(QkvPart::key), lay.key_value_width());
+  w.w_v = w_qkv.middleCols(lay.first_column(QkvPart::value), lay.key_value_width());
+  w.b_q = b_qkv.segment(lay.first_column(QkvPart::query), lay.query_width());
+  w.b_k = b_qkv.segment(lay.first_column(QkvPart::key), lay.key_value_width());
+  w.b_v = b_qkv.segment(lay.first_column(QkvPart::value), lay.key_value_width());
+  LayerConfig config = old.config();
+  if (config.qk_norm) {
+    config.qk_norm->query.weight = entry(v, p + "q_norm.weight", 1, config.qk_norm->query.weight.size()).transpose().template cast<double>();
+    config.qk_norm->key.weight = entry(v, p + "k_norm.weight", 1, config.qk_norm->key.weight.size()).transpose().template cast<double>();
+  }
+  return MultiHeadAttention<Scalar>(old.n_heads(), std::move(w), std::move(config));
+}
+
+/// A dense MLP's weights from `v` under prefix p (shapes from f).
+template <class Scalar>
+void read_mlp(const ParameterNames& names, const std::string& p, const Parameters<Scalar>& v, FeedForward<Scalar>& f) {
+  const Index inner = f.w_up.rows(), d = f.w_up.cols();
+  if (names.gpt2()) {
+    f.w_up = stored<Scalar>(entry(v, p + "c_fc.weight", d, inner).transpose()), f.b_up = entry(v, p + "c_fc.bias", 1, inner);
+    f.w_down = stored<Scalar>(entry(v, p + "c_proj.weight", inner, d).transpose()), f.b_down = entry(v, p + "c_proj.bias", 1, d);
+    return;
+  }
+  if (names.names().fused_gate_up) {
+    const Matrix<Scalar>& both = entry(v, p + "gate_up_proj.weight", 2 * inner, d);
+    f.w_gate = stored<Scalar>(both.topRows(inner)), f.w_up = stored<Scalar>(both.bottomRows(inner));
+  } else {
+    f.w_gate = stored<Scalar>(entry(v, p + "gate_proj.weight", inner, d)), f.w_up = stored<Scalar>(entry(v, p + "up_proj.weight", inner, d));
+  }
+  f.w_down = stored<Scalar>(entry(v, p + "down_proj.weight", d, inner));
+}
+
+}  // namespace internal
+
+/// Every parameter of `model` replaced by the one of the same checkpoint name in `values` (each
+/// name parameters_of gives, with its shape and finite entries; refused by name otherwise), kept
+/// in Scalar (F32 or F64): training's step. The structure, settings and names stay.
+template <class Scalar>
+void set_parameters(DecoderModel<Scalar>& model, const Parameters<Scalar>& values) {
+  using namespace internal;
+  const ParameterNames names(model.names);
+  const bool tied = model.tied();
+  model.embedding = stored<Scalar>(entry(values, names.embedding(), model.vocab_size(), model.d_model()));
+  if (model.positions.size()) model.positions = entry(values, names.positions(), model.positions.rows(), model.positions.cols());
+  for (Index l = 0; l < model.n_layers(); ++l) {
+    Block<Scalar>& b = model.blocks[static_cast<std::size_t>(l)];
+    for (auto* n : {&b.attention_norm, &b.mlp_norm, &b.post_attention_norm, &b.post_mlp_norm})
+      if (*n) read_norm(values, names.norm(l, b, *n), **n);
+    b.attention = read_attention(names, l, b.attention, model.names.attention_biases, values);
+    if (b.experts) {
+      b.experts->router = stored<Scalar>(entry(values, names.router(l), b.experts->router.rows(), b.experts->router.cols()));
+      for (std::size_t e = 0; e < b.experts->experts.size(); ++e) read_mlp(names, names.mlp(l, Index(e)), values, b.experts->experts[e]);
+    } else if (b.has_mlp()) {
+      read_mlp(names, names.mlp(l), values, b.mlp);
+    }
+  }
+  read_norm(values, names.final_norm(), model.final_norm);
+  model.unembedding = tied ? model.embedding : stored<Scalar>(entry(values, names.unembedding(), model.vocab_size(), model.d_model()));
 }
 
 }  // namespace headwise::model

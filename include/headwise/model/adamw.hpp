@@ -1,0 +1,75 @@
+// AdamW (Loshchilov and Hutter, 2019) with PyTorch's torch.optim.AdamW semantics: weight decay
+// decoupled from the gradient (p <- p (1 - lr wd) first), then Adam's moments with bias correction,
+//   m <- β1 m + (1 - β1) g,  v <- β2 v + (1 - β2) g²,
+//   p <- p - lr / (1 - β1^t) · m / (sqrt(v) / sqrt(1 - β2^t) + eps),
+// over parameters by checkpoint name (model/parameters.hpp), state kept in Scalar as PyTorch keeps
+// it in the parameter's type. A parameter without a gradient gets g = 0 (and still decays).
+//
+//   model::AdamW<float> adamw({/*lr=*/1e-3});
+//   adamw.step(weights, gradients);   // weights: parameters_of(model); then set_parameters(model, weights)
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "headwise/detail/errors.hpp"
+#include "headwise/model/parameters.hpp"
+
+namespace headwise::model {
+
+struct AdamWOptions {
+  double learning_rate = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+template <class Scalar>
+class AdamW {
+ public:
+  explicit AdamW(const AdamWOptions& options = {}) : o_(options) {
+    const auto in_unit = [](double b) { return b >= 0.0 && b < 1.0; };
+    if (!(o_.learning_rate >= 0.0 && std::isfinite(o_.learning_rate)) || !in_unit(o_.beta1) || !in_unit(o_.beta2) ||
+        !(o_.eps > 0.0 && std::isfinite(o_.eps)) || !(o_.weight_decay >= 0.0 && std::isfinite(o_.weight_decay)))
+      detail::invalid("AdamW", "learning_rate ", o_.learning_rate, ", betas (", o_.beta1, ", ", o_.beta2, "), eps ", o_.eps,
+                      ", weight_decay ", o_.weight_decay, ": needs lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0, all finite");
+  }
+
+  /// One step on every parameter of `params` with `grads` (the same names; a name in grads that
+  /// params lacks, or of another shape, is refused by name).
+  void step(Parameters<Scalar>& params, const Parameters<Scalar>& grads) {
+    for (const auto& [name, g] : grads) {
+      const auto p = params.find(name);
+      if (p == params.end()) detail::invalid("AdamW::step", "a gradient for \"", name, "\", which is not a parameter");
+      if (p->second.rows() != g.rows() || p->second.cols() != g.cols())
+        detail::invalid("AdamW::step", "the gradient of ", name, " is ", g.rows(), "x", g.cols(), ", the parameter ", p->second.rows(), "x",
+                        p->second.cols());
+      if (!g.allFinite()) detail::invalid("AdamW::step", "the gradient of ", name, " has an entry that is not finite");
+    }
+    ++t_;
+    const Scalar decay = static_cast<Scalar>(1.0 - o_.learning_rate * o_.weight_decay);
+    const Scalar step_size = static_cast<Scalar>(o_.learning_rate / (1.0 - std::pow(o_.beta1, double(t_))));
+    const Scalar correction2 = static_cast<Scalar>(std::sqrt(1.0 - std::pow(o_.beta2, double(t_))));
+    const Scalar b1 = static_cast<Scalar>(o_.beta1), b2 = static_cast<Scalar>(o_.beta2), eps = static_cast<Scalar>(o_.eps);
+    for (auto& [name, p] : params) {
+      Matrix<Scalar>& m = first_[name];
+      Matrix<Scalar>& v = second_[name];
+      if (m.size() == 0) m = Matrix<Scalar>::Zero(p.rows(), p.cols()), v = Matrix<Scalar>::Zero(p.rows(), p.cols());
+      const auto g = grads.find(name);
+      const Matrix<Scalar> gradient = g == grads.end() ? Matrix<Scalar>::Zero(p.rows(), p.cols()) : g->second;
+      p *= decay;
+      m = b1 * m + (Scalar(1) - b1) * gradient;
+      v = b2 * v + (Scalar(1) - b2) * gradient.cwiseProduct(gradient);
+      p.array() -= step_size * m.array() / (v.array().sqrt() / correction2 + eps);
+    }
+  }
+  Index steps() const { return t_; }
+  const AdamWOptions& options() const { return o_; }
+
+ private:
+  AdamWOptions o_;
+  Index t_ = 0;
+  Parameters<Scalar> first_, second_;
+};
+
+}  // namespace headwise::model
