@@ -63,6 +63,11 @@ class AdamW {
       p.array() -= step_size * m.array() / (v.array().sqrt() / correction2 + eps);
     }
   }
+  /// A new learning rate for the steps to come (a schedule's), as PyTorch's param_groups' lr.
+  void set_learning_rate(double lr) {
+    if (!(lr >= 0.0 && std::isfinite(lr))) detail::invalid("AdamW::set_learning_rate", "learning rate ", lr, ": finite and >= 0");
+    o_.learning_rate = lr;
+  }
   Index steps() const { return t_; }
   const AdamWOptions& options() const { return o_; }
 
