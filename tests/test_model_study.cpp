@@ -2,6 +2,7 @@
 // autograd rechecked by finite differences in numpy): gradients of the next-token loss and of a
 // logit difference through GPT-2, Llama, Qwen3, Gemma 3 and Qwen3-MoE, with respect to every hook
 // and every parameter by its checkpoint name; and what the backward refuses by name.
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "headwise/interpret/model_head_scores.hpp"
 #include "headwise/interpret/path_patching.hpp"
 #include "headwise/model/backward.hpp"
+#include "headwise/model/model_shape.hpp"
 #include "headwise/model/training.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
@@ -337,4 +339,93 @@ void check_adamw(const std::string& folder) {
 
 TEMPLATE_TEST_CASE("AdamW in the library takes PyTorch's three steps on GPT-2, Llama and Qwen3-MoE", "[study][training][fixture]", double, float) {
   for (const char* folder : {"gpt2-model-tiny", "llama-model-tiny", "qwen3moe-model-tiny"}) check_adamw<TestType>(folder);
+}
+
+TEST_CASE("Training is deterministic across thread counts, lowers the loss, and bad settings are refused by name", "[study][training]") {
+  model::ModelShape shape;
+  shape.vocab = 11, shape.d_model = 16, shape.layers = 2, shape.heads = 2, shape.kv_heads = 1, shape.d_mlp = 24, shape.init = 0.2;
+  const std::vector<std::vector<Index>> batch = {{1, 2, 3, 4, 1, 2, 3, 4, 1, 2}, {5, 6, 7, 5, 6, 7, 5, 6, 7, 5}};
+  std::vector<model::Parameters<float>> after;
+  std::vector<double> first, last;
+  for (const int threads : {1, 2}) {
+    auto m = model::make_model<float>(shape, 9);
+    model::Parameters<float> weights = model::parameters_of(m);
+    model::AdamW<float> adamw({1e-2, 0.9, 0.98, 1e-8, 0.01});
+    first.push_back(model::train_step(m, weights, adamw, batch, threads));
+    for (int step = 0; step < 30; ++step) model::train_step(m, weights, adamw, batch, threads);
+    last.push_back(model::batch_loss_gradients(m, batch, threads).first);
+    after.push_back(model::parameters_of(m));
+  }
+  CHECK(first[0] == first[1]);
+  CHECK(last[0] == last[1]);
+  CHECK(last[0] < 0.5 * first[0]);  // (two repeating patterns: learnt in context)
+  for (const auto& [name, value] : after[0]) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(after[1].at(name)));
+
+  auto m = model::make_model<float>(shape, 9);
+  model::Parameters<float> weights = model::parameters_of(m);
+  CHECK(weights.count("model.layers.1.self_attn.k_proj.weight"));
+  CHECK(weights.at("model.layers.1.self_attn.k_proj.weight").rows() == 8);  // (one key/value head of 8)
+  weights.erase("model.norm.weight");
+  CHECK_THROWS_WITH(model::set_parameters(m, weights), Catch::Contains("no parameter \"model.norm.weight\" (parameters_of lists them)"));
+  weights = model::parameters_of(m);
+  weights.at("lm_head.weight")(0, 0) = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH(model::set_parameters(m, weights), Catch::Contains("lm_head.weight has an entry that is not finite"));
+  weights.at("lm_head.weight").resize(3, 3);
+  CHECK_THROWS_WITH(model::set_parameters(m, weights), Catch::Contains("lm_head.weight is 3x3, expected 11x16"));
+  CHECK_THROWS_WITH(model::AdamW<float>({1e-3, 1.0, 0.99, 1e-8, 0.0}), Catch::Contains("betas in [0, 1)"));
+  model::AdamW<float> adamw;
+  CHECK_THROWS_WITH(adamw.step(weights, {{"model.bogus", Matrix<float>::Zero(1, 1)}}), Catch::Contains("a gradient for \"model.bogus\", which is not a parameter"));
+  model::ModelShape bad = shape;
+  bad.kv_heads = 3;
+  CHECK_THROWS_WITH(model::make_model<float>(bad, 1), Catch::Contains("key/value heads dividing heads"));
+  CHECK_THROWS_WITH(model::batch_loss_gradients(m, {{4}}), Catch::Contains("a sequence of 1 tokens (at least 2: one to predict)"));
+  // A resumed run: caches that disagree, or hooks that hold every token, are refused by name.
+  auto caches = m.make_caches(10);
+  m.decode({1, 2, 3}, caches);
+  caches[1].truncate(2);
+  CHECK_THROWS_WITH(m.resume(0, Matrix<float>::Zero(2, 16), caches), Catch::Contains("the caches of layers 0 .. hold different numbers of tokens"));
+  model::RunOptions<float> pattern;
+  pattern.hooks = {"blocks.1.attn.hook_pattern"};
+  CHECK_THROWS_WITH(m.resume(1, Matrix<float>::Zero(2, 16), caches, pattern), Catch::Contains("holds every token's keys, values or weights"));
+  CHECK_THROWS_WITH(interpret::ActivationPatching<float>(m, {1, 2, 3}, {1, 2}, model::Metric<float>::logit_difference(0, 1)),
+                    Catch::Contains("patching needs two runs of the same length"));
+}
+
+TEST_CASE("Whole-model gradients of the families without analysis fixtures agree with central differences of their forward",
+          "[study][gradients][families]") {
+  // Gemma 2 (soft-caps of scores and logits), SmolLM3 (NoPE layers), OLMo 2 (QK-norm over the whole
+  // projection, norms after), Ministral 3 (YaRN, the query scale by position), Phi-3 (fused qkv_proj
+  // and gate_up_proj): their forwards match PyTorch (test_decoder_model.cpp); here the backward
+  // matches the forward's own slopes at a few coordinates of every kind of parameter.
+  for (const char* folder : {"gemma2-tiny", "smollm3-tiny", "olmo2-tiny", "ministral3-tiny", "phi3-tiny"}) {
+    CAPTURE(folder);
+    auto model = io::load_decoder_model<double>(headwise_test::data_path(folder));
+    std::vector<Index> ids;
+    for (Index t = 0; t < 12; ++t) ids.push_back((7 * t + 3) % model.vocab_size());
+    const auto metric = model::Metric<double>::next_token_loss(ids);
+    const model::ModelGradients<double> g = model::gradients(model, ids, metric);
+    const model::Parameters<double> weights = model::parameters_of(model);
+    REQUIRE(g.parameters.size() == weights.size());
+    Index checked = 0;
+    for (const auto& [name, value] : weights) {
+      if (name.find("layers.0.") == std::string::npos && name.find("layers.1.") == std::string::npos && name.find("embed") == std::string::npos &&
+          name.find("model.norm") == std::string::npos)
+        continue;
+      const Index r = (name.find("embed") != std::string::npos ? ids[3] : value.rows() / 2), c = value.cols() / 3;
+      model::Parameters<double> moved = weights;
+      const double h = 1e-6;
+      moved.at(name)(r, c) += h;
+      model::set_parameters(model, moved);
+      const double up = metric.value(model.run(ids).logits);
+      moved.at(name)(r, c) -= 2 * h;
+      model::set_parameters(model, moved);
+      const double down = metric.value(model.run(ids).logits);
+      const double slope = (up - down) / (2 * h), exact = g.parameters.at(name)(r, c);
+      CAPTURE(name, slope, exact);
+      CHECK(std::abs(slope - exact) <= 1e-7 * std::max(1.0, std::abs(exact)));
+      ++checked;
+    }
+    model::set_parameters(model, weights);
+    CHECK(checked >= 10);
+  }
 }

@@ -52,15 +52,15 @@ struct MultiHeadGradients {
 
 namespace detail {
 /// Throws unless the layer's backward differentiates everything `layer` computes with `options`:
-/// projections, the QK-norm (layer_backward only), RoPE from position 0, attention with its score
-/// rule, W_O (not a value norm, query scale, output gate or sinks, nor a sequence started at
-/// another position).
+/// projections, the QK-norm and the query scale (layer_backward only), RoPE from position 0,
+/// attention with its score rule, W_O (not a value norm, output gate or sinks, nor a sequence
+/// started at another position).
 template <class Scalar>
 void check_differentiable(const MultiHeadAttention<Scalar>& layer, const AttentionOptions& options, const char* where,
                           bool qk_norm = false) {
   const LayerConfig& c = layer.config();
   const char* what = c.qk_norm && !qk_norm ? "a QK-norm (layer_backward differentiates it)" : c.value_norm ? "a value norm"
-                     : c.query_scale ? "a query scale" : layer.gated() ? "an output gate"
+                     : c.query_scale && !qk_norm ? "a query scale (layer_backward differentiates it)" : layer.gated() ? "an output gate"
                      : c.sinks.size() || options.sinks.size() ? "attention sinks"
                      : c.shares_keys_values_of ? "no keys and values of its own (KV sharing)"
                      : c.kv_storage != KvStorage::as_computed ? "keys and values stored in a narrower type (kv_storage)" : nullptr;
@@ -162,9 +162,10 @@ Matrix<Scalar> forward_for_backward(const MultiHeadAttention<Scalar>& layer, con
 }
 
 namespace detail {
-/// The backward of what the projection's transform did (layer_projections.hpp): RoPE and the
-/// QK-norm before or after it, from the gradients of the attention's queries and keys to those of
-/// X W + b, in place on g.dq and g.dk; the QK-norm's weight gradients into grads. x: the layer's input.
+/// The backward of what the projection's transform did (layer_projections.hpp), in the reverse
+/// order: the query scale, the QK-norm after RoPE, RoPE, the QK-norm before it; from the gradients
+/// of the attention's queries and keys to those of X W + b, in place on g.dq and g.dk; the
+/// QK-norm's weight gradients into grads. x: the layer's input.
 template <class Scalar>
 void transform_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& x, AttentionGradients<Scalar>& g,
                         MultiHeadGradients<Scalar>& grads, int threads) {
@@ -175,6 +176,8 @@ void transform_backward(const MultiHeadAttention<Scalar>& layer, const Matrix<Sc
     before = layer.project_qkv(x);
     if (norm->after_rope && layer.rope()) layer.rope()->template rotate<Scalar>(l.queries_and_keys(before), 0, threads);
   }
+  if (const auto& scale = layer.config().query_scale)
+    for (Index t = 0; t < g.dq.rows(); ++t) g.dq.row(t) *= static_cast<Scalar>(scale->at(t));
   const auto norm_backward = [&] {
     apply_norm_backward<Scalar>(norm->query, l.part(before, QkvPart::query), g.dq, l.d_head, &grads.dq_norm);
     apply_norm_backward<Scalar>(norm->key, l.part(before, QkvPart::key), g.dk, l.d_head, &grads.dk_norm);

@@ -382,18 +382,19 @@ void add_product_in_place(Index rows, Index cols, Index depth, const Scalar* a, 
   }
 }
 
-/// C = A B for row-major Eigen matrices, split over `threads` threads by column panels.
-/// a: (n, k), b: (k, m) -> c: (n, m) (resized). Deterministic: see the top of this file.
+/// C = A B for row-major Eigen matrices, split over `threads` threads by column panels; with
+/// transpose_a, C = Aᵀ B (A read in place, not copied: a backward's weight gradients, Xᵀ dY).
+/// a: (n, k) (transposed: (k, n)), b: (k, m) -> c: (n, m) (resized). Deterministic: see the top of this file.
 template <class Scalar>
 void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b,
-             Matrix<Scalar>& c, int threads) {
+             Matrix<Scalar>& c, int threads, bool transpose_a = false) {
   constexpr Index W = TileShape<Scalar>::lanes;
-  const Index n = a.rows(), m = b.cols(), k = a.cols();
+  const Index n = transpose_a ? a.cols() : a.rows(), m = b.cols(), k = transpose_a ? a.rows() : a.cols();
   c.resize(n, m);  // each part zeroes its own columns: fresh pages are first touched in parallel
   if (n == 0 || m == 0) return;
   const Index panels = (m + W - 1) / W;
   const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads_for(double(n) * double(m) * double(k), threads), panels)));
-  const MatrixView<Scalar> av{a.data(), a.outerStride()}, bv{b.data(), b.outerStride()};
+  const MatrixView<Scalar> av{a.data(), a.outerStride(), transpose_a}, bv{b.data(), b.outerStride()};
   parallel_region(parts, [&](int part) {
     const Index first = panels * part / parts * W, last = std::min(m, panels * (part + 1) / parts * W);
     c.middleCols(first, last - first).setZero();

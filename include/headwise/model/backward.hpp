@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 #include <map>
 #include <set>
 #include <string>
@@ -38,7 +39,8 @@ struct ModelGradients {
   double metric = 0;              ///< the metric's value on the run
   /// The forward the backward read: its logits and, per layer, the hooks it recorded (hook_resid_pre,
   /// attn_in, attn.hook_q, hook_k, hook_v, hook_z, attn.logsumexp, attn.output, hook_resid_mid,
-  /// mlp_in, mlp.output, hook_resid_post; mlp.routing; ln_final.out).
+  /// mlp_in, mlp.hook_pre, hook_pre_linear, hook_post, mlp.output, hook_resid_post; mlp.routing;
+  /// ln_final.out).
   ModelRun<Scalar> run;
   /// ∂metric/∂activation for the names asked (GradientOptions::activations), each shaped as the
   /// hook's value: the per-head hooks side by side (attn.hook_k, hook_v per key/value head: the sum
@@ -75,16 +77,26 @@ std::vector<std::string> gradient_names(const DecoderModel<Scalar>& model) {
 
 namespace internal {
 
+/// a b, and aᵀ b (a read in place), by the deterministic product.
 template <class Scalar>
-Matrix<Scalar> times(const Matrix<Scalar>& a, const Matrix<Scalar>& b, int threads) {
+Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b, int threads) {
   Matrix<Scalar> c;
   headwise::detail::product<Scalar>(a, b, c, threads);
   return c;
 }
-/// aᵀ b, deterministic.
 template <class Scalar>
-Matrix<Scalar> times_tn(const Matrix<Scalar>& a, const Matrix<Scalar>& b, int threads) {
-  return times<Scalar>(Matrix<Scalar>(a.transpose()), b, threads);
+Matrix<Scalar> times_tn(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b, int threads) {
+  Matrix<Scalar> c;
+  headwise::detail::product<Scalar>(a, b, c, threads, /*transpose_a=*/true);
+  return c;
+}
+/// x w, w [out, in] as stored: read in place where it is stored in Scalar, else widened once.
+template <class Scalar>
+Matrix<Scalar> times_stored(const Matrix<Scalar>& x, const StoredMatrix& w, int threads) {
+  constexpr WeightType own = std::is_same_v<Scalar, double> ? WeightType::f64 : WeightType::f32;
+  if (w.type() == own)  // (F32, F64: no block scales)
+    return times<Scalar>(x, Eigen::Map<const Matrix<Scalar>>(static_cast<const Scalar*>(w.data()), w.rows(), w.cols()), threads);
+  return times<Scalar>(x, w.template to_matrix<Scalar>(), threads);
 }
 
 template <class Scalar>
@@ -123,41 +135,47 @@ Matrix<Scalar> through(const std::optional<Norm<Scalar>>& norm, const Matrix<Sca
   return norm ? norm_backward(*norm, x, dy, grads, name) : dy;
 }
 
-/// A dense MLP's backward at m from dy: dm, and (with grads) its parameters' gradients under
-/// prefix p; `out`, if given, gets the MLP's output (the experts' routing weights need it).
+/// The gradients of a dense MLP's intermediates, as FeedForward::Record names them.
 template <class Scalar>
-Matrix<Scalar> mlp_backward(const FeedForward<Scalar>& f, const ParameterNames& names, const std::string& p, const Matrix<Scalar>& m,
-                            const Matrix<Scalar>& dy, Parameters<Scalar>* grads, Matrix<Scalar>* out, int threads) {
+struct MlpGradients {
+  Matrix<Scalar> dm, pre, pre_linear, post;
+};
+
+/// A dense MLP's backward at m from dy: dm and the intermediates' gradients, and (with grads) its
+/// parameters' under prefix p. `kept`: the forward's intermediates (recomputed when null, as for
+/// an expert, whose output `out` then gets: the routing weights' gradient needs it).
+template <class Scalar>
+MlpGradients<Scalar> mlp_backward(const FeedForward<Scalar>& f, const ParameterNames& names, const std::string& p, const Matrix<Scalar>& m,
+                                  const Matrix<Scalar>& dy, Parameters<Scalar>* grads, const typename FeedForward<Scalar>::Record* kept,
+                                  Matrix<Scalar>* out, int threads) {
+  typename FeedForward<Scalar>::Record recomputed;
+  if (!kept) {
+    Matrix<Scalar> y = f.forward(m, threads, &recomputed);
+    if (out) *out = std::move(y);
+    kept = &recomputed;
+  }
   const Activation act = f.activation;
-  Matrix<Scalar> up = times_transposed<Scalar>(m, f.w_up, threads);
-  if (f.b_up.size()) up.rowwise() += f.b_up;
   const bool gated = f.w_gate.rows() != 0;
-  const Matrix<Scalar> pre = gated ? times_transposed<Scalar>(m, f.w_gate, threads) : up;
   const auto act_of = [act](Scalar u) { return activate(act, u); };
   const auto slope_of = [act](Scalar u) { return activation_slope(act, u); };
-  const Matrix<Scalar> h = gated ? Matrix<Scalar>(pre.unaryExpr(act_of).array() * up.array()) : Matrix<Scalar>(pre.unaryExpr(act_of));
-  if (out) {
-    *out = times_transposed<Scalar>(h, f.w_down, threads);
-    if (f.b_down.size()) out->rowwise() += f.b_down;
-  }
-  const Matrix<Scalar> w_down = f.w_down.template to_matrix<Scalar>();
-  const Matrix<Scalar> dh = times<Scalar>(dy, w_down, threads);  // (n, inner)
-  Matrix<Scalar> d_up, d_pre;
+  MlpGradients<Scalar> g;
+  g.post = times_stored<Scalar>(dy, f.w_down, threads);  // (n, inner)
   if (gated) {
-    d_up = dh.array() * pre.unaryExpr(act_of).array();
-    d_pre = dh.array() * up.array() * pre.unaryExpr(slope_of).array();
+    g.pre_linear = g.post.array() * kept->pre.unaryExpr(act_of).array();
+    g.pre = g.post.array() * kept->pre_linear.array() * kept->pre.unaryExpr(slope_of).array();
   } else {
-    d_up = dh.array() * pre.unaryExpr(slope_of).array();
+    g.pre = g.post.array() * kept->pre.unaryExpr(slope_of).array();
   }
-  Matrix<Scalar> dm = times<Scalar>(d_up, f.w_up.template to_matrix<Scalar>(), threads);
-  if (gated) dm += times<Scalar>(d_pre, f.w_gate.template to_matrix<Scalar>(), threads);
+  const Matrix<Scalar>& d_up = gated ? g.pre_linear : g.pre;
+  g.dm = times_stored<Scalar>(d_up, f.w_up, threads);
+  if (gated) g.dm += times_stored<Scalar>(g.pre, f.w_gate, threads);
   if (grads) {
-    const Matrix<Scalar> dw_down = times_tn<Scalar>(dy, h, threads), dw_up = times_tn<Scalar>(d_up, m, threads);
-    const Matrix<Scalar> dw_gate = gated ? times_tn<Scalar>(d_pre, m, threads) : Matrix<Scalar>();
+    const Matrix<Scalar> dw_down = times_tn<Scalar>(dy, kept->post, threads), dw_up = times_tn<Scalar>(d_up, m, threads);
+    const Matrix<Scalar> dw_gate = gated ? times_tn<Scalar>(g.pre, m, threads) : Matrix<Scalar>();
     add_mlp(names, p, dw_gate, dw_up, dw_down, f.b_up.size() ? RowVector<Scalar>(d_up.colwise().sum()) : RowVector<Scalar>(),
             f.b_down.size() ? RowVector<Scalar>(dy.colwise().sum()) : RowVector<Scalar>(), *grads);
   }
-  return dm;
+  return g;
 }
 
 /// One backward through a model: the forward's run (every hook the backward reads), then block
@@ -199,7 +217,10 @@ class ModelBackward {
       for (const char* h : {"hook_resid_pre", "attn_in", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "attn.logsumexp",
                             "attn.output", "hook_resid_mid", "mlp_in", "mlp.output", "hook_resid_post"})
         o.hooks.insert(at(l, h));
-      if (model_.blocks[static_cast<std::size_t>(l)].experts) o.hooks.insert(at(l, "mlp.routing"));
+      const Block<Scalar>& b = model_.blocks[static_cast<std::size_t>(l)];
+      if (b.experts) o.hooks.insert(at(l, "mlp.routing"));
+      if (!b.experts && b.has_mlp()) o.hooks.insert({at(l, "mlp.hook_pre"), at(l, "mlp.hook_post")});
+      if (!b.experts && b.mlp.w_gate.rows()) o.hooks.insert(at(l, "mlp.hook_pre_linear"));
     }
     o.hooks.insert("ln_final.out");
     o.hooks.insert(options_.record.begin(), options_.record.end());
@@ -215,7 +236,7 @@ class ModelBackward {
       d_logits.array() *= Scalar(1) - (run_.logits.array() / cap).square();
     }
     const Matrix<Scalar>& ln = run_.hooks.at("ln_final.out");
-    const Matrix<Scalar> d_ln = times<Scalar>(d_logits, model_.unembedding.template to_matrix<Scalar>(), threads_);
+    const Matrix<Scalar> d_ln = times_stored<Scalar>(d_logits, model_.unembedding, threads_);
     if (params()) d_unembedding_ = times_tn<Scalar>(d_logits, ln, threads_);
     keep("ln_final.out", d_ln);
     const Matrix<Scalar> last = model_.n_layers() ? hook(model_.n_layers() - 1, "hook_resid_post") : model_.embed(ids);
@@ -229,9 +250,8 @@ class ModelBackward {
     const Matrix<Scalar> d_mlp = through(b.post_mlp_norm, hook(l, "mlp.output"), dx, params(), names_.norm(l, b, b.post_mlp_norm));
     keep(at(l, "mlp.output"), d_mlp);
     const Matrix<Scalar>& m = hook(l, "mlp_in");
-    Matrix<Scalar> dm = b.experts ? experts_backward(l, *b.experts, m, d_mlp)
-                        : b.has_mlp() ? mlp_backward<Scalar>(b.mlp, names_, names_.mlp(l), m, d_mlp, params(), nullptr, threads_)
-                                      : Matrix<Scalar>::Zero(m.rows(), m.cols());
+    Matrix<Scalar> dm = b.experts ? experts_backward(l, *b.experts, m, d_mlp) : b.has_mlp() ? dense_backward(l, b, m, d_mlp)
+                                                                                           : Matrix<Scalar>::Zero(m.rows(), m.cols());
     keep(at(l, "mlp_in"), dm);
     dx += through(b.mlp_norm, hook(l, "hook_resid_mid"), std::move(dm), params(), names_.norm(l, b, b.mlp_norm));
     keep(at(l, "hook_resid_mid"), dx), keep(at(l, "hook_attn_out"), dx);
@@ -244,13 +264,27 @@ class ModelBackward {
     return dx;
   }
 
+  /// A dense MLP's backward from its kept intermediates, their gradients kept as asked.
+  Matrix<Scalar> dense_backward(Index l, const Block<Scalar>& b, const Matrix<Scalar>& m, const Matrix<Scalar>& dy) {
+    typename FeedForward<Scalar>::Record kept;
+    kept.pre = std::move(run_.hooks.at(at(l, "mlp.hook_pre"))), kept.post = std::move(run_.hooks.at(at(l, "mlp.hook_post")));
+    if (b.mlp.w_gate.rows()) kept.pre_linear = std::move(run_.hooks.at(at(l, "mlp.hook_pre_linear")));
+    MlpGradients<Scalar> g = mlp_backward<Scalar>(b.mlp, names_, names_.mlp(l), m, dy, params(), &kept, nullptr, threads_);
+    keep(at(l, "mlp.hook_pre"), g.pre), keep(at(l, "mlp.hook_post"), g.post);
+    if (b.mlp.w_gate.rows()) keep(at(l, "mlp.hook_pre_linear"), g.pre_linear);
+    // (the intermediates go back to the run, which ModelGradients returns)
+    run_.hooks[at(l, "mlp.hook_pre")] = std::move(kept.pre), run_.hooks[at(l, "mlp.hook_post")] = std::move(kept.post);
+    if (b.mlp.w_gate.rows()) run_.hooks[at(l, "mlp.hook_pre_linear")] = std::move(kept.pre_linear);
+    return std::move(g.dm);
+  }
+
   /// From ∂/∂attn.output of layer l to ∂/∂attn_in: W_O's sum, then the layer's fused backward.
   Matrix<Scalar> attention_backward(Index l, const Matrix<Scalar>& d_out) {
     const MultiHeadAttention<Scalar>& layer = model_.blocks[static_cast<std::size_t>(l)].attention;
     ForwardRecord<Scalar> record;
     record.q = hook(l, "attn.hook_q"), record.k = hook(l, "attn.hook_k"), record.v = hook(l, "attn.hook_v");
     record.attention.z = hook(l, "attn.hook_z"), record.attention.logsumexp = run_.logsumexp.at(l);
-    Matrix<Scalar> dz = times<Scalar>(d_out, layer.stored_w_o().template to_matrix<Scalar>(), threads_);
+    Matrix<Scalar> dz = times_stored<Scalar>(d_out, layer.stored_w_o(), threads_);
     keep(at(l, "attn.hook_z"), dz);
     if (options_.activations.count(at(l, "attn.hook_pattern"))) keep(at(l, "attn.hook_pattern"), pattern_gradient(layer, dz, record.v));
     AttentionOptions o;
@@ -294,7 +328,8 @@ class ModelBackward {
       Matrix<Scalar> m_e(Index(chosen.size()), m.cols()), dy_e(Index(chosen.size()), m.cols()), out_e;
       for (std::size_t i = 0; i < chosen.size(); ++i)
         m_e.row(Index(i)) = m.row(chosen[i].first), dy_e.row(Index(i)) = dy.row(chosen[i].first) * routing.weights(chosen[i].first, chosen[i].second);
-      const Matrix<Scalar> dm_e = mlp_backward(moe.experts[std::size_t(e)], names_, names_.mlp(l, e), m_e, dy_e, params(), &out_e, threads_);
+      const Matrix<Scalar> dm_e =
+          mlp_backward<Scalar>(moe.experts[std::size_t(e)], names_, names_.mlp(l, e), m_e, dy_e, params(), nullptr, &out_e, threads_).dm;
       for (std::size_t i = 0; i < chosen.size(); ++i) {
         dm.row(chosen[i].first) += dm_e.row(Index(i));
         d_weights(chosen[i].first, chosen[i].second) = dy.row(chosen[i].first).dot(out_e.row(Index(i)));
@@ -304,7 +339,7 @@ class ModelBackward {
     const Matrix<Scalar> d_logits = router_backward(moe, routing, d_weights);
     keep(at(l, "mlp.router_logits"), d_logits);
     if (params()) (*params())[names_.router(l)] = times_tn<Scalar>(d_logits, m, threads_);
-    dm += times<Scalar>(d_logits, moe.router.template to_matrix<Scalar>(), threads_);
+    dm += times_stored<Scalar>(d_logits, moe.router, threads_);
     return dm;
   }
 

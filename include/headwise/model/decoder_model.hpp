@@ -89,17 +89,27 @@ struct FeedForward {
   StoredMatrix w_gate, w_up, w_down;
   RowVector<Scalar> b_up, b_down;
 
-  Matrix<Scalar> forward(const Matrix<Scalar>& m, int threads = 0) const {
+  /// What a forward keeps on request, by TransformerLens's names: hook_pre (the activation's input:
+  /// m W_gateᵀ, or GPT-2's m W_upᵀ + b_up), hook_pre_linear (gated: m W_upᵀ), hook_post (what
+  /// W_down reads). (n, inner) each.
+  struct Record {
+    Matrix<Scalar> pre, pre_linear, post;
+  };
+
+  Matrix<Scalar> forward(const Matrix<Scalar>& m, int threads = 0, Record* record = nullptr) const {
     Matrix<Scalar> h = times<Scalar>(m, w_up, threads);
     if (b_up.size()) h.rowwise() += b_up;
     const Activation a = activation;
     if (w_gate.rows()) {
       const Matrix<Scalar> g = times<Scalar>(m, w_gate, threads);
+      if (record) record->pre = g, record->pre_linear = h;
       h.array() *= g.unaryExpr([a](Scalar u) { return activate(a, u); }).array();
     } else {
+      if (record) record->pre = h;
       h = h.unaryExpr([a](Scalar u) { return activate(a, u); });
     }
     Matrix<Scalar> out = times<Scalar>(h, w_down, threads);
+    if (record) record->post = std::move(h);
     if (b_down.size()) out.rowwise() += b_down;
     return out;
   }
@@ -162,10 +172,12 @@ struct Block {
 
   /// False for an attention-only block (no experts, an MLP without weights): its MLP adds 0.
   bool has_mlp() const { return experts || mlp.w_up.rows() != 0; }
-  /// The MLP half's output on m (the MLP's input), routing recorded where a sparse block chooses.
-  Matrix<Scalar> mlp_of(const Matrix<Scalar>& m, Routing<Scalar>* routing, int threads) const {
+  /// The MLP half's output on m (the MLP's input), routing recorded where a sparse block chooses,
+  /// the dense MLP's intermediates where `record` is given.
+  Matrix<Scalar> mlp_of(const Matrix<Scalar>& m, Routing<Scalar>* routing, int threads,
+                        typename FeedForward<Scalar>::Record* record = nullptr) const {
     if (experts) return experts->forward(m, routing, threads);
-    return has_mlp() ? mlp.forward(m, threads) : Matrix<Scalar>::Zero(m.rows(), m.cols());
+    return has_mlp() ? mlp.forward(m, threads, record) : Matrix<Scalar>::Zero(m.rows(), m.cols());
   }
 };
 
@@ -313,7 +325,8 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// and RoPE, (n, heads d_head) side by side), attn.hook_pattern ((n, heads n): head h's pattern
   /// in columns [h n, (h+1) n)), attn.hook_z, attn.output, hook_attn_out, hook_resid_mid, mlp_in,
   /// mlp.output, hook_mlp_out, hook_resid_post, attn.statistics (the fused kernel's per-row
-  /// statistics, into ModelRun::statistics), attn.logsumexp (into ModelRun::logsumexp) and, on sparse blocks, mlp.routing (into
+  /// statistics, into ModelRun::statistics), attn.logsumexp (into ModelRun::logsumexp), on dense
+  /// MLPs mlp.hook_pre, mlp.hook_post and (gated) mlp.hook_pre_linear (FeedForward::Record) and, on sparse blocks, mlp.routing (into
   /// ModelRun::routing); and "ln_final.out".
   std::vector<std::string> hook_names() const;
 
@@ -419,8 +432,17 @@ class HEADWISE_ISA_TAG DecoderModel {
     x = at({p + "hook_resid_mid"}, x + at({p + "hook_attn_out"}, std::move(attn), options, out), options, out);
     const Matrix<Scalar> m = at({p + "mlp_in"}, normed(b.mlp_norm, x), options, out);
     Routing<Scalar> routing;
-    Matrix<Scalar> mlp = b.mlp_of(m, &routing, options.threads);
+    typename FeedForward<Scalar>::Record inner;
+    const bool keep_inner = options.hooks.count(p + "mlp.hook_pre") || options.hooks.count(p + "mlp.hook_pre_linear") ||
+                            options.hooks.count(p + "mlp.hook_post");
+    Matrix<Scalar> mlp = b.mlp_of(m, &routing, options.threads, keep_inner ? &inner : nullptr);
     if (b.experts && options.hooks.count(p + "mlp.routing")) out.routing[l] = std::move(routing);
+    if (keep_inner) {
+      for (auto* part : {&inner.pre, &inner.pre_linear, &inner.post}) {
+        const char* name = part == &inner.pre ? "mlp.hook_pre" : part == &inner.pre_linear ? "mlp.hook_pre_linear" : "mlp.hook_post";
+        if (options.hooks.count(p + name)) out.hooks[p + name] = std::move(*part);
+      }
+    }
     mlp = at({p + "mlp.output"}, std::move(mlp), options, out);
     mlp = normed(b.post_mlp_norm, std::move(mlp));
     return at({p + "hook_resid_post"}, x + at({p + "hook_mlp_out"}, std::move(mlp), options, out), options, out);
@@ -502,7 +524,7 @@ class HEADWISE_ISA_TAG DecoderModel {
       if (!is_known(name)) detail::invalid("DecoderModel::run", "no hook \"", name, "\" in this model (hook_names() lists them)");
       if (!function) detail::invalid("DecoderModel::run", "the hook function on ", name, " is empty");
       for (const char* read_only : {"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.statistics", "attn.logsumexp",
-                                    "mlp.routing"})
+                                    "mlp.routing", "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post"})
         if (name.size() > std::strlen(read_only) && name.compare(name.size() - std::strlen(read_only), std::string::npos, read_only) == 0)
           detail::invalid("DecoderModel::run", name, " is read-only: the layer used it before a hook function could change it ",
                           "(change attn_in, or a head's Z at attn.hook_z)");
@@ -524,7 +546,11 @@ std::vector<std::string> DecoderModel<Scalar>::hook_names() const {
   std::vector<std::string> names;
   for (Index l = 0; l < n_layers(); ++l) {
     for (const char* h : per_layer) names.push_back("blocks." + std::to_string(l) + "." + h);
-    if (blocks[static_cast<std::size_t>(l)].experts) names.push_back("blocks." + std::to_string(l) + ".mlp.routing");
+    const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
+    if (b.experts) names.push_back("blocks." + std::to_string(l) + ".mlp.routing");
+    if (!b.experts && b.has_mlp())
+      for (const char* h : {"mlp.hook_pre", "mlp.hook_post"}) names.push_back("blocks." + std::to_string(l) + "." + h);
+    if (!b.experts && b.mlp.w_gate.rows()) names.push_back("blocks." + std::to_string(l) + ".mlp.hook_pre_linear");
   }
   names.push_back("ln_final.out");
   return names;

@@ -60,15 +60,16 @@ struct Metric {
       return double(logits(r, a)) - double(logits(r, b));
     }
     double total = 0;
+    Eigen::Array<double, 1, Eigen::Dynamic> e(logits.cols());
     for (Index t = 0; t < logits.rows(); ++t) {
       const Index target = targets[static_cast<std::size_t>(t)];
       if (target < 0) continue;
-      const auto row_t = logits.row(t).template cast<double>().array();
-      const double top = row_t.maxCoeff();
-      const double sum = (row_t - top).exp().sum();
-      total += top + std::log(sum) - row_t(target);
+      const double top = double(logits.row(t).maxCoeff());
+      e = (logits.row(t).template cast<double>().array() - top).exp();  // (each exp once: a vocabulary's worth a row)
+      const double sum = e.sum();
+      total += top + std::log(sum) - double(logits(t, target));
       if (!d_logits) continue;
-      for (Index v = 0; v < logits.cols(); ++v) (*d_logits)(t, v) = static_cast<Scalar>(weight * std::exp(row_t(v) - top) / sum);
+      d_logits->row(t) = (e * (weight / sum)).template cast<Scalar>().matrix();
       (*d_logits)(t, target) -= static_cast<Scalar>(weight);
     }
     return weight * total;

@@ -20,6 +20,7 @@ namespace headwise::model {
 struct ModelShape {
   Index vocab = 0, d_model = 0, layers = 1;
   Index heads = 1;
+  Index kv_heads = 0;   ///< grouped-query attention's key/value heads; 0: heads
   Index d_head = 0;     ///< 0: d_model / heads
   Index d_mlp = 0;      ///< the gated SiLU MLP's width; 0: attention-only blocks
   Index context = 0;    ///< learned positions for this many tokens (GPT-2's kind); 0: RoPE
@@ -32,12 +33,12 @@ struct ModelShape {
 template <class Scalar>
 DecoderModel<Scalar> make_model(const ModelShape& s, unsigned seed) {
   constexpr const char* where = "make_model";
-  const Index d_head = s.d_head ? s.d_head : (s.heads > 0 ? s.d_model / s.heads : 0);
+  const Index d_head = s.d_head ? s.d_head : (s.heads > 0 ? s.d_model / s.heads : 0), kv = s.kv_heads ? s.kv_heads : s.heads;
   if (s.vocab < 1 || s.d_model < 1 || s.layers < 0 || s.heads < 1 || d_head < 1 || s.d_mlp < 0 || s.context < 0 || !(s.init > 0.0) ||
-      !(s.eps > 0.0))
-    detail::invalid(where, "vocab ", s.vocab, ", d_model ", s.d_model, ", layers ", s.layers, ", heads ", s.heads, ", d_head ", d_head,
+      !(s.eps > 0.0) || kv < 1 || s.heads % kv != 0)
+    detail::invalid(where, "vocab ", s.vocab, ", d_model ", s.d_model, ", layers ", s.layers, ", heads ", s.heads, " (", kv, " key/value), d_head ", d_head,
                     ", d_mlp ", s.d_mlp, ", context ", s.context, ", init ", s.init, ", eps ", s.eps,
-                    ": sizes must be >= 1 (layers, d_mlp, context >= 0), init and eps > 0");
+                    ": sizes must be >= 1 (layers, d_mlp, context >= 0; key/value heads dividing heads), init and eps > 0");
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, s.init);
   const auto draw = [&](Index rows, Index cols) { return Matrix<Scalar>(Matrix<double>::NullaryExpr(rows, cols, [&] { return normal(rng); }).template cast<Scalar>()); };
@@ -52,7 +53,7 @@ DecoderModel<Scalar> make_model(const ModelShape& s, unsigned seed) {
   if (s.context) m.positions = draw(s.context, s.d_model);
   for (Index l = 0; l < s.layers; ++l) {
     MultiHeadWeights<Scalar> w;
-    w.w_q = draw(s.d_model, s.heads * d_head), w.w_k = draw(s.d_model, s.heads * d_head), w.w_v = draw(s.d_model, s.heads * d_head);
+    w.w_q = draw(s.d_model, s.heads * d_head), w.w_k = draw(s.d_model, kv * d_head), w.w_v = draw(s.d_model, kv * d_head);
     w.w_o = draw(s.heads * d_head, s.d_model);
     LayerConfig config;
     if (!s.context) config.rope = RopeConfig{d_head, s.rope_theta};
