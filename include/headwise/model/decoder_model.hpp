@@ -543,17 +543,17 @@ std::vector<std::string> DecoderModel<Scalar>::hook_names() const {
   static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern",
                                     "attn.hook_z", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in",
                                     "mlp.output", "hook_mlp_out", "hook_resid_post", "attn.statistics", "attn.logsumexp"};
-  std::vector<std::string> names;
+  std::vector<std::string> out;
   for (Index l = 0; l < n_layers(); ++l) {
-    for (const char* h : per_layer) names.push_back("blocks." + std::to_string(l) + "." + h);
+    for (const char* h : per_layer) out.push_back("blocks." + std::to_string(l) + "." + h);
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
-    if (b.experts) names.push_back("blocks." + std::to_string(l) + ".mlp.routing");
+    if (b.experts) out.push_back("blocks." + std::to_string(l) + ".mlp.routing");
     if (!b.experts && b.has_mlp())
-      for (const char* h : {"mlp.hook_pre", "mlp.hook_post"}) names.push_back("blocks." + std::to_string(l) + "." + h);
-    if (!b.experts && b.mlp.w_gate.rows()) names.push_back("blocks." + std::to_string(l) + ".mlp.hook_pre_linear");
+      for (const char* h : {"mlp.hook_pre", "mlp.hook_post"}) out.push_back("blocks." + std::to_string(l) + "." + h);
+    if (!b.experts && b.mlp.w_gate.rows()) out.push_back("blocks." + std::to_string(l) + ".mlp.hook_pre_linear");
   }
-  names.push_back("ln_final.out");
-  return names;
+  out.push_back("ln_final.out");
+  return out;
 }
 
 template <class Scalar>

@@ -56,7 +56,11 @@ DecoderModel<Scalar> make_model(const ModelShape& s, unsigned seed) {
     w.w_q = draw(s.d_model, s.heads * d_head), w.w_k = draw(s.d_model, kv * d_head), w.w_v = draw(s.d_model, kv * d_head);
     w.w_o = draw(s.heads * d_head, s.d_model);
     LayerConfig config;
-    if (!s.context) config.rope = RopeConfig{d_head, s.rope_theta};
+    if (!s.context) {
+      RopeConfig rope;
+      rope.d_head = d_head, rope.theta = s.rope_theta;
+      config.rope = rope;
+    }
     Block<Scalar> b{norm(), MultiHeadAttention<Scalar>(s.heads, std::move(w), config), std::nullopt, std::nullopt, {}, std::nullopt, std::nullopt};
     if (s.d_mlp) {
       b.mlp_norm = norm();
