@@ -198,8 +198,9 @@ TEST_CASE("A patched run resumed from the clean run's caches equals a full rerun
     const interpret::ActivationPatching<float> patching(model, ids, corrupted, metric);
     const model::ModelRun<float>& source = patching.source_run();
     const Index n = Index(ids.size());
+    const Index last = model.n_layers() - 1;
     for (const auto& [layer, position, hook] : {std::tuple<Index, Index, const char*>{1, 7, "hook_resid_pre"}, {0, 12, "hook_mlp_out"},
-                                                {2, 0, "attn.hook_z"}, {1, n - 1, "hook_attn_out"}}) {
+                                                {last, 0, "attn.hook_z"}, {1, n - 1, "hook_attn_out"}}) {
       CAPTURE(layer, position, hook);
       const std::string name = "blocks." + std::to_string(layer) + "." + hook;
       const Matrix<float>& from = source.hooks.at(name);
