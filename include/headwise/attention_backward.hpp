@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "headwise/causal_mask.hpp"
@@ -215,8 +216,9 @@ MultiHeadGradients<Scalar> layer_backward_from_z(const MultiHeadAttention<Scalar
                                                                      detail::layer_attention_call(layer, all), where);
   grads.dz = std::move(dz), grads.dq = g.dq, grads.dk = g.dk, grads.dv = g.dv;
   detail::transform_backward(layer, x, g, grads, threads);
-  // The projection, part by part (no (n, 3 d) matrix of gradients): dX = Σ dP W_Pᵀ, dW_P = Xᵀ dP.
-  const Matrix<Scalar> xt = x.transpose();
+  // The projection, part by part (no (n, 3 d) matrix of gradients): dX = Σ dP W_Pᵀ, dW_P = Xᵀ dP
+  // (X read transposed in place; W_P read where it is kept, when it is kept in Scalar).
+  constexpr WeightType own = std::is_same_v<Scalar, double> ? WeightType::f64 : WeightType::f32;
   const QkvPart parts[3] = {QkvPart::query, QkvPart::key, QkvPart::value};
   const Matrix<Scalar>* part[3] = {&g.dq, &g.dk, &g.dv};
   Matrix<Scalar>* dw[3] = {&grads.dw_q, &grads.dw_k, &grads.dw_v};
@@ -224,10 +226,14 @@ MultiHeadGradients<Scalar> layer_backward_from_z(const MultiHeadAttention<Scalar
   Matrix<Scalar> term;
   for (int p = 0; p < 3; ++p) {
     const StoredMatrix w_p = layer.stored_w_qkv().middle_rows(l.first_column(parts[p]), l.part_width(parts[p]));  // [out, in]
-    detail::product<Scalar>(*part[p], w_p.template to_matrix<Scalar>(), term, threads);
+    if (w_p.type() == own)
+      detail::product<Scalar>(*part[p], Eigen::Map<const Matrix<Scalar>>(static_cast<const Scalar*>(w_p.data()), w_p.rows(), w_p.cols()), term,
+                              threads);
+    else
+      detail::product<Scalar>(*part[p], w_p.template to_matrix<Scalar>(), term, threads);
     if (p == 0) grads.dx = std::move(term);
     else grads.dx += term;
-    detail::product<Scalar>(xt, *part[p], *dw[p], threads);
+    detail::product<Scalar>(x, *part[p], *dw[p], threads, /*transpose_a=*/true);
     *db[p] = part[p]->colwise().sum();
   }
   return grads;

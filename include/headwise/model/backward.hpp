@@ -99,15 +99,21 @@ Matrix<Scalar> times_stored(const Matrix<Scalar>& x, const StoredMatrix& w, int 
   return times<Scalar>(x, w.template to_matrix<Scalar>(), threads);
 }
 
+/// The activation at u and its slope, entry by entry, in one pass (Eigen's packet exp and tanh):
+/// SiLU u σ(u), σ(u) (1 + u (1 - σ(u))); gelu_tanh 0.5 u (1 + t), 0.5 (1 + t) + 0.5 u (1 - t²) c (1 + 3 k u²),
+/// t = tanh(c (u + k u³)).
 template <class Scalar>
-Scalar activation_slope(Activation a, Scalar u) {
+void activation_and_slope(Activation a, const Matrix<Scalar>& u, Matrix<Scalar>& value, Matrix<Scalar>& slope) {
+  const auto x = u.array();
   if (a == Activation::silu) {
-    const Scalar s = Scalar(1) / (Scalar(1) + std::exp(-u));
-    return s * (Scalar(1) + u * (Scalar(1) - s));
+    const Eigen::Array<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> s = ((-x).exp() + Scalar(1)).inverse();
+    value = (x * s).matrix(), slope = (s * (Scalar(1) + x * (Scalar(1) - s))).matrix();
+    return;
   }
   const Scalar c = static_cast<Scalar>(std::sqrt(2.0 / std::acos(-1.0))), k = Scalar(0.044715);
-  const Scalar t = std::tanh(c * (u + k * u * u * u));
-  return Scalar(0.5) * (Scalar(1) + t) + Scalar(0.5) * u * (Scalar(1) - t * t) * c * (Scalar(1) + Scalar(3) * k * u * u);
+  const Eigen::Array<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> t = (c * (x + k * x.cube())).tanh();
+  value = (Scalar(0.5) * x * (Scalar(1) + t)).matrix();
+  slope = (Scalar(0.5) * (Scalar(1) + t) + Scalar(0.5) * x * (Scalar(1) - t.square()) * c * (Scalar(1) + Scalar(3) * k * x.square())).matrix();
 }
 
 /// A norm's backward over rows: dx from dy at x, the weight's (and bias's) gradient added.
@@ -154,17 +160,16 @@ MlpGradients<Scalar> mlp_backward(const FeedForward<Scalar>& f, const ParameterN
     if (out) *out = std::move(y);
     kept = &recomputed;
   }
-  const Activation act = f.activation;
   const bool gated = f.w_gate.rows() != 0;
-  const auto act_of = [act](Scalar u) { return activate(act, u); };
-  const auto slope_of = [act](Scalar u) { return activation_slope(act, u); };
   MlpGradients<Scalar> g;
   g.post = times_stored<Scalar>(dy, f.w_down, threads);  // (n, inner)
+  Matrix<Scalar> value, slope;
+  activation_and_slope(f.activation, kept->pre, value, slope);
   if (gated) {
-    g.pre_linear = g.post.array() * kept->pre.unaryExpr(act_of).array();
-    g.pre = g.post.array() * kept->pre_linear.array() * kept->pre.unaryExpr(slope_of).array();
+    g.pre_linear = g.post.array() * value.array();
+    g.pre = g.post.array() * kept->pre_linear.array() * slope.array();
   } else {
-    g.pre = g.post.array() * kept->pre.unaryExpr(slope_of).array();
+    g.pre = g.post.array() * slope.array();
   }
   const Matrix<Scalar>& d_up = gated ? g.pre_linear : g.pre;
   g.dm = times_stored<Scalar>(d_up, f.w_up, threads);
@@ -281,15 +286,18 @@ class ModelBackward {
   /// From ∂/∂attn.output of layer l to ∂/∂attn_in: W_O's sum, then the layer's fused backward.
   Matrix<Scalar> attention_backward(Index l, const Matrix<Scalar>& d_out) {
     const MultiHeadAttention<Scalar>& layer = model_.blocks[static_cast<std::size_t>(l)].attention;
-    ForwardRecord<Scalar> record;
-    record.q = hook(l, "attn.hook_q"), record.k = hook(l, "attn.hook_k"), record.v = hook(l, "attn.hook_v");
-    record.attention.z = hook(l, "attn.hook_z"), record.attention.logsumexp = run_.logsumexp.at(l);
+    ForwardRecord<Scalar> record;  // (moved from the run and back: ModelGradients::run returns them)
+    record.q = std::move(run_.hooks.at(at(l, "attn.hook_q"))), record.k = std::move(run_.hooks.at(at(l, "attn.hook_k")));
+    record.v = std::move(run_.hooks.at(at(l, "attn.hook_v"))), record.attention.logsumexp = std::move(run_.logsumexp.at(l));
+    record.attention.z = hook(l, "attn.hook_z");
     Matrix<Scalar> dz = times_stored<Scalar>(d_out, layer.stored_w_o(), threads_);
     keep(at(l, "attn.hook_z"), dz);
     if (options_.activations.count(at(l, "attn.hook_pattern"))) keep(at(l, "attn.hook_pattern"), pattern_gradient(layer, dz, record.v));
     AttentionOptions o;
     o.threads = options_.threads;
     MultiHeadGradients<Scalar> g = layer_backward_from_z(layer, hook(l, "attn_in"), std::move(dz), record, o);
+    run_.hooks[at(l, "attn.hook_q")] = std::move(record.q), run_.hooks[at(l, "attn.hook_k")] = std::move(record.k);
+    run_.hooks[at(l, "attn.hook_v")] = std::move(record.v), run_.logsumexp[l] = std::move(record.attention.logsumexp);
     keep(at(l, "attn.hook_q"), g.dq), keep(at(l, "attn.hook_k"), g.dk), keep(at(l, "attn.hook_v"), g.dv);
     if (params()) {
       const QkvLayout lay = layer.layout();

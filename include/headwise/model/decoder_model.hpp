@@ -97,20 +97,19 @@ struct FeedForward {
   };
 
   Matrix<Scalar> forward(const Matrix<Scalar>& m, int threads = 0, Record* record = nullptr) const {
-    Matrix<Scalar> h = times<Scalar>(m, w_up, threads);
-    if (b_up.size()) h.rowwise() += b_up;
+    Matrix<Scalar> up = times<Scalar>(m, w_up, threads);
+    if (b_up.size()) up.rowwise() += b_up;
     const Activation a = activation;
-    if (w_gate.rows()) {
-      const Matrix<Scalar> g = times<Scalar>(m, w_gate, threads);
-      if (record) record->pre = g, record->pre_linear = h;
-      h.array() *= g.unaryExpr([a](Scalar u) { return activate(a, u); }).array();
-    } else {
-      if (record) record->pre = h;
-      h = h.unaryExpr([a](Scalar u) { return activate(a, u); });
-    }
+    const auto act = [a](Scalar u) { return activate(a, u); };
+    Matrix<Scalar> pre = w_gate.rows() ? times<Scalar>(m, w_gate, threads) : Matrix<Scalar>();
+    Matrix<Scalar> h = w_gate.rows() ? Matrix<Scalar>(pre.unaryExpr(act).array() * up.array()) : Matrix<Scalar>(up.unaryExpr(act));
     Matrix<Scalar> out = times<Scalar>(h, w_down, threads);
-    if (record) record->post = std::move(h);
     if (b_down.size()) out.rowwise() += b_down;
+    if (record) {  // (moved, not copied)
+      if (w_gate.rows()) record->pre = std::move(pre), record->pre_linear = std::move(up);
+      else record->pre = std::move(up);
+      record->post = std::move(h);
+    }
     return out;
   }
 };
