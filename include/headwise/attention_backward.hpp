@@ -54,15 +54,14 @@ struct MultiHeadGradients {
 namespace detail {
 /// Throws unless the layer's backward differentiates everything `layer` computes with `options`:
 /// projections, the QK-norm and the query scale (layer_backward only), RoPE from position 0,
-/// attention with its score rule, W_O (not a value norm, output gate or sinks, nor a sequence
-/// started at another position).
+/// attention with its score rule and sinks (not the sinks' own gradient), W_O (not a value norm or
+/// an output gate, nor a sequence started at another position).
 template <class Scalar>
 void check_differentiable(const MultiHeadAttention<Scalar>& layer, const AttentionOptions& options, const char* where,
                           bool qk_norm = false) {
   const LayerConfig& c = layer.config();
   const char* what = c.qk_norm && !qk_norm ? "a QK-norm (layer_backward differentiates it)" : c.value_norm ? "a value norm"
                      : c.query_scale && !qk_norm ? "a query scale (layer_backward differentiates it)" : layer.gated() ? "an output gate"
-                     : c.sinks.size() || options.sinks.size() ? "attention sinks"
                      : c.shares_keys_values_of ? "no keys and values of its own (KV sharing)"
                      : c.kv_storage != KvStorage::as_computed ? "keys and values stored in a narrower type (kv_storage)" : nullptr;
   if (what) invalid(where, "the layer has ", what, ", which the backward does not differentiate");
@@ -163,6 +162,15 @@ Matrix<Scalar> forward_for_backward(const MultiHeadAttention<Scalar>& layer, con
 }
 
 namespace detail {
+/// Throws unless `record` holds the queries, keys, values, Z and logsumexp of n tokens.
+template <class Scalar>
+void check_record(const ForwardRecord<Scalar>& record, Index n, const char* where) {
+  if (record.q.rows() != n || record.k.rows() != n || record.v.rows() != n || record.attention.z.rows() != n ||
+      record.attention.logsumexp.cols() != n)
+    invalid(where, "the record holds queries, keys and values, Z and the logsumexp of ", record.q.rows(), ", ", record.k.rows(), ", ",
+            record.attention.z.rows(), " and ", record.attention.logsumexp.cols(), " tokens; x has ", n, " (forward_for_backward keeps them)");
+}
+
 /// The backward of what the projection's transform did (layer_projections.hpp), in the reverse
 /// order: the query scale, the QK-norm after RoPE, RoPE, the QK-norm before it; from the gradients
 /// of the attention's queries and keys to those of X W + b, in place on g.dq and g.dk; the
@@ -201,12 +209,7 @@ MultiHeadGradients<Scalar> layer_backward_from_z(const MultiHeadAttention<Scalar
                                                  const ForwardRecord<Scalar>& record, const AttentionOptions& options = {}) {
   constexpr const char* where = "layer_backward";
   detail::check_differentiable(layer, options, where, true);
-  const Index n = x.rows();
-  if (record.q.rows() != n || record.k.rows() != n || record.v.rows() != n || record.attention.z.rows() != n ||
-      record.attention.logsumexp.cols() != n)
-    detail::invalid(where, "the record holds queries, keys and values, Z and the logsumexp of ", record.q.rows(), ", ",
-                    record.k.rows(), ", ", record.attention.z.rows(), " and ", record.attention.logsumexp.cols(),
-                    " tokens; x has ", n, " (forward_for_backward keeps them)");
+  detail::check_record(record, x.rows(), where);
   const int threads = detail::thread_count(options.threads, where);
   MultiHeadGradients<Scalar> grads;
   // Attention, then the transform's backward (RoPE, the QK-norm) on dQ and dK.
@@ -255,8 +258,7 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
   ForwardRecord<Scalar> recomputed;
   if (!record) forward_for_backward(layer, x, recomputed, options), record = &recomputed;
   const int threads = detail::thread_count(options.threads, where);
-  if (record->attention.z.rows() != x.rows())
-    detail::invalid(where, "the record holds Z of ", record->attention.z.rows(), " tokens; x has ", x.rows(), " (forward_for_backward keeps it)");
+  detail::check_record(*record, x.rows(), where);
   // The W_O sum: dZ = dY W_Oᵀ, dW_O = Zᵀ dY, db_O = Σ_rows dY. (The deterministic product reads
   // row-major operands: a transposed one is copied, and the copy of Z freed at once.)
   Matrix<Scalar> dz, dw_o;

@@ -337,8 +337,8 @@ class HEADWISE_ISA_TAG DecoderModel {
   Matrix<Scalar> logits(const std::vector<Index>& ids) const { return run(ids).logits; }
 
   /// A run resumed at layer `layer` (patching reruns only what a patch changes): x is the stream
-  /// entering it (hook_resid_pre's rows) for the tokens after those each cache of layers layer ..
-  /// holds (make_caches; the same count in each, the position of x's row 0), the tokens before
+  /// entering it (hook_resid_pre's rows) for the tokens after those that the caches of that layer
+  /// and the later ones hold (make_caches; the same count in each, the position of x's row 0), the tokens before
   /// them given by their keys and values alone. Each layer from `layer` on appends the new tokens'
   /// keys and values to its cache; hooks and hook functions see the new rows (HookPoint::first);
   /// logits for them. Resumed from layer 0 on empty caches with x = embed(ids) it is run(ids)
