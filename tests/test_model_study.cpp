@@ -404,6 +404,32 @@ TEST_CASE("Training is deterministic across thread counts, lowers the loss, and 
   CHECK_THROWS_WITH(m.resume(1, Matrix<float>::Zero(2, 16), caches, pattern), Catch::Contains("holds every token's keys, values or weights"));
   CHECK_THROWS_WITH(interpret::ActivationPatching<float>(m, {1, 2, 3}, {1, 2}, model::Metric<float>::logit_difference(0, 1)),
                     Catch::Contains("patching needs two runs of the same length"));
+  model::RunOptions<float> below;
+  below.hook_functions["blocks.0.hook_mlp_out"] = [](Matrix<float>&, const model::HookPoint&) {};
+  CHECK_THROWS_WITH(m.resume(1, Matrix<float>::Zero(1, 16), caches, below), Catch::Contains("is below layer 1, where the run resumes"));
+
+  // A refused set_parameters changes nothing; an output bias round-trips by its checkpoint name
+  // (o_proj.bias), and one the names do not have is refused rather than dropped.
+  const Matrix<float> before = m.run({1, 2, 3}).logits;
+  weights = model::parameters_of(m);
+  weights.at("model.layers.1.mlp.down_proj.weight").resize(1, 1);
+  CHECK_THROWS(model::set_parameters(m, weights));
+  CHECK_THAT(m.run({1, 2, 3}).logits.cast<double>(), headwise_test::IsExactly(before));
+  m.names.output_bias = true;
+  weights = model::parameters_of(m);
+  REQUIRE(weights.count("model.layers.0.self_attn.o_proj.bias"));
+  weights.at("model.layers.0.self_attn.o_proj.bias").setConstant(0.25f);
+  model::set_parameters(m, weights);
+  CHECK(model::parameters_of(m).at("model.layers.0.self_attn.o_proj.bias")(0, 5) == 0.25f);
+  CHECK(model::gradients(m, {1, 2, 3, 4}, model::Metric<float>::next_token_loss({1, 2, 3, 4})).parameters.count("model.layers.0.self_attn.o_proj.bias"));
+  m.names.output_bias = false;
+  CHECK_THROWS_WITH(model::parameters_of(m), Catch::Contains("layer 0 has an output bias the checkpoint names do not have"));
+  // AdamW skips a parameter without a gradient (PyTorch's .grad None): no decay, no step.
+  model::Parameters<float> p = {{"a", Matrix<float>::Ones(1, 2)}, {"b", Matrix<float>::Ones(1, 2)}};
+  model::AdamW<float> decaying({0.1, 0.9, 0.98, 1e-8, 0.5});
+  decaying.step(p, {{"a", Matrix<float>::Ones(1, 2)}});
+  CHECK(p.at("b")(0, 0) == 1.0f);
+  CHECK(p.at("a")(0, 0) == Approx(1.0 * (1 - 0.1 * 0.5) - 0.1).epsilon(1e-6));  // (the first step: lr m̂ / sqrt(v̂) = lr)
 }
 
 TEST_CASE("Whole-model gradients of the families without analysis fixtures agree with central differences of their forward",

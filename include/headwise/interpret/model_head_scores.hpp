@@ -49,14 +49,14 @@ class PatternEntries {
     if (r.arithmetic == KvArithmetic::stored)
       invalid(where, "the layer multiplied its keys under the stored arithmetic: its pattern is not q . k (use kv_arithmetic = widened)");
   }
-  /// Σ p_ij over `keys` (each j once).
-  double mass(Index h, Index i, const std::vector<Index>& keys, Index offset, std::vector<Scalar>& row) const {
+  /// Σ p_ij over the keys [first, last) + offset (each j once).
+  double mass(Index h, Index i, const Index* first, const Index* last, Index offset, std::vector<Scalar>& row) const {
     const KeyRange seen = rule_.keys(i);
     const Index d = r_.d_head, g = h / (r_.n_heads / r_.n_kv_heads);
     row.resize(static_cast<std::size_t>(r_.k.rows()));
     double total = 0;
-    for (const Index key : keys) {
-      const Index j = key + offset;
+    for (const Index* key = first; key != last; ++key) {
+      const Index j = *key + offset;
       if (j < seen.begin || j >= seen.end) continue;
       row[std::size_t(j)] = r_.q.row(i).segment(h * d, d).dot(r_.k.row(j).segment(g * d, d)) * inv_divisor_;
       rule_.apply(h, i, 0, row.data(), j, j + 1);
@@ -100,12 +100,13 @@ template <class Scalar>
 void score_layer(const ForwardRecord<Scalar>& r, const std::vector<Index>& ids, Index l, int threads, ModelHeadScores& s, bool text) {
   const Index n = r.q.rows(), H = r.n_heads;
   const headwise::detail::PatternEntries<Scalar> entries(r, "score_model_heads");
-  // Earlier occurrences of each row's token, and the positions after them.
-  std::vector<std::vector<Index>> earlier(static_cast<std::size_t>(n));
-  std::map<Index, std::vector<Index>> seen;
+  // Each token's positions, and each row's rank among its token's: row i's earlier occurrences are
+  // the first rank(i) positions of its token's list (O(n) memory however often a token repeats).
+  std::map<Index, std::vector<Index>> positions;
+  std::vector<Index> rank(static_cast<std::size_t>(n));
   for (Index i = 0; i < n; ++i) {
-    std::vector<Index>& at = seen[ids[std::size_t(i)]];
-    earlier[std::size_t(i)] = at;
+    std::vector<Index>& at = positions[ids[std::size_t(i)]];
+    rank[std::size_t(i)] = Index(at.size());
     at.push_back(i);
   }
   headwise::detail::parallel_for<headwise::detail::Schedule::next_free>(threads, H, [&](Index h) {
@@ -113,17 +114,14 @@ void score_layer(const ForwardRecord<Scalar>& r, const std::vector<Index>& ids, 
     double duplicate = 0, prefix = 0, previous = 0, first = 0, sink = 0;
     Index duplicate_rows = 0, prefix_rows = 0;
     for (Index i = 0; i < n; ++i) {
-      const std::vector<Index>& before = earlier[std::size_t(i)];
+      const Index* begin = positions.at(ids[std::size_t(i)]).data();
+      const Index* end = begin + rank[std::size_t(i)];  // the earlier occurrences, ascending
       if (i > 0) previous += double(r.attention.statistics.previous_token_mass(h, i)), first += double(r.attention.statistics.first_token_mass(h, i));
       sink += double(r.attention.statistics.sink_mass(h, i));
-      if (before.empty()) continue;
-      if (text) duplicate += entries.mass(h, i, before, 0, row), ++duplicate_rows;
-      if (before.front() + 1 < i) {  // (a position after an earlier occurrence, before i)
-        std::vector<Index> after;
-        for (const Index j : before)
-          if (j + 1 < i) after.push_back(j);
-        prefix += entries.mass(h, i, after, 1, row), ++prefix_rows;
-      }
+      if (begin == end) continue;
+      if (text) duplicate += entries.mass(h, i, begin, end, 0, row), ++duplicate_rows;
+      const Index* before_last = end[-1] + 1 < i ? end : end - 1;  // (j + 1 < i: a position after it, before i)
+      if (begin != before_last) prefix += entries.mass(h, i, begin, before_last, 1, row), ++prefix_rows;
     }
     Matrix<double>& induction = text ? s.prefix_matching : s.induction;
     induction(l, h) = prefix_rows ? prefix / double(prefix_rows) : 0.0;

@@ -166,6 +166,7 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   m.unembedding = tied ? m.embedding : t.stored<Scalar>("lm_head.weight", vocab, d);  // (tied: the same bytes)
   m.names.fused_qkv = config.fused_qkv, m.names.fused_gate_up = shape.fused_gate_up;
   m.names.attention_biases = checkpoint.contains("model.layers.0.self_attn.q_proj.bias") || checkpoint.contains("model.layers.0.self_attn.qkv_proj.bias");
+  m.names.output_bias = checkpoint.contains("model.layers.0.self_attn.o_proj.bias");
   return m;
 }
 

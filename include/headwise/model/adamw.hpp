@@ -3,13 +3,16 @@
 //   m <- β1 m + (1 - β1) g,  v <- β2 v + (1 - β2) g²,
 //   p <- p - lr / (1 - β1^t) · m / (sqrt(v) / sqrt(1 - β2^t) + eps),
 // over parameters by checkpoint name (model/parameters.hpp), state kept in Scalar as PyTorch keeps
-// it in the parameter's type. A parameter without a gradient gets g = 0 (and still decays).
+// it in the parameter's type, a step count per parameter. A parameter without a gradient (one the
+// loss did not reach: batch_loss_gradients leaves it out) is skipped, as PyTorch skips a .grad of
+// None: no decay, no step.
 //
 //   model::AdamW<float> adamw({/*lr=*/1e-3});
 //   adamw.step(weights, gradients);   // weights: parameters_of(model); then set_parameters(model, weights)
 #pragma once
 
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "headwise/detail/errors.hpp"
@@ -35,8 +38,8 @@ class AdamW {
                       ", weight_decay ", o_.weight_decay, ": needs lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0, all finite");
   }
 
-  /// One step on every parameter of `params` with `grads` (the same names; a name in grads that
-  /// params lacks, or of another shape, is refused by name).
+  /// One step on every parameter of `params` that `grads` has a gradient for (a name in grads
+  /// that params lacks, or of another shape, is refused by name).
   void step(Parameters<Scalar>& params, const Parameters<Scalar>& grads) {
     for (const auto& [name, g] : grads) {
       const auto p = params.find(name);
@@ -48,19 +51,18 @@ class AdamW {
     }
     ++t_;
     const Scalar decay = static_cast<Scalar>(1.0 - o_.learning_rate * o_.weight_decay);
-    const Scalar step_size = static_cast<Scalar>(o_.learning_rate / (1.0 - std::pow(o_.beta1, double(t_))));
-    const Scalar correction2 = static_cast<Scalar>(std::sqrt(1.0 - std::pow(o_.beta2, double(t_))));
     const Scalar b1 = static_cast<Scalar>(o_.beta1), b2 = static_cast<Scalar>(o_.beta2), eps = static_cast<Scalar>(o_.eps);
-    for (auto& [name, p] : params) {
-      Matrix<Scalar>& m = first_[name];
-      Matrix<Scalar>& v = second_[name];
-      if (m.size() == 0) m = Matrix<Scalar>::Zero(p.rows(), p.cols()), v = Matrix<Scalar>::Zero(p.rows(), p.cols());
-      const auto g = grads.find(name);
-      const Matrix<Scalar> gradient = g == grads.end() ? Matrix<Scalar>::Zero(p.rows(), p.cols()) : g->second;
+    for (const auto& [name, gradient] : grads) {
+      Matrix<Scalar>& p = params.at(name);
+      State& s = state_[name];
+      if (s.steps == 0) s.m = Matrix<Scalar>::Zero(p.rows(), p.cols()), s.v = Matrix<Scalar>::Zero(p.rows(), p.cols());
+      const double t = double(++s.steps);  // (each parameter's own count, as PyTorch's state["step"])
+      const Scalar step_size = static_cast<Scalar>(o_.learning_rate / (1.0 - std::pow(o_.beta1, t)));
+      const Scalar correction2 = static_cast<Scalar>(std::sqrt(1.0 - std::pow(o_.beta2, t)));
       p *= decay;
-      m = b1 * m + (Scalar(1) - b1) * gradient;
-      v = b2 * v + (Scalar(1) - b2) * gradient.cwiseProduct(gradient);
-      p.array() -= step_size * m.array() / (v.array().sqrt() / correction2 + eps);
+      s.m = b1 * s.m + (Scalar(1) - b1) * gradient;
+      s.v = b2 * s.v + (Scalar(1) - b2) * gradient.cwiseProduct(gradient);
+      p.array() -= step_size * s.m.array() / (s.v.array().sqrt() / correction2 + eps);
     }
   }
   /// A new learning rate for the steps to come (a schedule's), as PyTorch's param_groups' lr.
@@ -68,13 +70,18 @@ class AdamW {
     if (!(lr >= 0.0 && std::isfinite(lr))) detail::invalid("AdamW::set_learning_rate", "learning rate ", lr, ": finite and >= 0");
     o_.learning_rate = lr;
   }
+  /// Steps taken (calls of step).
   Index steps() const { return t_; }
   const AdamWOptions& options() const { return o_; }
 
  private:
+  struct State {
+    Matrix<Scalar> m, v;
+    Index steps = 0;
+  };
   AdamWOptions o_;
   Index t_ = 0;
-  Parameters<Scalar> first_, second_;
+  std::map<std::string, State> state_;
 };
 
 }  // namespace headwise::model

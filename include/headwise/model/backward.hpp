@@ -49,6 +49,9 @@ struct ModelGradients {
   /// and on sparse blocks mlp.router_logits (n, experts) and mlp.topk_weights (n, top_k).
   std::map<std::string, Matrix<Scalar>> activations;
   Parameters<Scalar> parameters;  ///< ∂metric/∂parameter by checkpoint name (GradientOptions::parameters)
+  /// The prefixes of the parameters the metric did not reach (experts no token chose): their
+  /// gradients are 0 here, where autograd leaves them None (and PyTorch's optimisers skip them).
+  std::set<std::string> unreached;
 };
 
 struct GradientOptions {
@@ -129,7 +132,7 @@ Matrix<Scalar> norm_backward(const Norm<Scalar>& norm, const Matrix<Scalar>& x, 
     headwise::detail::norm_backward(x.row(t).data(), dy.row(t).data(), x.cols(), centred, norm.eps, w, dx.row(t).data(), dw.data());
   if (grads) {
     (*grads)[name + ".weight"] = dw.transpose().template cast<Scalar>();
-    if (centred) (*grads)[name + ".bias"] = dy.colwise().sum();
+    if (centred && norm.bias.size()) (*grads)[name + ".bias"] = dy.colwise().sum();
   }
   return dx;
 }
@@ -193,6 +196,7 @@ class ModelBackward {
 
   ModelGradients<Scalar> operator()(const std::vector<Index>& ids, const Metric<Scalar>& metric) {
     check_names();
+    if (options_.parameters) check_named(model_, "gradients");
     run_ = model_.run(ids, forward_options());
     Matrix<Scalar> dx = head_backward(metric, ids);
     for (Index l = model_.n_layers() - 1; l >= 0; --l) dx = block_backward(l, std::move(dx));
@@ -307,8 +311,7 @@ class ModelBackward {
       db_qkv << g.db_q, g.db_k, g.db_v;
       const Matrix<Scalar> dw_o = times_tn<Scalar>(record.attention.z, d_out, threads_);
       const RowVector<Scalar> db_o = d_out.colwise().sum();
-      add_attention(names_, l, lay, {dw_qkv, db_qkv, dw_o, db_o, as_row<Scalar>(g.dq_norm), as_row<Scalar>(g.dk_norm)},
-                    model_.names.attention_biases, *params());
+      add_attention(names_, l, lay, {dw_qkv, db_qkv, dw_o, db_o, as_row<Scalar>(g.dq_norm), as_row<Scalar>(g.dk_norm)}, *params());
     }
     return std::move(g.dx);
   }
@@ -333,6 +336,7 @@ class ModelBackward {
       for (Index t = 0; t < n; ++t)
         for (Index j = 0; j < k; ++j)
           if (routing.experts(t, j) == e) chosen.emplace_back(t, j);
+      if (chosen.empty() && params()) out_.unreached.insert(names_.mlp(l, e));  // (its gradient 0, as autograd's None)
       Matrix<Scalar> m_e(Index(chosen.size()), m.cols()), dy_e(Index(chosen.size()), m.cols()), out_e;
       for (std::size_t i = 0; i < chosen.size(); ++i)
         m_e.row(Index(i)) = m.row(chosen[i].first), dy_e.row(Index(i)) = dy.row(chosen[i].first) * routing.weights(chosen[i].first, chosen[i].second);
@@ -397,8 +401,9 @@ class ModelBackward {
 }  // namespace internal
 
 /// ∂metric/∂(activations, parameters) of `model` on ids (positions 0 ..), by one forward and one
-/// backward. Refuses a layer its backward cannot differentiate by name (value norms, output gates,
-/// sinks: check_differentiable).
+/// backward. Refuses a layer its backward cannot differentiate by name (value norms, output gates:
+/// check_differentiable); through sinks it differentiates, and refuses parameter gradients of a
+/// model with sinks (theirs is not computed).
 template <class Scalar>
 ModelGradients<Scalar> gradients(const DecoderModel<Scalar>& model, const std::vector<Index>& ids, const Metric<Scalar>& metric,
                                  const GradientOptions& options = {}) {

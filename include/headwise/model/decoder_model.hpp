@@ -190,6 +190,7 @@ struct CheckpointNames {
   std::string prefix;  ///< GPT-2: "transformer." or ""
   bool fused_qkv = false, fused_gate_up = false;  ///< Phi-3
   bool attention_biases = false;                  ///< q/k/v biases in the checkpoint (Qwen2; GPT-2 always)
+  bool output_bias = false;                       ///< o_proj's bias in the checkpoint (attention_bias: true; GPT-2 always)
 };
 
 /// x through `norm`, or x itself where the block has no norm there.
@@ -582,6 +583,15 @@ ModelRun<Scalar> DecoderModel<Scalar>::resume(Index layer, Matrix<Scalar> x, std
     if (caches[static_cast<std::size_t>(l)].size() != first)
       detail::invalid(where, "the caches of layers ", layer, " .. hold different numbers of tokens (layer ", l, ": ",
                       caches[static_cast<std::size_t>(l)].size(), ", layer ", layer, ": ", first, ")");
+  // A hook below `layer` would never fire here: refused, as is one on a row before the first (HookPoint::first).
+  const auto below = [&](const std::string& name) {
+    if (name.rfind("blocks.", 0) != 0) return false;
+    return std::stoll(name.substr(7, name.find('.', 7) - 7)) < layer;
+  };
+  for (const std::string& h : options.hooks)
+    if (below(h)) detail::invalid(where, "the hook ", h, " is below layer ", layer, ", where the run resumes: it would record nothing");
+  for (const auto& [name, function] : options.hook_functions)
+    if (below(name)) detail::invalid(where, "the hook function on ", name, " is below layer ", layer, ", where the run resumes: it would never run");
   for (const std::string& h : options.hooks)
     for (const char* whole : {"attn.hook_k", "attn.hook_v", "attn.hook_pattern"})
       if (h.size() > std::strlen(whole) && h.compare(h.size() - std::strlen(whole), std::string::npos, whole) == 0)

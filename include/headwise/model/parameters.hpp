@@ -76,8 +76,8 @@ struct AttentionEntries {
 };
 
 template <class Scalar>
-void add_attention(const ParameterNames& names, Index l, const QkvLayout& layout, const AttentionEntries<Scalar>& e, bool biases,
-                   Parameters<Scalar>& out) {
+void add_attention(const ParameterNames& names, Index l, const QkvLayout& layout, const AttentionEntries<Scalar>& e, Parameters<Scalar>& out) {
+  const bool biases = names.names().attention_biases;
   const std::string p = names.layer(l) + (names.gpt2() ? "attn." : "self_attn.");
   if (names.gpt2()) {
     out[p + "c_attn.weight"] = e.w_qkv, out[p + "c_proj.weight"] = e.w_o;
@@ -97,7 +97,26 @@ void add_attention(const ParameterNames& names, Index l, const QkvLayout& layout
     }
   }
   out[p + "o_proj.weight"] = e.w_o.transpose();
-  if (e.q_norm.size()) out[p + "q_norm.weight"] = e.q_norm, out[p + "k_norm.weight"] = e.k_norm;
+  if (names.names().output_bias) out[p + "o_proj.bias"] = e.b_o;
+  if (e.q_norm.size()) out[p + "q_norm.weight"] = e.q_norm;
+  if (e.k_norm.size()) out[p + "k_norm.weight"] = e.k_norm;
+}
+
+/// Throws unless every parameter of `model` has a checkpoint name: biases where the names have
+/// them (CheckpointNames), no output gate or sinks (their parameters are not named here, and the
+/// backward does not compute the sinks' gradient).
+template <class Scalar>
+void check_named(const DecoderModel<Scalar>& model, const char* where) {
+  const CheckpointNames& c = model.names;
+  for (Index l = 0; l < model.n_layers(); ++l) {
+    const MultiHeadAttention<Scalar>& a = model.blocks[static_cast<std::size_t>(l)].attention;
+    const bool gpt2 = c.style == CheckpointNames::Style::gpt2;
+    const char* what = a.gated() ? "an output gate" : a.config().sinks.size() ? "attention sinks"
+                       : !gpt2 && !c.attention_biases && !a.b_qkv().isZero(0) ? "q/k/v biases the checkpoint names do not have (CheckpointNames::attention_biases)"
+                       : !gpt2 && !c.output_bias && !a.b_o().isZero(0) ? "an output bias the checkpoint names do not have (CheckpointNames::output_bias)"
+                                                                   : nullptr;
+    if (what) headwise::detail::invalid(where, "layer ", l, " has ", what, ": its parameters are not all named");
+  }
 }
 
 /// A dense MLP's entries: W_gate, W_up, W_down [out, in] as stored, GPT-2's biases.
@@ -141,6 +160,7 @@ const Matrix<Scalar>& entry(const Parameters<Scalar>& values, const std::string&
 /// Every parameter of `model` by checkpoint name, widened to Scalar, in the checkpoint's layout.
 template <class Scalar>
 Parameters<Scalar> parameters_of(const DecoderModel<Scalar>& model) {
+  internal::check_named(model, "parameters_of");
   const ParameterNames names(model.names);
   Parameters<Scalar> out;
   out[names.embedding()] = model.embedding.template to_matrix<Scalar>();
@@ -154,7 +174,7 @@ Parameters<Scalar> parameters_of(const DecoderModel<Scalar>& model) {
     const Matrix<Scalar> w_qkv = a.w_qkv(), w_o = a.w_o();
     internal::add_attention(names, l, a.layout(), {w_qkv, a.b_qkv(), w_o, a.b_o(), qk ? internal::as_row<Scalar>(qk->query.weight) : Matrix<Scalar>(),
                                                   qk ? internal::as_row<Scalar>(qk->key.weight) : Matrix<Scalar>()},
-                          model.names.attention_biases, out);
+                          out);
     const auto dense = [&](const FeedForward<Scalar>& f, const std::string& p) {
       internal::add_mlp(names, p, f.w_gate.template to_matrix<Scalar>(), f.w_up.template to_matrix<Scalar>(),
                       f.w_down.template to_matrix<Scalar>(), f.b_up, f.b_down, out);
@@ -183,11 +203,15 @@ void read_norm(const Parameters<Scalar>& v, const std::string& name, Norm<Scalar
   n.weight = entry(v, name + ".weight", 1, n.weight.size());
   if (n.kind == Norm<Scalar>::Kind::layer_norm) n.bias = entry(v, name + ".bias", 1, n.bias.size());
 }
+template <class Scalar>
+void read_norm_weight(const Parameters<Scalar>& v, const std::string& name, RmsNorm& n) {
+  if (n.weight.size()) n.weight = entry(v, name, 1, n.weight.size()).transpose().template cast<double>();
+}
 
 /// Layer l's attention rebuilt from `v` with its config (the QK-norm's weights from `v` too).
 template <class Scalar>
-MultiHeadAttention<Scalar> read_attention(const ParameterNames& names, Index l, const MultiHeadAttention<Scalar>& old, bool biases,
-                                          const Parameters<Scalar>& v) {
+MultiHeadAttention<Scalar> read_attention(const ParameterNames& names, Index l, const MultiHeadAttention<Scalar>& old, const Parameters<Scalar>& v) {
+  const bool biases = names.names().attention_biases;
   const QkvLayout lay = old.layout();
   const Index d = old.d_model();
   const std::string p = names.layer(l) + (names.gpt2() ? "attn." : "self_attn.");
@@ -212,6 +236,7 @@ MultiHeadAttention<Scalar> read_attention(const ParameterNames& names, Index l, 
     }
     w.w_o = entry(v, p + "o_proj.weight", d, lay.query_width()).transpose();
   }
+  if (!names.gpt2() && names.names().output_bias) w.b_o = entry(v, p + "o_proj.bias", 1, d);
   w.w_q = w_qkv.middleCols(lay.first_column(QkvPart::query), lay.query_width());
   w.w_k = w_qkv.middleCols(lay.first_column(QkvPart::key), lay.key_value_width());
   w.w_v = w_qkv.middleCols(lay.first_column(QkvPart::value), lay.key_value_width());
@@ -219,10 +244,7 @@ MultiHeadAttention<Scalar> read_attention(const ParameterNames& names, Index l, 
   w.b_k = b_qkv.segment(lay.first_column(QkvPart::key), lay.key_value_width());
   w.b_v = b_qkv.segment(lay.first_column(QkvPart::value), lay.key_value_width());
   LayerConfig config = old.config();
-  if (config.qk_norm) {
-    config.qk_norm->query.weight = entry(v, p + "q_norm.weight", 1, config.qk_norm->query.weight.size()).transpose().template cast<double>();
-    config.qk_norm->key.weight = entry(v, p + "k_norm.weight", 1, config.qk_norm->key.weight.size()).transpose().template cast<double>();
-  }
+  if (config.qk_norm) read_norm_weight(v, p + "q_norm.weight", config.qk_norm->query), read_norm_weight(v, p + "k_norm.weight", config.qk_norm->key);
   return MultiHeadAttention<Scalar>(old.n_heads(), std::move(w), std::move(config));
 }
 
@@ -247,11 +269,14 @@ void read_mlp(const ParameterNames& names, const std::string& p, const Parameter
 }  // namespace internal
 
 /// Every parameter of `model` replaced by the one of the same checkpoint name in `values` (each
-/// name parameters_of gives, with its shape and finite entries; refused by name otherwise), kept
-/// in Scalar (F32 or F64): training's step. The structure, settings and names stay.
+/// name parameters_of gives, with its shape and finite entries; refused by name otherwise, the
+/// model then unchanged), kept in Scalar (F32 or F64): training's step. The structure, settings
+/// and names stay.
 template <class Scalar>
-void set_parameters(DecoderModel<Scalar>& model, const Parameters<Scalar>& values) {
+void set_parameters(DecoderModel<Scalar>& target, const Parameters<Scalar>& values) {
   using namespace internal;
+  check_named(target, "set_parameters");
+  DecoderModel<Scalar> model = target;  // (swapped in whole: a refused entry changes nothing)
   const ParameterNames names(model.names);
   const bool tied = model.tied();
   model.embedding = stored<Scalar>(entry(values, names.embedding(), model.vocab_size(), model.d_model()));
@@ -260,7 +285,7 @@ void set_parameters(DecoderModel<Scalar>& model, const Parameters<Scalar>& value
     Block<Scalar>& b = model.blocks[static_cast<std::size_t>(l)];
     for (auto* n : {&b.attention_norm, &b.mlp_norm, &b.post_attention_norm, &b.post_mlp_norm})
       if (*n) read_norm(values, names.norm(l, b, *n), **n);
-    b.attention = read_attention(names, l, b.attention, model.names.attention_biases, values);
+    b.attention = read_attention(names, l, b.attention, values);
     if (b.experts) {
       b.experts->router = stored<Scalar>(entry(values, names.router(l), b.experts->router.rows(), b.experts->router.cols()));
       for (std::size_t e = 0; e < b.experts->experts.size(); ++e) read_mlp(names, names.mlp(l, Index(e)), values, b.experts->experts[e]);
@@ -270,6 +295,7 @@ void set_parameters(DecoderModel<Scalar>& model, const Parameters<Scalar>& value
   }
   read_norm(values, names.final_norm(), model.final_norm);
   model.unembedding = tied ? model.embedding : stored<Scalar>(entry(values, names.unembedding(), model.vocab_size(), model.d_model()));
+  target = std::move(model);
 }
 
 }  // namespace headwise::model

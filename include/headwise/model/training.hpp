@@ -9,6 +9,9 @@
 //   for (...) double loss = model::train_step(model, weights, adamw, batch);
 #pragma once
 
+#include <iterator>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,7 +23,8 @@
 namespace headwise::model {
 
 /// The batch's loss: Σ over sequences and rows t < n - 1 of -log p(ids[t + 1]) over the number of
-/// terms; and its gradient by parameter name.
+/// terms; and its gradient by parameter name, without the parameters no sequence reached (experts
+/// no token chose: autograd leaves their gradient None, and PyTorch's optimisers skip them).
 template <class Scalar>
 std::pair<double, Parameters<Scalar>> batch_loss_gradients(const DecoderModel<Scalar>& model, const std::vector<std::vector<Index>>& batch,
                                                            int threads = 0) {
@@ -34,16 +38,27 @@ std::pair<double, Parameters<Scalar>> batch_loss_gradients(const DecoderModel<Sc
   options.threads = threads;
   double loss = 0;
   Parameters<Scalar> total;
-  for (const std::vector<Index>& ids : batch) {
-    Metric<Scalar> metric = Metric<Scalar>::next_token_loss(ids);
+  std::set<std::string> unreached;  // by every sequence
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    Metric<Scalar> metric = Metric<Scalar>::next_token_loss(batch[i]);
     metric.weight = 1.0 / terms;
-    ModelGradients<Scalar> g = gradients(model, ids, metric, options);
+    ModelGradients<Scalar> g = gradients(model, batch[i], metric, options);
     loss += g.metric;
     for (auto& [name, value] : g.parameters) {
       auto it = total.find(name);
       if (it == total.end()) total.emplace(name, std::move(value));
       else it->second += value;
     }
+    std::set<std::string> both;
+    for (const std::string& prefix : g.unreached)
+      if (i == 0 || unreached.count(prefix)) both.insert(prefix);
+    unreached = std::move(both);
+  }
+  // What no sequence reached has no gradient (autograd's None): the optimiser skips it.
+  for (auto it = total.begin(); it != total.end();) {
+    bool skipped = false;
+    for (const std::string& prefix : unreached) skipped = skipped || it->first.rfind(prefix, 0) == 0;
+    it = skipped ? total.erase(it) : std::next(it);
   }
   return {loss, std::move(total)};
 }
