@@ -513,9 +513,44 @@ TEST_CASE("Signed head effects over a whole model: ablation effects from PyTorch
                     Catch::Contains("the effect \"wrong\" is 2x2, the scores are 3x4 (layers x heads)"));
   direction.token = 50257;
   CHECK_THROWS_WITH(interpret::direct_logit_attribution(model, ids, direction), Catch::Contains("token 50257 is not in [0, 50257)"));
+  // Gemma 3 norms each block's attention output: that norm's scale is frozen at PyTorch's
+  // attn.output as the final norm's is at its last residual, so the heads' shares of the normed
+  // output sum to PyTorch's hook_attn_out.
   const auto gemma = io::load_decoder_model<double>(headwise_test::data_path("gemma3-model-tiny"));
-  CHECK_THROWS_WITH(interpret::direct_logit_attribution(gemma, {1, 2, 3}, interpret::LogitDirection{}),
-                    Catch::Contains("block 0 norms its attention output"));
+  const io::SafetensorsFile gref = headwise_test::load_fixture("gemma3-model-tiny/model-reference.safetensors");
+  const io::SafetensorsFile gw = headwise_test::load_fixture("gemma3-model-tiny/model.safetensors");
+  const std::vector<Index> gids = ids_of(gref, "input_ids");
+  const Index glast = Index(gids.size()) - 1;
+  interpret::LogitDirection gdirection;
+  gdirection.token = gids[3], gdirection.baseline = gids[1];
+  const Matrix<double> gdla = interpret::direct_logit_attribution(gemma, gids, gdirection);
+  const auto frozen_rms = [](const Eigen::RowVectorXd& x, const Eigen::RowVectorXd& w) {  // (1 + w) / sigma(x)
+    return Eigen::RowVectorXd((w.array() + 1.0) / std::sqrt(x.array().square().mean() + 1e-6));
+  };
+  const Matrix<double> embed = gw.matrix<double>("model.embed_tokens.weight");
+  const Eigen::RowVectorXd to_logit = (embed.row(gdirection.token) - embed.row(gdirection.baseline)).array() *
+                                      frozen_rms(gref.matrix<double>("blocks.5.hook_resid_post.f64").row(glast), gw.row_vector<double>("model.norm.weight")).array();
+  for (Index l = 0; l < 6; ++l) {
+    const std::string layer = "model.layers." + std::to_string(l) + ".", block = "blocks." + std::to_string(l) + ".";
+    const Eigen::RowVectorXd post = frozen_rms(gref.matrix<double>(block + "attn.output.f64").row(glast),
+                                               gw.row_vector<double>(layer + "post_attention_layernorm.weight"));
+    const Matrix<double> z = rows_of(gref, block + "attn.hook_z.f64"), w_o = gw.matrix<double>(layer + "self_attn.o_proj.weight");  // [out, in]
+    Eigen::RowVectorXd shares = Eigen::RowVectorXd::Zero(48);
+    for (Index h = 0; h < 4; ++h) {
+      CAPTURE(l, h);
+      const Eigen::RowVectorXd c = (z.row(glast).segment(h * 16, 16) * w_o.middleCols(h * 16, 16).transpose()).array() * post.array();
+      shares += c;
+      CHECK(gdla(l, h) == Approx(c.dot(to_logit)).epsilon(1e-10).margin(1e-12));
+    }
+    CHECK_THAT(Matrix<double>(shares), IsNear(Matrix<double>(gref.matrix<double>(block + "hook_attn_out.f64").row(glast)), 1e-12));
+  }
+  // Gemma 2's soft-capped logits are attributed before the cap: the same shares as without it.
+  auto gemma2 = io::load_decoder_model<double>(headwise_test::data_path("gemma2-tiny"));
+  REQUIRE(gemma2.logit_softcap > 0);
+  const Matrix<double> capped = interpret::direct_logit_attribution(gemma2, {3, 1, 4, 1, 5}, {2, 7, -1});
+  gemma2.logit_softcap = 0;
+  CHECK(capped == interpret::direct_logit_attribution(gemma2, {3, 1, 4, 1, 5}, {2, 7, -1}));
+  CHECK(capped.cwiseAbs().minCoeff() > 0);
   // Mean ablation (on Llama: its small vocabulary keeps the runs cheap): each head's Z replaced by
   // its mean over the text's positions, as HeadInterventions::ablate_with_mean does it by hand.
   const auto llama = io::load_decoder_model<double>(headwise_test::data_path("llama-model-tiny"));

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -227,11 +228,32 @@ struct LogitDirection {
   Index position = -1;
 };
 
+/// A norm made linear by freezing its scale at the row `x` it saw: c -> (c - mean(c) for
+/// LayerNorm) ∘ w / sigma(x). Its bias belongs to no head and is left out.
+struct FrozenNorm {
+  bool centred = false;
+  Eigen::RowVectorXd scale;  ///< w / sigma(x)
+
+  template <class Scalar>
+  FrozenNorm(const model::Norm<Scalar>& f, const Eigen::RowVectorXd& x) : centred(f.kind == model::Norm<Scalar>::Kind::layer_norm) {
+    const double mean = centred ? x.mean() : 0.0;
+    const double sigma = std::sqrt((x.array() - mean).square().mean() + f.eps);
+    scale = f.weight.template cast<double>();
+    if (f.kind == model::Norm<Scalar>::Kind::rms_offset) scale.array() += 1.0;
+    scale /= sigma;
+  }
+  Eigen::RowVectorXd operator()(const Eigen::RowVectorXd& c) const {
+    return ((c.array() - (centred ? c.mean() : 0.0)) * scale.array()).matrix();
+  }
+};
+
 /// Direct logit attribution: what each head's output at the position, Z_h W_O[h], adds to the
 /// direction's logit difference straight through the final norm, its scale frozen at the clean
 /// run's (as TransformerLens's apply_ln_to_stack does): the heads' shares of the logit, without the
-/// paths through later layers. Refused where a block norms its attention output (Gemma, OLMo 2:
-/// the heads' outputs are not a sum there) or the logits are soft-capped.
+/// paths through later layers. Where a block norms its attention output (Gemma 2 and 3, OLMo 2)
+/// that norm's scale is frozen the same way at the clean run's attention output, so the shares
+/// still sum to the block's normed output; soft-capped logits (Gemma 2) are attributed before the
+/// cap (the cap is monotone, and a tanh of a sum has no shares).
 template <class Scalar>
 Matrix<double> direct_logit_attribution(const model::DecoderModel<Scalar>& m, const std::vector<Index>& ids, const LogitDirection& d) {
   constexpr const char* where = "direct_logit_attribution";
@@ -240,36 +262,30 @@ Matrix<double> direct_logit_attribution(const model::DecoderModel<Scalar>& m, co
   if (d.token < 0 || d.token >= m.vocab_size()) detail::invalid(where, "token ", d.token, " is not in [0, ", m.vocab_size(), ")");
   if (d.baseline < -1 || d.baseline >= m.vocab_size())
     detail::invalid(where, "baseline ", d.baseline, " is not in [0, ", m.vocab_size(), ") (or -1: none)");
-  if (m.logit_softcap > 0) detail::invalid(where, "the logits are soft-capped: not a sum of the heads' parts");
   if (L == 0) return Matrix<double>(0, 0);
+  const auto name = [](Index l, const char* hook) { return "blocks." + std::to_string(l) + "." + hook; };
   model::RunOptions<Scalar> o;
   for (Index l = 0; l < L; ++l) {
-    if (m.blocks[static_cast<std::size_t>(l)].post_attention_norm)
-      detail::invalid(where, "block ", l, " norms its attention output: the heads' outputs are not a sum there");
-    o.hooks.insert("blocks." + std::to_string(l) + ".attn.hook_z");
+    o.hooks.insert(name(l, "attn.hook_z"));
+    if (m.blocks[static_cast<std::size_t>(l)].post_attention_norm) o.hooks.insert(name(l, "attn.output"));
   }
-  const std::string last = "blocks." + std::to_string(L - 1) + ".hook_resid_post";
-  o.hooks.insert(last);
+  o.hooks.insert(name(L - 1, "hook_resid_post"));
   const model::ModelRun<Scalar> run = m.run(ids, o);
-  // The final norm, linear with its scale frozen: c -> (c - mean(c) for LayerNorm) / sigma ∘ w.
-  const model::Norm<Scalar>& f = m.final_norm;
-  const bool centred = f.kind == model::Norm<Scalar>::Kind::layer_norm;
-  const Eigen::RowVectorXd x = run.hooks.at(last).row(position).template cast<double>();
-  const double mean = centred ? x.mean() : 0.0;
-  const double sigma = std::sqrt((x.array() - mean).square().mean() + f.eps);
-  Eigen::RowVectorXd w = f.weight.template cast<double>();
-  if (f.kind == model::Norm<Scalar>::Kind::rms_offset) w.array() += 1.0;
-  Eigen::VectorXd u = m.unembedding.template row<double>(d.token).transpose();  // (W_U's column: the LM head's row)
-  if (d.baseline >= 0) u -= m.unembedding.template row<double>(d.baseline).transpose();
-  const Eigen::VectorXd direction = (w.transpose().array() * u.array()).matrix() / sigma;  // the logit of c: (c - mean(c)) · direction
+  const auto row = [&](const std::string& hook) -> Eigen::RowVectorXd { return run.hooks.at(hook).row(position).template cast<double>(); };
+  const FrozenNorm final_norm(m.final_norm, row(name(L - 1, "hook_resid_post")));
+  Eigen::RowVectorXd u = m.unembedding.template row<double>(d.token);  // (W_U's column: the LM head's row)
+  if (d.baseline >= 0) u -= m.unembedding.template row<double>(d.baseline);
   const Index H = m.blocks.front().attention.n_heads();
   Matrix<double> out(L, H);
   for (Index l = 0; l < L; ++l) {
-    const MultiHeadAttention<Scalar>& a = m.blocks[static_cast<std::size_t>(l)].attention;
-    const Eigen::RowVectorXd z = run.hooks.at("blocks." + std::to_string(l) + ".attn.hook_z").row(position).template cast<double>();
+    const model::Block<Scalar>& b = m.blocks[static_cast<std::size_t>(l)];
+    const std::optional<FrozenNorm> post =
+        b.post_attention_norm ? std::optional<FrozenNorm>(FrozenNorm(*b.post_attention_norm, row(name(l, "attn.output")))) : std::nullopt;
+    const Eigen::RowVectorXd z = row(name(l, "attn.hook_z"));
     for (Index h = 0; h < H; ++h) {
-      const Eigen::RowVectorXd c = z.segment(h * a.d_head(), a.d_head()) * a.w_o_block(h).template cast<double>();
-      out(l, h) = (c.array() - (centred ? c.mean() : 0.0)).matrix().dot(direction.transpose());
+      Eigen::RowVectorXd c = z.segment(h * b.attention.d_head(), b.attention.d_head()) * b.attention.w_o_block(h).template cast<double>();
+      if (post) c = (*post)(c);
+      out(l, h) = final_norm(c).dot(u);
     }
   }
   return out;
