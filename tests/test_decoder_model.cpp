@@ -16,6 +16,7 @@
 
 #include "headwise/interpret/model_head_scores.hpp"
 #include "headwise/io/decoder_model.hpp"
+#include "headwise/model/backward.hpp"
 #include "headwise/text/tokenizer.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
@@ -119,6 +120,38 @@ TEMPLATE_TEST_CASE("Whole models stored in BF16: weights kept in BF16 (float32 r
                headwise_test::IsExactly(Matrix<double>(forward.row(Index(t)).template cast<double>())));
 }
 
+TEMPLATE_TEST_CASE("gpt-oss whole: its experts dense, in MXFP4 as released, and with every other tensor in BF16; logits, every "
+                   "hook and the routing", "[model][fixture][gpt_oss][stored_matrix]", float, double) {
+  for (const char* folder : {"gpt-oss-model-tiny", "gpt-oss-model-tiny-mxfp4", "gpt-oss-model-tiny-mxfp4-bf16"}) check_model<TestType>(folder);
+  // A float32 model keeps the MXFP4 experts as stored, in place; a float64 one widens them once.
+  const auto mxfp4 = io::load_decoder_model<TestType>(headwise_test::data_path("gpt-oss-model-tiny-mxfp4"));
+  const WeightType expected = std::is_same_v<TestType, float> ? WeightType::mxfp4 : WeightType::f64;
+  for (const auto& b : mxfp4.blocks)
+    for (const auto& e : b.experts->experts) CHECK((e.w_up.type() == expected && e.w_down.type() == expected));
+  // The fixture's worked example: layer 0, expert 0, gate_up output 0's inputs 0, 1, 32 and 33.
+  const Matrix<double> w = mxfp4.blocks[0].experts->experts[0].w_up.template to_matrix<double>();
+  CHECK((w(0, 0) == -0.1875 && w(0, 1) == 0.375 && w(0, 32) == -0.1875 && w(0, 33) == -0.125));
+  // The MXFP4 experts decode exactly to the float32 folder's, and the product widens them in L1
+  // for the float product: the same logits, bit for bit.
+  const auto dense = io::load_decoder_model<TestType>(headwise_test::data_path("gpt-oss-model-tiny"));
+  const std::vector<Index> ids = ids_of(headwise_test::load_fixture("gpt-oss-model-tiny/model-reference.safetensors"), "input_ids");
+  const Matrix<TestType> forward = mxfp4.logits(ids);
+  CHECK_THAT(Matrix<double>(forward.template cast<double>()), headwise_test::IsExactly(Matrix<double>(dense.logits(ids).template cast<double>())));
+  // Decoding token by token gives the forward's bits, on one thread and on two.
+  for (const int threads : {1, 2}) {
+    auto caches = mxfp4.make_caches(Index(ids.size()));
+    for (std::size_t t = 0; t < ids.size(); ++t)
+      CHECK_THAT(Matrix<double>(mxfp4.decode({ids[t]}, caches, threads).template cast<double>()),
+                 headwise_test::IsExactly(Matrix<double>(forward.row(Index(t)).template cast<double>())));
+    model::RunOptions<TestType> o;
+    o.threads = threads;
+    CHECK_THAT(Matrix<double>(mxfp4.run(ids, o).logits.template cast<double>()), headwise_test::IsExactly(Matrix<double>(forward.template cast<double>())));
+  }
+  // No backward through its experts yet: refused by name.
+  CHECK_THROWS_WITH(model::gradients(mxfp4, ids, model::Metric<TestType>::next_token_loss(ids)),
+                    Catch::Contains("gpt-oss's sparse blocks (the biased router, the clamped SwiGLU) have no backward"));
+}
+
 TEMPLATE_TEST_CASE("GPT-2 from text, and the reference interventions: a head ablated, a head's Z patched", "[model][fixture]", float,
                    double) {
   const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("gpt2-model-tiny"));
@@ -212,8 +245,8 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   CHECK_THROWS_WITH(model.run({1, 2}, keep_negative), Catch::Contains("logits_to_keep must be >= 0 (0: every token), got -1"));
   CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gemma4-tiny")),
                     Catch::Contains("model_type \"gemma4_text\" has attention headwise loads, but the model code lacks per-layer inputs"));
-  CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gpt-oss-tiny")),
-                    Catch::Contains("the model code lacks gpt-oss's experts"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("llama4-tiny")),
+                    Catch::Contains("the model code lacks Llama 4's experts"));
   // A Llama checkpoint without one MLP tensor.
   const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/model-missing-mlp";
   std::filesystem::create_directories(folder);

@@ -4,7 +4,8 @@
 // safetensors file). `times_transposed(x, w)` is x Wᵀ, each weight widened to float in registers
 // as it is read (detail/row_dot_product.hpp), an FP8 one times its block's scale: a float layer
 // streams the stored bytes, half of float32's for BF16, a quarter (and a scale per row and block
-// of columns) for FP8. A float64 product (the teaching and reference paths) reads F64 weights
+// of columns) for FP8; or MXFP4 (gpt-oss's experts: FP4 entries two to a byte, a power-of-two scale
+// per 32, detail/mxfp4_products.hpp), about an eighth. A float64 product (the teaching and reference paths) reads F64 weights
 // only: convert them once with `StoredMatrix::from`.
 //
 //   auto w = headwise::StoredMatrix::from(w_out_in, headwise::WeightType::bf16);   // rounded once
@@ -12,6 +13,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/mxfp4_products.hpp"
 #include "headwise/detail/row_dot_product.hpp"
 #include "headwise/detail/stored_numbers.hpp"
 #include "headwise/types.hpp"
@@ -33,7 +36,7 @@ using AlignedBytes = std::vector<unsigned char, Eigen::aligned_allocator<unsigne
 }  // namespace detail
 
 /// The type a StoredMatrix keeps its entries in.
-enum class WeightType { f32, f64, bf16, f16, f8_e4m3, f8_e5m2 };
+enum class WeightType { f32, f64, bf16, f16, f8_e4m3, f8_e5m2, mxfp4 };
 
 inline const char* weight_type_name(WeightType t) {
   switch (t) {
@@ -43,14 +46,16 @@ inline const char* weight_type_name(WeightType t) {
     case WeightType::f16: return "F16";
     case WeightType::f8_e4m3: return "F8_E4M3";
     case WeightType::f8_e5m2: return "F8_E5M2";
+    case WeightType::mxfp4: return "MXFP4";
   }
   return "unknown";
 }
 
 inline bool is_fp8(WeightType t) { return t == WeightType::f8_e4m3 || t == WeightType::f8_e5m2; }
 
+/// Bytes per entry (MXFP4: 1, the alignment its bytes need; an entry takes half of one).
 inline std::size_t weight_type_size(WeightType t) {
-  return t == WeightType::f64 ? 8 : t == WeightType::f32 ? 4 : is_fp8(t) ? 1 : 2;
+  return t == WeightType::f64 ? 8 : t == WeightType::f32 ? 4 : is_fp8(t) || t == WeightType::mxfp4 ? 1 : 2;
 }
 
 /// The shape of a stored matrix: out rows of in entries.
@@ -103,6 +108,7 @@ class StoredMatrix {
   template <class Derived>
   static StoredMatrix from(const Eigen::MatrixBase<Derived>& m, WeightType type) {
     if (is_fp8(type)) detail::invalid("StoredMatrix::from", weight_type_name(type), " entries need their block scales (BlockScales)");
+    if (type == WeightType::mxfp4) detail::invalid("StoredMatrix::from", "MXFP4 is read as a checkpoint stores it (StoredMatrix::view_mxfp4)");
     StoredMatrix s;
     s.type_ = type, s.shape_ = {m.rows(), m.cols()};
     auto bytes = std::make_shared<detail::AlignedBytes>(std::size_t(m.size()) * weight_type_size(type));
@@ -156,6 +162,7 @@ class StoredMatrix {
   static StoredMatrix view(std::shared_ptr<const void> owner, const void* data, WeightType type, StoredShape shape) {
     check_view(data, type, shape);
     if (is_fp8(type)) detail::invalid("StoredMatrix::view", weight_type_name(type), " entries need their block scales (BlockScales)");
+    if (type == WeightType::mxfp4) detail::invalid("StoredMatrix::view", "MXFP4 entries need their scales (StoredMatrix::view_mxfp4)");
     StoredMatrix s;
     s.owner_ = std::move(owner), s.data_ = data, s.type_ = type, s.shape_ = shape;
     return s;
@@ -181,12 +188,35 @@ class StoredMatrix {
     return s;
   }
 
+  /// MXFP4 entries read in place as gpt-oss's checkpoints store them (`*_blocks`, `*_scales`): row
+  /// r's shape.cols / 2 bytes at codes + r cols / 2 (entry 2j in byte j's low nibble, 2j + 1 in its
+  /// high one), its shape.cols / 32 scale bytes at scales + r cols / 32. cols must be a multiple of
+  /// 32; every scale byte is checked once: one past 252 (a block beyond float's range, 255 the
+  /// spec's NaN) is refused by its position.
+  static StoredMatrix view_mxfp4(std::shared_ptr<const void> owner, const void* codes, const void* scales, StoredShape shape) {
+    check_view(codes, WeightType::mxfp4, shape);
+    if (shape.cols % detail::mxfp4_block != 0)
+      detail::invalid("StoredMatrix::view_mxfp4", shape.cols, " columns: MXFP4 rows are whole blocks of ", detail::mxfp4_block);
+    if (scales == nullptr && shape.rows > 0 && shape.cols > 0) detail::invalid("StoredMatrix::view_mxfp4", "no scales");
+    const auto* s = static_cast<const std::uint8_t*>(scales);
+    const Index per_row = shape.cols / detail::mxfp4_block;
+    for (Index i = 0; i < shape.rows * per_row; ++i)
+      if (s[i] > detail::mxfp4_largest_scale)
+        detail::invalid("StoredMatrix::view_mxfp4", "the scale of row ", i / per_row, ", block ", i % per_row, " is 2^(", int(s[i]), " - 127)",
+                        s[i] == 255 ? " (255: NaN in the MX spec)" : "", ": beyond float's range");
+    StoredMatrix m;
+    m.owner_ = std::move(owner), m.data_ = codes, m.type_ = WeightType::mxfp4, m.shape_ = shape, m.exponents_ = s;
+    return m;
+  }
+
   Index rows() const { return shape_.rows; }
   Index cols() const { return shape_.cols; }
   WeightType type() const { return type_; }
   const void* data() const { return data_; }
-  /// The bytes a product reads: the entries, and an FP8 matrix's float scale per row and block of columns.
+  /// The bytes a product reads: the entries, and an FP8 matrix's float scale per row and block of
+  /// columns (MXFP4: half a byte per entry, a byte per 32).
   std::size_t bytes() const {
+    if (type_ == WeightType::mxfp4) return std::size_t(shape_.rows) * std::size_t(shape_.cols / 2 + shape_.cols / detail::mxfp4_block);
     return std::size_t(shape_.rows) * (std::size_t(shape_.cols) * weight_type_size(type_) + std::size_t(scale_blocks()) * sizeof(float));
   }
 
@@ -195,6 +225,12 @@ class StoredMatrix {
     if (first < 0 || count < 0 || first + count > shape_.rows)
       detail::invalid("StoredMatrix::middle_rows", "rows ", first, " .. ", first + count, " of a matrix of ", shape_.rows, " rows");
     StoredMatrix s = *this;
+    if (type_ == WeightType::mxfp4) {
+      s.data_ = static_cast<const unsigned char*>(data_) + std::size_t(first) * std::size_t(shape_.cols / 2);
+      s.exponents_ = exponents_ + first * (shape_.cols / detail::mxfp4_block);
+      s.shape_.rows = count;
+      return s;
+    }
     s.data_ = static_cast<const unsigned char*>(data_) + std::size_t(first) * std::size_t(shape_.cols) * weight_type_size(type_);
     s.shape_.rows = count;
     if (scales_) s.scale_rows_ = scale_rows_ + first * scale_blocks();
@@ -229,11 +265,16 @@ class StoredMatrix {
   /// An FP8 matrix's scales as a product reads them (detail::RowScales: one float per row and
   /// block of columns, times fp8_reading_factor); empty for the other types.
   detail::RowScales row_scales() const { return {scale_rows_, scale_blocks(), scales_ ? block_cols_ : 0}; }
+  /// An MXFP4 matrix's codes and scales as its product reads them.
+  detail::Mxfp4Rows mxfp4_rows() const {
+    return {static_cast<const std::uint8_t*>(data_), exponents_, shape_.rows, shape_.cols, shape_.cols / 2, shape_.cols / detail::mxfp4_block};
+  }
 
-  /// Calls f(T{}) with T the C++ type of `type`'s entries.
+  /// Calls f(T{}) with T the C++ type of `type`'s entries (MXFP4 has none: two entries to a byte).
   template <class F>
   static void with_entry_type(WeightType type, F&& f) {
     switch (type) {
+      case WeightType::mxfp4: detail::invalid("StoredMatrix", "MXFP4 entries are two to a byte: no C++ type holds one");
       case WeightType::f32: return f(float{});
       case WeightType::f64: return f(double{});
       case WeightType::bf16: return f(Eigen::bfloat16{});
@@ -289,6 +330,15 @@ class StoredMatrix {
   /// Entries [first, first + count) widened into out (an FP8 one times its scale, as a product does).
   template <class Scalar>
   void widen(Index first, Index count, Scalar* out) const {
+    if (type_ == WeightType::mxfp4) {  // (row by row: first and count are whole rows or within one, even)
+      float pair[2];
+      for (Index i = first; i < first + count;) {
+        const Index r = i / shape_.cols, c = i % shape_.cols, k = c / 2 * 2;
+        detail::widen_mxfp4(mxfp4_rows(), r, k, 2, pair);
+        for (Index e = c - k; e < 2 && i < first + count; ++e, ++i) out[i - first] = static_cast<Scalar>(pair[e]);
+      }
+      return;
+    }
     with_entry_type(type_, [&](auto tag) {
       using T = decltype(tag);
       const unsigned char* in = static_cast<const unsigned char*>(data_) + std::size_t(first) * sizeof(T);
@@ -311,12 +361,13 @@ class StoredMatrix {
   StoredShape shape_;
   std::shared_ptr<const std::vector<float>> scales_;  ///< FP8: a row's scales, scale_blocks() per row
   const float* scale_rows_ = nullptr;                 ///< (this matrix's first row's, in scales_)
+  const std::uint8_t* exponents_ = nullptr;           ///< MXFP4: this matrix's first row's scale bytes
   Index block_cols_ = 0;
 };
 
 /// x Wᵀ: (x.rows(), w.rows()) for x (n, w.cols()), on `threads` threads (0: the default count).
 /// Deterministic: a row of the result is the same bits whatever the other rows and the thread
-/// count. Scalar float reads F32, BF16, F16 and FP8 weights; double reads F64 weights.
+/// count. Scalar float reads F32, BF16, F16, FP8 and MXFP4 weights; double reads F64 weights.
 template <class Scalar>
 Matrix<Scalar> times_transposed(const Eigen::Ref<const Matrix<Scalar>>& x, const StoredMatrix& w, int threads = 0) {
   static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>, "float or double");
@@ -343,6 +394,7 @@ Matrix<Scalar> times_transposed(const Eigen::Ref<const Matrix<Scalar>>& x, const
       case WeightType::f16: run(Eigen::half{}); break;
       case WeightType::f8_e4m3: run(detail::Fp8E4M3{}); break;
       case WeightType::f8_e5m2: run(detail::Fp8E5M2{}); break;
+      case WeightType::mxfp4: detail::mxfp4_row_dot(a, w.mxfp4_rows(), c, parts); break;
       case WeightType::f64:
         detail::invalid("times_transposed", "a float32 product reads F32, BF16, F16 or FP8 weights, not F64 (convert them once: StoredMatrix::from(w.to_matrix<float>(), WeightType::f32))");
     }

@@ -1,12 +1,13 @@
 // Loading whole decoder models (model/decoder_model.hpp) from Hugging Face checkpoint folders:
 // GPT-2 (GPT2LMHeadModel), and from the attention loader's table (io/llama_config.hpp, Family::model) the
-// families whose blocks headwise has: llama, qwen2, qwen3, qwen3_moe, mistral, ministral,
-// ministral3, smollm3, phi3 (SwiGLU; Qwen3-MoE's sparse blocks; Phi-3's fused gate_up_proj),
+// families whose blocks headwise has: llama, qwen2, qwen3, qwen3_moe, gpt_oss, mistral, ministral,
+// ministral3, smollm3, phi3 (SwiGLU; Qwen3-MoE's and gpt-oss's sparse blocks; Phi-3's fused gate_up_proj),
 // gemma2 and gemma3_text (GeGLU, four norms, the embedding scale, Gemma 2's final soft-cap) and
 // olmo2 (norms after attention and MLP only). The attention layers come from io/gpt2.hpp and
 // io/llama.hpp; here the embeddings, norms, MLPs and the LM head. A family, an activation or a
-// setting the model code does not cover is refused by name (gemma4_text, gpt_oss, llama4_text and
-// qwen3_next say what they lack).
+// setting the model code does not cover is refused by name (gemma4_text, llama4_text and
+// qwen3_next say what they lack). gpt_oss: its experts (the biased router, the clamped SwiGLU),
+// dense or in MXFP4 as released, kept as stored.
 #pragma once
 
 #include <algorithm>
@@ -90,11 +91,52 @@ model::FeedForward<Scalar> gated_mlp(const TensorReader& t, const std::string& p
   return f;
 }
 
-/// Layer L's MLP: Qwen3-MoE's sparse block where L is sparse, else the dense gated MLP.
+/// gpt-oss's sparse block under p (model.layers.L.mlp.): the biased router, num_local_experts
+/// experts of interleaved gate_up [2 inner, d] and down [d, inner] with biases and the clamped
+/// SwiGLU (swiglu_limit; swiglu_alpha, 1.702 where the config leaves it out, as in the released
+/// ones); the experts dense (`experts.gate_up_proj` [E, d, 2 inner], input-major: transposed once)
+/// or in MXFP4 as released (`*_blocks`, `*_scales`, with quantization_config mxfp4) kept as stored.
 template <class Scalar>
-void read_mlp(const ConfigReader& r, const TensorReader& t, const WholeModel& shape, Index l, std::uint64_t d, model::Activation a,
-              model::Block<Scalar>& b) {
+model::MixtureOfExperts<Scalar> gpt_oss_experts(const ConfigReader& r, const LlamaConfig& c, const TensorReader& t, const std::string& p,
+                                                std::uint64_t d) {
+  const Index experts = r.integer("num_local_experts");
+  const auto E = static_cast<std::uint64_t>(experts), inner = static_cast<std::uint64_t>(r.integer("intermediate_size"));
+  model::MixtureOfExperts<Scalar> moe;
+  moe.router = t.stored<Scalar>(p + "router.weight", E, d), moe.router_bias = t.vector<Scalar>(p + "router.bias", E);
+  moe.top_k = r.integer("num_experts_per_tok");
+  if (r.has("experts_per_token") && r.integer("experts_per_token") != moe.top_k) r.fail("experts_per_token differs from num_experts_per_tok");
+  if (moe.top_k < 1 || moe.top_k > experts) r.fail("num_experts_per_tok must be in [1, num_local_experts]");
+  moe.normalise_top_k = true;  // (a softmax over the top_k logits)
+  const double alpha = r.number(r.json(), "swiglu_alpha", 1.702), limit = r.number(r.json(), "swiglu_limit", 7.0);
+  if (!(std::isfinite(alpha) && std::isfinite(limit) && limit > 0)) r.fail("swiglu_alpha and swiglu_limit must be finite, swiglu_limit > 0");
+  const bool blocks = t.has(p + "experts.gate_up_proj_blocks");
+  if (blocks != c.mxfp4_experts)
+    t.fail(blocks ? "\"" + t.prefix() + p + "experts.gate_up_proj_blocks\" is MXFP4, but the config has no quantization_config mxfp4"
+                  : "the config's quantization_config says mxfp4, but \"" + t.prefix() + p + "experts.gate_up_proj_blocks\" is missing");
+  const Matrix<Scalar> gate_up_bias = t.matrix<Scalar>(p + "experts.gate_up_proj_bias", E, 2 * inner);
+  const Matrix<Scalar> down_bias = t.matrix<Scalar>(p + "experts.down_proj_bias", E, d);
+  for (Index e = 0; e < experts; ++e) {
+    model::FeedForward<Scalar> f;
+    f.activation = model::Activation::clamped_swiglu, f.swiglu_alpha = alpha, f.swiglu_limit = limit;
+    f.w_up = blocks ? t.stored_mxfp4<Scalar>(p + "experts.gate_up_proj", e, E, 2 * inner, d)
+                    : t.stored_slice_transposed<Scalar>(p + "experts.gate_up_proj", e, E, d, 2 * inner);
+    f.w_down = blocks ? t.stored_mxfp4<Scalar>(p + "experts.down_proj", e, E, d, inner)
+                      : t.stored_slice_transposed<Scalar>(p + "experts.down_proj", e, E, inner, d);
+    f.b_up = gate_up_bias.row(e), f.b_down = down_bias.row(e);
+    moe.experts.push_back(std::move(f));
+  }
+  return moe;
+}
+
+/// Layer L's MLP: gpt-oss's or Qwen3-MoE's sparse block where L is sparse, else the dense gated MLP.
+template <class Scalar>
+void read_mlp(const ConfigReader& r, const LlamaConfig& c, const TensorReader& t, const WholeModel& shape, Index l, std::uint64_t d,
+              model::Activation a, model::Block<Scalar>& b) {
   const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+  if (c.model_type == "gpt_oss") {
+    b.experts = gpt_oss_experts<Scalar>(r, c, t, p, d);
+    return;
+  }
   const Index experts = r.has("num_experts") ? r.integer("num_experts") : 0;
   const std::vector<Index> dense = r.integers("mlp_only_layers");
   const bool sparse = experts > 0 && (l + 1) % r.integer("decoder_sparse_step", 1) == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
@@ -119,7 +161,7 @@ inline void check_model_config(const ConfigReader& r, const std::string& type, c
            ": load its attention layers (io/llama.hpp)");
   const char* act_key = shape.gemma ? "hidden_activation" : "hidden_act";
   const std::string act = r.string(act_key);
-  if (act != (shape.gemma ? "gelu_pytorch_tanh" : "silu"))
+  if (act != (shape.gemma ? "gelu_pytorch_tanh" : "silu"))  // (gpt-oss's says silu: its clamped SwiGLU)
     r.fail(std::string(act_key) + " \"" + act + "\" is not one the model code has for " + type);
   if (r.boolean("mlp_bias", false)) r.fail("\"mlp_bias\" = true: the model code reads MLPs without biases");
 }
@@ -158,7 +200,7 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
       b.post_attention_norm = norm(p + "post_attention_layernorm");
       b.post_mlp_norm = norm(p + "post_feedforward_layernorm");
     }
-    read_mlp<Scalar>(r, t, shape, l, d, a, b);
+    read_mlp<Scalar>(r, config, t, shape, l, d, a, b);
     m.blocks.push_back(std::move(b));
   }
   m.final_norm = norm("model.norm");

@@ -86,6 +86,9 @@ struct LlamaConfig {
     bool e5m2 = false;  ///< fmt "e5m2"; else "e4m3"
   };
   std::optional<Fp8Blocks> fp8;
+  /// gpt-oss's experts in MXFP4 (quantization_config: mxfp4), as its checkpoints store them
+  /// (`*_blocks`, `*_scales`); every other tensor unquantized.
+  bool mxfp4_experts = false;
 
   /// Layer L's type (range-checked).
   LayerType type_of(Index layer) const {
@@ -483,6 +486,21 @@ HEADWISE_IO_INLINE LlamaConfig::Fp8Blocks parse_fp8_blocks(const ConfigReader& r
   return b;
 }
 
+/// quantization_config: FP8 blocks (parse_fp8_blocks), or gpt-oss's MXFP4 experts (quant_method
+/// "mxfp4", modules_to_not_convert: the tensors left unquantized, which are read as they are).
+HEADWISE_IO_INLINE void parse_quantization(const ConfigReader& r, LlamaConfig& c) {
+  const nlohmann::json& q = r.json().at("quantization_config");
+  if (!q.is_object() || !q.contains("quant_method") || q.at("quant_method") != "mxfp4") {
+    c.fp8 = parse_fp8_blocks(r);
+    return;
+  }
+  for (const auto& item : q.items())
+    if (item.key() != "quant_method" && item.key() != "modules_to_not_convert")
+      r.fail("quantization_config: \"" + item.key() + "\" is not a key headwise reads with quant_method \"mxfp4\" (" + q.dump() + ")");
+  if (c.model_type != "gpt_oss") r.fail("quantization_config: quant_method \"mxfp4\" is read for gpt-oss's experts, not " + c.model_type);
+  c.mxfp4_experts = true;
+}
+
 /// DeepSeek-V3 (and Kimi K2, the same layer): multi-head latent attention. RoPE over the
 /// qk_rope_head_dim rotated components; the divisor sqrt(qk_nope + qk_rope) over YaRN's
 /// mscale(factor, mscale_all_dim)² where the config gives mscale_all_dim, as Hugging Face scales.
@@ -584,7 +602,7 @@ HEADWISE_IO_INLINE const std::vector<Family>& families() {
                        "enable_moe_block", "use_double_wide_mlp", "num_experts", "top_k_experts", "moe_intermediate_size",
                        "global_head_dim", "num_global_key_value_heads"}})},
         // (experts_per_token, initial_context_length: in gpt-oss's Hub files, not its class)
-        {"gpt_oss", read_gpt_oss, nullptr, false, {N::none, false, false, false, "gpt-oss's experts (a biased router, clamped SwiGLU)"},
+        {"gpt_oss", read_gpt_oss, nullptr, false, {N::before},
          keys({{"hidden_act", "sliding_window", "layer_types", "num_local_experts", "num_experts_per_tok", "experts_per_token",
                 "swiglu_alpha", "swiglu_limit", "router_aux_loss_coef", "output_router_logits", "initial_context_length"}})},
         {"phi3", read_phi3, nullptr, false, {N::before, false, false, true},
@@ -684,7 +702,7 @@ HEADWISE_IO_INLINE LlamaConfig llama_config_of(const ConfigReader& r) {
     r.fail("model_type \"" + c.model_type + "\" is not one this loader reads (llama, qwen2, qwen3, qwen3_moe, mistral, ministral, ministral3, "
            "gemma2, gemma3_text, gemma4_text, gpt_oss, phi3, llama4_text, smollm3, olmo2, qwen3_next, deepseek_v3, kimi_k2)");
   detail::refuse_unknown_keys(r, *family);
-  if (r.has("quantization_config")) c.fp8 = detail::parse_fp8_blocks(r);
+  if (r.has("quantization_config")) detail::parse_quantization(r, c);
   c.hidden_size = r.integer("hidden_size");
   c.n_heads = r.integer("num_attention_heads");
   c.n_kv_heads = r.integer("num_key_value_heads", c.n_heads);

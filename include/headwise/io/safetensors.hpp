@@ -323,6 +323,34 @@ class SafetensorsFile {
       fail("tensor \"" + tensor + "\": " + e.what());
     }
   }
+  /// Matrix `index` of the MXFP4 tensors `blocks` U8 [count, out, in / 32, 16] (in this file) and
+  /// `scales` U8 [count, out, in / 32] (in `scale_file`, which may be this one: shards split where
+  /// they like), gpt-oss's experts, in place: an [out, in] StoredMatrix (view_mxfp4) keeping both
+  /// files' bytes alive.
+  StoredMatrix mxfp4_matrix(const std::string& blocks, const SafetensorsFile& scale_file, const std::string& scales, Index index) const {
+    const TensorInfo &b = info(blocks), &s = scale_file.info(scales);
+    if (b.dtype != Dtype::U8 || b.shape.size() != 4 || b.shape[3] != 16)
+      fail("tensor \"" + blocks + "\" is " + dtype_name(b.dtype) + " " + detail::shape_string(b.shape) + ", expected MXFP4 blocks U8 [count, out, in / 32, 16]");
+    if (s.dtype != Dtype::U8 || s.shape != std::vector<std::uint64_t>{b.shape[0], b.shape[1], b.shape[2]})
+      fail("tensor \"" + scales + "\" is " + dtype_name(s.dtype) + " " + detail::shape_string(s.shape) + ", expected U8 " +
+           detail::shape_string({b.shape[0], b.shape[1], b.shape[2]}) + ": a scale per block of \"" + blocks + "\"");
+    if (index < 0 || static_cast<std::uint64_t>(index) >= b.shape[0])
+      fail("matrix " + std::to_string(index) + " of tensor \"" + blocks + "\" is out of range [0, " + std::to_string(b.shape[0]) + ")");
+    const Index out = dimension(b, 1), groups = dimension(b, 2);
+    if (groups > std::numeric_limits<Index>::max() / headwise::detail::mxfp4_block)
+      fail("tensor \"" + blocks + "\" has " + std::to_string(groups) + " blocks a row: too many");
+    const StoredShape shape{out, groups * headwise::detail::mxfp4_block};
+    const std::uint64_t code_bytes = b.elements / b.shape[0], scale_bytes = s.elements / s.shape[0];
+    std::shared_ptr<const void> owner = bytes_.owner;
+    if (scale_file.bytes_.owner != bytes_.owner)
+      owner = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(bytes_.owner, scale_file.bytes_.owner);
+    try {
+      return StoredMatrix::view_mxfp4(std::move(owner), bytes_.data + data_begin_ + b.begin + std::uint64_t(index) * code_bytes,
+                                      scale_file.bytes_.data + scale_file.data_begin_ + s.begin + std::uint64_t(index) * scale_bytes, shape);
+    } catch (const std::invalid_argument& e) {
+      fail("tensor \"" + scales + "\", matrix " + std::to_string(index) + ": " + e.what());
+    }
+  }
   /// The weight type a product in Scalar reads `dtype` as, in place; none: it must be converted.
   template <class Scalar>
   static std::optional<WeightType> read_in_place(Dtype dtype) {

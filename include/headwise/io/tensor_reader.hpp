@@ -82,6 +82,29 @@ class TensorReader {
     const auto readable = SafetensorsFile::read_in_place<Scalar>(model_.file_of(key).info(key).dtype);
     return StoredMatrix::from(m.transpose(), readable ? *readable : computing_type<Scalar>());
   }
+  /// Matrix `index` of a stack `name` [count, in, out] stored input-major (gpt-oss's dense
+  /// experts), as the [out, in] a product reads: transposed once, in its stored type where a
+  /// product in Scalar reads that.
+  template <class Scalar>
+  StoredMatrix stored_slice_transposed(const std::string& name, Index index, std::uint64_t count, std::uint64_t in, std::uint64_t out) const {
+    const std::string key = options_.prefix + name;
+    check(key, {count, in, out}, options_.shape_hint);
+    const SafetensorsFile& file = model_.file_of(key);
+    const auto readable = SafetensorsFile::read_in_place<Scalar>(file.info(key).dtype);
+    return StoredMatrix::from(file.slice<Scalar>(key, index).transpose(), readable ? *readable : computing_type<Scalar>());
+  }
+  /// Matrix `index` [out, in] of the MXFP4 stack `name`_blocks / `name`_scales (gpt-oss's experts
+  /// as released): in place for a float product, widened once to F64 for a double one.
+  template <class Scalar>
+  StoredMatrix stored_mxfp4(const std::string& name, Index index, std::uint64_t count, std::uint64_t out, std::uint64_t in) const {
+    const std::string blocks = options_.prefix + name + "_blocks", scales = options_.prefix + name + "_scales";
+    if (in % 32 != 0) fail("\"" + blocks + "\": " + std::to_string(in) + " inputs are not whole MXFP4 blocks of 32");
+    check(blocks, {count, out, in / 32, 16}, " (MXFP4: [count, out, in / 32, 16] bytes)");
+    check(scales, {count, out, in / 32}, " (MXFP4: a scale byte per block of 32)");
+    StoredMatrix m = model_.file_of(blocks).mxfp4_matrix(blocks, model_.file_of(scales), scales, index);
+    if constexpr (std::is_same_v<Scalar, double>) return StoredMatrix::from(m.to_matrix<double>(), WeightType::f64);
+    else return m;
+  }
   /// The type a layer in Scalar keeps the named tensors in (MultiHeadWeights::kept_as): their
   /// stored type where they share one that a product in Scalar reads (F32, BF16, F16, FP8 with
   /// blocks of a multiple of 16 columns for float; F64 for double), else Scalar's own (mixed

@@ -214,6 +214,9 @@ class ModelBackward {
   Parameters<Scalar>* params() { return options_.parameters ? &out_.parameters : nullptr; }
 
   void check_names() const {
+    for (const Block<Scalar>& b : model_.blocks)
+      if (b.experts && (b.experts->router_bias.size() || b.experts->experts.front().activation == Activation::clamped_swiglu))
+        headwise::detail::invalid("gradients", "gpt-oss's sparse blocks (the biased router, the clamped SwiGLU) have no backward in headwise yet");
     const std::vector<std::string> known = gradient_names(model_);
     for (const std::string& name : options_.activations)
       if (std::find(known.begin(), known.end(), name) == known.end())
