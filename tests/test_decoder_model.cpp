@@ -152,6 +152,48 @@ TEMPLATE_TEST_CASE("gpt-oss whole: its experts dense, in MXFP4 as released, and 
                     Catch::Contains("gpt-oss's sparse blocks (the biased router, the clamped SwiGLU) have no backward"));
 }
 
+TEST_CASE("gpt-oss's MXFP4 experts: a config and a checkpoint that disagree, and scales beyond float, are refused by name",
+          "[model][gpt_oss][errors]") {
+  const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/gpt-oss-mxfp4-broken";
+  std::filesystem::remove_all(folder);
+  std::filesystem::copy(headwise_test::data_path("gpt-oss-model-tiny-mxfp4"), folder);
+  std::ifstream in(folder + "/config.json");
+  const std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string c = config;
+    c.replace(c.find(from), from.size(), to);
+    std::ofstream(folder + "/config.json") << c;
+  };
+  with("\"quant_method\": \"mxfp4\"", "\"quant_method\": \"mxfp4\", \"group_size\": 32");
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("quantization_config: \"group_size\" is not a key headwise reads"));
+  with("\"quantization_config\"", "\"unused_quantization\"");
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("\"unused_quantization\""));  // (an unknown key)
+  std::string plain = config;
+  plain.erase(plain.find("\"quantization_config\""), plain.find("\"rms_norm_eps\"") - plain.find("\"quantization_config\""));
+  std::ofstream(folder + "/config.json") << plain;
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(folder),
+                    Catch::Contains("\"model.layers.0.mlp.experts.gate_up_proj_blocks\" is MXFP4, but the config has no quantization_config mxfp4"));
+  // A scale byte of 255 (the MX spec's NaN) in layer 1's down projection, expert 2.
+  std::ofstream(folder + "/config.json") << config;
+  {
+    const io::SafetensorsFile file = io::SafetensorsFile::open(folder + "/model.safetensors");
+    const io::TensorInfo& t = file.info("model.layers.1.mlp.experts.down_proj_scales");
+    std::ifstream header(folder + "/model.safetensors", std::ios::binary);
+    std::uint64_t length = 0;
+    header.read(reinterpret_cast<char*>(&length), 8);
+    std::fstream f(folder + "/model.safetensors", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(std::streamoff(8 + length + t.begin + 2 * 64 + 5));  // (expert 2, row 5: one scale a row)
+    f.put(char(255));
+  }
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(folder),
+                    Catch::Contains("\"model.layers.1.mlp.experts.down_proj_scales\", matrix 2: ") &&
+                        Catch::Contains("the scale of row 5, block 0 is 2^(255 - 127) (255: NaN in the MX spec)"));
+  // MXFP4 is gpt-oss's: another family's config asking for it is refused.
+  std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+      "intermediate_size": 8, "vocab_size": 4, "hidden_act": "silu", "rms_norm_eps": 1e-5, "quantization_config": {"quant_method": "mxfp4"}})";
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(folder), Catch::Contains("quant_method \"mxfp4\" is read for gpt-oss's experts, not llama"));
+}
+
 TEMPLATE_TEST_CASE("GPT-2 from text, and the reference interventions: a head ablated, a head's Z patched", "[model][fixture]", float,
                    double) {
   const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("gpt2-model-tiny"));

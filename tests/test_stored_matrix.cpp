@@ -333,3 +333,57 @@ TEST_CASE("Stored weights: wrong shapes, types and alignments are refused by nam
   CHECK_THROWS_WITH(w.row<float>(4), Catch::Contains("row 4 of a matrix of 4 rows"));
   CHECK_THROWS_WITH(w.middle_rows(3, 2), Catch::Contains("rows 3 .. 5 of a matrix of 4 rows"));
 }
+
+TEST_CASE("x W^T with MXFP4 weights in place: the float product's bits over the decoded values", "[stored_matrix][mxfp4]") {
+  // Codes and scales drawn at random (scale bytes 100..140), decoded here from the format's
+  // definition: a nibble's sign, two exponent bits (bias 1, 0: subnormal) and a mantissa bit;
+  // 2^(s - 127) per 32 entries of a row; the low nibble first.
+  std::mt19937 rng(5);
+  const Index out = 13, in = 96;
+  std::vector<std::uint8_t> codes(std::size_t(out * in / 2)), scales(std::size_t(out * in / 32));
+  for (auto& c : codes) c = static_cast<std::uint8_t>(rng() & 0xFF);
+  for (auto& s : scales) s = static_cast<std::uint8_t>(100 + rng() % 41);
+  const auto fp4 = [](unsigned nibble) {
+    const unsigned e = (nibble >> 1) & 3, m = nibble & 1;
+    const double magnitude = e == 0 ? 0.5 * m : std::ldexp(1.0 + 0.5 * m, int(e) - 1);
+    return nibble & 8 ? -magnitude : magnitude;
+  };
+  Matrix<double> decoded(out, in);
+  for (Index r = 0; r < out; ++r)
+    for (Index k = 0; k < in; ++k) {
+      const std::uint8_t byte = codes[std::size_t(r * in / 2 + k / 2)];
+      decoded(r, k) = fp4(k % 2 ? byte >> 4 : byte & 0x0F) * std::ldexp(1.0, int(scales[std::size_t(r * in / 32 + k / 32)]) - 127);
+    }
+  const StoredMatrix w = StoredMatrix::view_mxfp4(nullptr, codes.data(), scales.data(), {out, in});
+  CHECK(w.type() == WeightType::mxfp4);
+  CHECK(w.bytes() == std::size_t(out * (in / 2 + in / 32)));
+  CHECK_THAT(w.to_matrix<double>(), IsExactly(decoded));
+  CHECK_THAT(w.middle_rows(4, 3).to_matrix<double>(), IsExactly(decoded.middleRows(4, 3)));
+  CHECK_THAT(as_double(w.row<float>(7)), IsExactly(decoded.row(7)));
+  CHECK_THAT(as_double(w.columns<float>(33, 5)), IsExactly(decoded.middleCols(33, 5)));
+  const StoredMatrix dense = StoredMatrix::from(decoded.cast<float>(), WeightType::f32);
+  for (const Index rows : {1, 3, 5, 70})
+    for (const int threads : {1, 2}) {
+      CAPTURE(rows, threads);
+      const Matrix<float> x = headwise_test::random_matrix<float>(rows, in, rng);
+      const Matrix<float> y = headwise::times_transposed<float>(x, w, threads);
+      CHECK_THAT(as_double(y), IsExactly(headwise::times_transposed<float>(x, dense, 1)));  // (the float product: its own tests)
+      CHECK_THAT(as_double(y), IsNear(x.cast<double>() * decoded.transpose(), 1e-5));
+    }
+}
+
+TEST_CASE("MXFP4 weights: scales beyond float, partial blocks and float64 products are refused by name", "[stored_matrix][mxfp4][errors]") {
+  std::vector<std::uint8_t> codes(32, 0x11), scales(2, 127);
+  scales[1] = 255;
+  CHECK_THROWS_WITH(StoredMatrix::view_mxfp4(nullptr, codes.data(), scales.data(), {2, 32}),
+                    Catch::Contains("the scale of row 1, block 0 is 2^(255 - 127) (255: NaN in the MX spec): beyond float's range"));
+  scales[1] = 253;
+  CHECK_THROWS_WITH(StoredMatrix::view_mxfp4(nullptr, codes.data(), scales.data(), {2, 32}), Catch::Contains("2^(253 - 127)"));
+  scales[1] = 252;  // 6 2^125: float's
+  const StoredMatrix w = StoredMatrix::view_mxfp4(nullptr, codes.data(), scales.data(), {2, 32});
+  CHECK(w.to_matrix<float>().allFinite());
+  CHECK_THROWS_WITH(StoredMatrix::view_mxfp4(nullptr, codes.data(), scales.data(), {1, 48}),
+                    Catch::Contains("48 columns: MXFP4 rows are whole blocks of 32"));
+  CHECK_THROWS_WITH(headwise::times_transposed<double>(Matrix<double>::Ones(1, 32), w), Catch::Contains("a float64 product reads F64 weights, not MXFP4"));
+  CHECK_THROWS_WITH(StoredMatrix::from(Matrix<float>::Ones(2, 32), WeightType::mxfp4), Catch::Contains("MXFP4 is read as a checkpoint stores it"));
+}
