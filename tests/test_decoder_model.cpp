@@ -149,7 +149,26 @@ TEMPLATE_TEST_CASE("gpt-oss whole: its experts dense, in MXFP4 as released, and 
   }
   // No backward through its experts yet: refused by name.
   CHECK_THROWS_WITH(model::gradients(mxfp4, ids, model::Metric<TestType>::next_token_loss(ids)),
-                    Catch::Contains("gpt-oss's sparse blocks (the biased router, the clamped SwiGLU) have no backward"));
+                    Catch::Contains("layer 0's sparse block is not Qwen3-MoE's (gpt-oss's biased router and clamped SwiGLU"));
+  CHECK_THROWS_WITH(model::parameters_of(mxfp4), Catch::Contains("layer 0 has attention sinks"));
+}
+
+TEMPLATE_TEST_CASE("Llama 4 whole: dense and sparse layers as moe_layers says, sigmoid scores on the experts' inputs, the shared "
+                   "expert; logits, every hook and the routing", "[model][fixture][llama4]", float, double) {
+  check_model<TestType>("llama4-model-tiny");
+  const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("llama4-model-tiny"));
+  for (Index l = 0; l < 4; ++l) CHECK(bool(model.blocks[std::size_t(l)].experts) == (l == 1 || l == 3));
+  const std::vector<Index> ids = ids_of(headwise_test::load_fixture("llama4-model-tiny/model-reference.safetensors"), "input_ids");
+  const Matrix<TestType> forward = model.logits(ids);
+  for (const int threads : {1, 2}) {
+    auto caches = model.make_caches(Index(ids.size()));
+    for (std::size_t t = 0; t < ids.size(); ++t)
+      CHECK_THAT(Matrix<double>(model.decode({ids[t]}, caches, threads).template cast<double>()),
+                 headwise_test::IsExactly(Matrix<double>(forward.row(Index(t)).template cast<double>())));
+  }
+  CHECK_THROWS_WITH(model::gradients(model, ids, model::Metric<TestType>::next_token_loss(ids)),
+                    Catch::Contains("layer 1's sparse block is not Qwen3-MoE's"));
+  CHECK_THROWS_WITH(model::parameters_of(model), Catch::Contains("layer 1 has a sparse block other than Qwen3-MoE's"));
 }
 
 TEST_CASE("gpt-oss's MXFP4 experts: a config and a checkpoint that disagree, and scales beyond float, are refused by name",
@@ -287,8 +306,8 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   CHECK_THROWS_WITH(model.run({1, 2}, keep_negative), Catch::Contains("logits_to_keep must be >= 0 (0: every token), got -1"));
   CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gemma4-tiny")),
                     Catch::Contains("model_type \"gemma4_text\" has attention headwise loads, but the model code lacks per-layer inputs"));
-  CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("llama4-tiny")),
-                    Catch::Contains("the model code lacks Llama 4's experts"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("qwen3-next-tiny")),
+                    Catch::Contains("model_type \"qwen3_next\" has attention headwise loads, but the model code lacks"));
   // A Llama checkpoint without one MLP tensor.
   const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/model-missing-mlp";
   std::filesystem::create_directories(folder);

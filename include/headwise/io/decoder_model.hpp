@@ -1,13 +1,14 @@
 // Loading whole decoder models (model/decoder_model.hpp) from Hugging Face checkpoint folders:
 // GPT-2 (GPT2LMHeadModel), and from the attention loader's table (io/llama_config.hpp, Family::model) the
-// families whose blocks headwise has: llama, qwen2, qwen3, qwen3_moe, gpt_oss, mistral, ministral,
+// families whose blocks headwise has: llama, qwen2, qwen3, qwen3_moe, gpt_oss, llama4_text, mistral, ministral,
 // ministral3, smollm3, phi3 (SwiGLU; Qwen3-MoE's and gpt-oss's sparse blocks; Phi-3's fused gate_up_proj),
 // gemma2 and gemma3_text (GeGLU, four norms, the embedding scale, Gemma 2's final soft-cap) and
 // olmo2 (norms after attention and MLP only). The attention layers come from io/gpt2.hpp and
 // io/llama.hpp; here the embeddings, norms, MLPs and the LM head. A family, an activation or a
-// setting the model code does not cover is refused by name (gemma4_text, llama4_text and
-// qwen3_next say what they lack). gpt_oss: its experts (the biased router, the clamped SwiGLU),
-// dense or in MXFP4 as released, kept as stored.
+// setting the model code does not cover is refused by name (gemma4_text and qwen3_next say what
+// they lack). gpt_oss: its experts (the biased router, the clamped SwiGLU), dense or in MXFP4 as
+// released, kept as stored; llama4_text: its sparse blocks (sigmoid scores on the experts' inputs,
+// the shared expert) on the layers its config names, dense MLPs between.
 #pragma once
 
 #include <algorithm>
@@ -128,6 +129,41 @@ model::MixtureOfExperts<Scalar> gpt_oss_experts(const ConfigReader& r, const Lla
   return moe;
 }
 
+/// Llama 4's feed-forward under p (model.layers.L.feed_forward.): on the layers in moe_layers (or,
+/// without that list, every interleave_moe_layer_step-th from step - 1) its sparse block, the top
+/// num_experts_per_tok of num_local_experts by their sigmoid scores, each score multiplying its
+/// expert's input, and the shared expert; the experts' gate_up_proj [E, d, 2 inner] input-major,
+/// the gate's half first. Elsewhere the dense MLP of intermediate_size_mlp.
+template <class Scalar>
+void llama4_feed_forward(const ConfigReader& r, const TensorReader& t, Index l, std::uint64_t d, model::Block<Scalar>& b) {
+  const std::string p = "model.layers." + std::to_string(l) + ".feed_forward.";
+  const std::vector<Index> listed = r.integers("moe_layers");
+  const Index step = r.integer("interleave_moe_layer_step", 1);
+  if (step < 1) r.fail("interleave_moe_layer_step must be >= 1");
+  const bool sparse = r.has("moe_layers") ? std::find(listed.begin(), listed.end(), l) != listed.end() : (l + 1) % step == 0;
+  if (!sparse) {
+    b.mlp = gated_mlp<Scalar>(t, p, d, static_cast<std::uint64_t>(r.integer("intermediate_size_mlp")), model::Activation::silu);
+    return;
+  }
+  if (r.number(r.json(), "router_jitter_noise", 0.0) != 0.0) r.fail("router_jitter_noise is not 0: it perturbs training's routing, which headwise does not model");
+  const Index experts = r.integer("num_local_experts");
+  const auto E = static_cast<std::uint64_t>(experts), inner = static_cast<std::uint64_t>(r.integer("intermediate_size"));
+  model::MixtureOfExperts<Scalar> moe;
+  moe.router = t.stored<Scalar>(p + "router.weight", E, d);
+  moe.top_k = r.integer("num_experts_per_tok");
+  if (moe.top_k < 1 || moe.top_k > experts) r.fail("num_experts_per_tok must be in [1, num_local_experts]");
+  moe.score = model::MixtureOfExperts<Scalar>::Score::sigmoid, moe.normalise_top_k = false, moe.scales_input = true;
+  for (Index e = 0; e < experts; ++e) {
+    model::FeedForward<Scalar> f;
+    const StoredMatrix gate_up = t.stored_slice_transposed<Scalar>(p + "experts.gate_up_proj", e, E, d, 2 * inner);
+    f.w_gate = gate_up.middle_rows(0, static_cast<Index>(inner)), f.w_up = gate_up.middle_rows(static_cast<Index>(inner), static_cast<Index>(inner));
+    f.w_down = t.stored_slice_transposed<Scalar>(p + "experts.down_proj", e, E, inner, d);
+    moe.experts.push_back(std::move(f));
+  }
+  moe.shared_expert = gated_mlp<Scalar>(t, p + "shared_expert.", d, inner, model::Activation::silu);
+  b.experts = std::move(moe);
+}
+
 /// Layer L's MLP: gpt-oss's or Qwen3-MoE's sparse block where L is sparse, else the dense gated MLP.
 template <class Scalar>
 void read_mlp(const ConfigReader& r, const LlamaConfig& c, const TensorReader& t, const WholeModel& shape, Index l, std::uint64_t d,
@@ -137,6 +173,7 @@ void read_mlp(const ConfigReader& r, const LlamaConfig& c, const TensorReader& t
     b.experts = gpt_oss_experts<Scalar>(r, c, t, p, d);
     return;
   }
+  if (c.model_type == "llama4_text") return llama4_feed_forward<Scalar>(r, t, l, d, b);
   const Index experts = r.has("num_experts") ? r.integer("num_experts") : 0;
   const std::vector<Index> dense = r.integers("mlp_only_layers");
   const bool sparse = experts > 0 && (l + 1) % r.integer("decoder_sparse_step", 1) == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
@@ -209,6 +246,7 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   m.names.fused_qkv = config.fused_qkv, m.names.fused_gate_up = shape.fused_gate_up;
   m.names.attention_biases = checkpoint.contains("model.layers.0.self_attn.q_proj.bias") || checkpoint.contains("model.layers.0.self_attn.qkv_proj.bias");
   m.names.output_bias = checkpoint.contains("model.layers.0.self_attn.o_proj.bias");
+  if (config.model_type == "llama4_text") m.names.mlp = "feed_forward";
   return m;
 }
 

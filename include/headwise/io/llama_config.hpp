@@ -611,7 +611,7 @@ HEADWISE_IO_INLINE const std::vector<Family>& families() {
                 "full_attn_mod", "interpolate_factor", "lm_head_bias"}})},
         // (for_llm_compressor: in Llama 4's Hub files)
         {"llama4_text", read_llama4, nullptr, false,
-         {N::none, false, false, false, "Llama 4's experts (a sigmoid router and a shared expert)"},
+         {N::before},
          keys({{"hidden_act", "intermediate_size_mlp", "num_experts_per_tok", "num_local_experts", "moe_layers",
                 "interleave_moe_layer_step", "use_qk_norm", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
                 "no_rope_layers", "no_rope_layer_interval", "attention_chunk_size", "layer_types", "attn_temperature_tuning",

@@ -214,9 +214,10 @@ class ModelBackward {
   Parameters<Scalar>* params() { return options_.parameters ? &out_.parameters : nullptr; }
 
   void check_names() const {
-    for (const Block<Scalar>& b : model_.blocks)
-      if (b.experts && (b.experts->router_bias.size() || b.experts->experts.front().activation == Activation::clamped_swiglu))
-        headwise::detail::invalid("gradients", "gpt-oss's sparse blocks (the biased router, the clamped SwiGLU) have no backward in headwise yet");
+    for (Index l = 0; l < model_.n_layers(); ++l)
+      if (const auto& e = model_.blocks[static_cast<std::size_t>(l)].experts; e && !e->softmax_only())
+        headwise::detail::invalid("gradients", "layer ", l, "'s sparse block is not Qwen3-MoE's (gpt-oss's biased router and clamped SwiGLU, ",
+                                  "Llama 4's and DeepSeek-V3's sigmoid scores and shared expert): no backward in headwise yet");
     const std::vector<std::string> known = gradient_names(model_);
     for (const std::string& name : options_.activations)
       if (std::find(known.begin(), known.end(), name) == known.end())

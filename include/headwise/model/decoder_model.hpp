@@ -153,40 +153,87 @@ struct Routing {
   Matrix<Scalar> weights;                                                        ///< (n, top_k)
 };
 
-/// Qwen3-MoE's and gpt-oss's sparse block: per token p = softmax(m W_routerᵀ + b_router) over all
-/// experts, the top_k largest (ties: the lower expert first), weights p_top / Σ p_top when
-/// normalise_top_k (gpt-oss's softmax over the top_k logits is this), else p_top; the output
-/// Σ_j w_j expert_j(m).
+/// A sparse block: per token the router's logits r = m W_routerᵀ (+ b_router, gpt-oss), each
+/// expert's score p (Score::softmax: over all experts, Qwen3-MoE and gpt-oss; Score::sigmoid:
+/// each its own, Llama 4 and DeepSeek-V3), the top_k experts by score (+ choice_bias, DeepSeek:
+/// the bias only chooses), among the top_groups of `groups` contiguous groups ranked by the sum of
+/// their two best (DeepSeek; 1 group: all), the best first and ties to the lower expert; their
+/// weights p_e, over Σ p_chosen where normalise_top_k, times routed_scaling. The output is
+/// Σ_j w_j expert_j(m), or Σ_j expert_j(w_j m) where the weight scales the input (Llama 4), plus
+/// the shared expert's (Llama 4, DeepSeek-V3). gpt-oss's softmax over the top_k logits is the
+/// softmax rule normalised.
 template <class Scalar>
 struct MixtureOfExperts {
-  StoredMatrix router;          ///< [experts, d_model]
+  enum class Score { softmax, sigmoid };
+  StoredMatrix router;            ///< [experts, d_model]
   RowVector<Scalar> router_bias;  ///< gpt-oss's; empty: none
   std::vector<FeedForward<Scalar>> experts;
+  std::optional<FeedForward<Scalar>> shared_expert;  ///< Llama 4, DeepSeek-V3
   Index top_k = 1;
   bool normalise_top_k = true;
+  Score score = Score::softmax;
+  bool scales_input = false;      ///< Llama 4
+  RowVector<Scalar> choice_bias;  ///< DeepSeek-V3's e_score_correction_bias; empty: none
+  Index groups = 1, top_groups = 1;
+  double routed_scaling = 1.0;
+
+  /// Qwen3-MoE's rule (the one the backward differentiates): softmax, no bias, nothing shared.
+  bool softmax_only() const {
+    return score == Score::softmax && !router_bias.size() && !shared_expert && !scales_input && !choice_bias.size() && groups == 1 &&
+           routed_scaling == 1.0 && experts.front().activation != Activation::clamped_swiglu;
+  }
 
   Matrix<Scalar> forward(const Matrix<Scalar>& m, Routing<Scalar>* routing = nullptr, int threads = 0) const {
     Matrix<Scalar> logits = times<Scalar>(m, router, threads);
     if (router_bias.size()) logits.rowwise() += router_bias;
-    const Index E = logits.cols(), n = m.rows();
-    Matrix<Scalar> out = Matrix<Scalar>::Zero(n, m.cols());
+    const Index n = m.rows();
+    Matrix<Scalar> out = shared_expert ? shared_expert->forward(m, threads) : Matrix<Scalar>::Zero(n, m.cols());
     if (routing) routing->logits = logits, routing->experts.resize(n, top_k), routing->weights.resize(n, top_k);
-    std::vector<Index> order(static_cast<std::size_t>(E));
+    std::vector<std::pair<Index, Scalar>> chosen;
     for (Index t = 0; t < n; ++t) {
-      const RowVector<Scalar> p = (logits.row(t).array() - logits.row(t).maxCoeff()).exp().matrix();
-      std::iota(order.begin(), order.end(), Index(0));
-      std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) { return p(a) > p(b); });
-      Scalar chosen = 0;
-      for (Index j = 0; j < top_k; ++j) chosen += p(order[static_cast<std::size_t>(j)]);
-      const Scalar total = p.sum();
+      choose(logits.row(t), chosen);
       for (Index j = 0; j < top_k; ++j) {
-        const Index e = order[static_cast<std::size_t>(j)];
-        const Scalar w = normalise_top_k ? p(e) / chosen : p(e) / total;
-        out.row(t) += w * experts[static_cast<std::size_t>(e)].forward(Matrix<Scalar>(m.row(t)), threads);
+        const auto [e, w] = chosen[static_cast<std::size_t>(j)];
+        const FeedForward<Scalar>& expert = experts[static_cast<std::size_t>(e)];
+        if (scales_input) out.row(t) += expert.forward(Matrix<Scalar>(w * m.row(t)), threads);
+        else out.row(t) += w * expert.forward(Matrix<Scalar>(m.row(t)), threads);
         if (routing) routing->experts(t, j) = e, routing->weights(t, j) = w;
       }
     }
     return out;
+  }
+
+ private:
+  /// One token's top_k (expert, weight), the best first.
+  void choose(const RowVector<Scalar>& r, std::vector<std::pair<Index, Scalar>>& chosen) const {
+    const Index E = r.size(), per_group = E / groups;
+    RowVector<Scalar> p = score == Score::softmax ? RowVector<Scalar>((r.array() - r.maxCoeff()).exp().matrix())
+                                                  : RowVector<Scalar>((Scalar(1) + (-r.array()).exp()).inverse().matrix());
+    RowVector<Scalar> c = choice_bias.size() ? RowVector<Scalar>(p + choice_bias) : p;
+    std::vector<Index> order(static_cast<std::size_t>(E));
+    if (groups > 1) {  // each group's best two, summed; the groups not kept take no part
+      std::vector<Scalar> best(static_cast<std::size_t>(groups));
+      for (Index g = 0; g < groups; ++g) {
+        Eigen::Matrix<Scalar, 1, Eigen::Dynamic> v = c.segment(g * per_group, per_group);
+        std::sort(v.data(), v.data() + v.size(), std::greater<Scalar>());
+        best[static_cast<std::size_t>(g)] = v(0) + (per_group > 1 ? v(1) : Scalar(0));
+      }
+      std::vector<Index> rank(static_cast<std::size_t>(groups));
+      std::iota(rank.begin(), rank.end(), Index(0));
+      std::stable_sort(rank.begin(), rank.end(), [&](Index a, Index b) { return best[std::size_t(a)] > best[std::size_t(b)]; });
+      for (Index g = top_groups; g < groups; ++g)
+        c.segment(rank[static_cast<std::size_t>(g)] * per_group, per_group).setConstant(-std::numeric_limits<Scalar>::infinity());
+    }
+    std::iota(order.begin(), order.end(), Index(0));
+    std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) { return c(a) > c(b); });
+    Scalar sum = 0;
+    for (Index j = 0; j < top_k; ++j) sum += p(order[static_cast<std::size_t>(j)]);
+    const Scalar total = normalise_top_k ? sum : score == Score::softmax ? p.sum() : Scalar(1);
+    chosen.clear();
+    for (Index j = 0; j < top_k; ++j) {
+      const Index e = order[static_cast<std::size_t>(j)];
+      chosen.emplace_back(e, static_cast<Scalar>(p(e) / total * Scalar(routed_scaling)));
+    }
   }
 };
 
@@ -224,6 +271,7 @@ struct CheckpointNames {
   bool fused_qkv = false, fused_gate_up = false;  ///< Phi-3
   bool attention_biases = false;                  ///< q/k/v biases in the checkpoint (Qwen2; GPT-2 always)
   bool output_bias = false;                       ///< o_proj's bias in the checkpoint (attention_bias: true; GPT-2 always)
+  std::string mlp = "mlp";                        ///< the MLP's module: Llama 4's is feed_forward
 };
 
 /// x through `norm`, or x itself where the block has no norm there.

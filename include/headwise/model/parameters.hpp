@@ -45,7 +45,7 @@ class ParameterNames {
   }
   /// The dense MLP's prefix, or expert e's (e >= 0), or the router's weight.
   std::string mlp(Index l, Index expert = -1) const {
-    return layer(l) + "mlp." + (expert >= 0 ? "experts." + std::to_string(expert) + "." : "");
+    return layer(l) + c_.mlp + "." + (expert >= 0 ? "experts." + std::to_string(expert) + "." : "");
   }
   std::string router(Index l) const { return layer(l) + "mlp.gate.weight"; }
 
@@ -115,6 +115,8 @@ void check_named(const DecoderModel<Scalar>& model, const char* where) {
                        : !gpt2 && !c.attention_biases && !a.b_qkv().isZero(0) ? "q/k/v biases the checkpoint names do not have (CheckpointNames::attention_biases)"
                        : !gpt2 && !c.output_bias && !a.b_o().isZero(0) ? "an output bias the checkpoint names do not have (CheckpointNames::output_bias)"
                                                                    : nullptr;
+    const auto& experts = model.blocks[static_cast<std::size_t>(l)].experts;
+    if (!what && experts && !experts->softmax_only()) what = "a sparse block other than Qwen3-MoE's (routers with biases, sigmoid scores, shared experts)";
     if (what) headwise::detail::invalid(where, "layer ", l, " has ", what, ": its parameters are not all named");
   }
 }
