@@ -330,13 +330,9 @@ class StoredMatrix {
   /// Entries [first, first + count) widened into out (an FP8 one times its scale, as a product does).
   template <class Scalar>
   void widen(Index first, Index count, Scalar* out) const {
-    if (type_ == WeightType::mxfp4) {  // (row by row: first and count are whole rows or within one, even)
-      float pair[2];
-      for (Index i = first; i < first + count;) {
-        const Index r = i / shape_.cols, c = i % shape_.cols, k = c / 2 * 2;
-        detail::widen_mxfp4(mxfp4_rows(), r, k, 2, pair);
-        for (Index e = c - k; e < 2 && i < first + count; ++e, ++i) out[i - first] = static_cast<Scalar>(pair[e]);
-      }
+    if (type_ == WeightType::mxfp4) {
+      for (Index i = first; i < first + count; ++i)
+        out[i - first] = static_cast<Scalar>(detail::mxfp4_entry(mxfp4_rows(), i / shape_.cols, i % shape_.cols));
       return;
     }
     with_entry_type(type_, [&](auto tag) {

@@ -46,6 +46,12 @@ inline float e8m0_value(std::uint8_t s) {
   return v;
 }
 
+/// Entry (r, k) widened to float.
+inline float mxfp4_entry(const Mxfp4Rows& b, Index r, Index k) {
+  const std::uint8_t byte = b.codes[r * b.code_stride + k / 2];
+  return fp4_values[k % 2 ? byte >> 4 : byte & 0x0F] * e8m0_value(b.scales[r * b.scale_stride + k / mxfp4_block]);
+}
+
 /// 32 entries (a block: 16 bytes at codes) times `scale` into out, in vector lanes: each byte
 /// twice, the low nibble then the high one (a shift of 0 or 4 per lane), looked up in the table
 /// of sixteen values (AVX-512: one permute; AVX2: eight magnitudes, the sign from bit 3).
@@ -81,20 +87,11 @@ inline void widen_mxfp4_block(const std::uint8_t* codes, float scale, float* out
 #endif
 }
 
-/// Entries [first, first + count) of row r widened to float (first and count multiples of 2).
-inline void widen_mxfp4(const Mxfp4Rows& b, Index r, Index first, Index count, float* out) {
+/// Row r widened to float into out (cols entries), block by block.
+inline void widen_mxfp4_row(const Mxfp4Rows& b, Index r, float* out) {
   const std::uint8_t* codes = b.codes + r * b.code_stride;
   const std::uint8_t* scales = b.scales + r * b.scale_stride;
-  if (first == 0 && count == b.cols) {  // whole blocks
-    for (Index g = 0; g < b.cols / mxfp4_block; ++g) widen_mxfp4_block(codes + g * mxfp4_block / 2, e8m0_value(scales[g]), out + g * mxfp4_block);
-    return;
-  }
-  for (Index k = first; k < first + count; k += 2) {
-    const float scale = e8m0_value(scales[k / mxfp4_block]);
-    const std::uint8_t byte = codes[k / 2];
-    out[k - first] = fp4_values[byte & 0x0F] * scale;
-    out[k - first + 1] = fp4_values[byte >> 4] * scale;
-  }
+  for (Index g = 0; g < b.cols / mxfp4_block; ++g) widen_mxfp4_block(codes + g * mxfp4_block / 2, e8m0_value(scales[g]), out + g * mxfp4_block);
 }
 
 /// C = A Bᵀ on up to `threads` threads: B's rows split between the threads in tiles of Rb, each
@@ -110,7 +107,7 @@ inline void mxfp4_row_dot(RowMajorView<const float> a, const Mxfp4Rows& b, RowMa
     widened.resize(static_cast<std::size_t>(Rb * b.cols));
     for (Index tile = tiles * part / parts; tile < tiles * (part + 1) / parts; ++tile) {
       const Index j0 = tile * Rb, nb = std::min(Rb, b.rows - j0);
-      for (Index w = 0; w < nb; ++w) widen_mxfp4(b, j0 + w, 0, b.cols, widened.data() + w * b.cols);
+      for (Index w = 0; w < nb; ++w) widen_mxfp4_row(b, j0 + w, widened.data() + w * b.cols);
       const StoredRows<float> rows{{widened.data(), nb, b.cols, b.cols}, {}};
       const RowMajorView<float> cj{c.data + j0, c.rows, nb, c.stride};
       for (Index i0 = 0; i0 < a.rows; i0 += RowDotShape<float>::row_block)
