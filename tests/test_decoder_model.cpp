@@ -67,7 +67,8 @@ void check_model(const std::string& folder) {
       CHECK_THAT(run.hooks.at(p + h).template cast<double>(), IsNear(headwise_test::side_by_side<double>(ref, p + fixture + ".f64"), tol));
     }
     // Per-head views, TransformerLens's [head, pos, d]: head 1 of the pattern and of Z.
-    const Index n = Index(ids.size()), heads = model.blocks[std::size_t(l)].attention.n_heads();
+    const auto& block = model.blocks[std::size_t(l)];
+    const Index n = Index(ids.size()), heads = block.latent ? block.latent->n_heads() : block.attention.n_heads();
     CHECK_THAT(run.head(p + "attn.hook_pattern", 1).template cast<double>(), IsNear(ref.slice<double>(p + "attn.hook_pattern.f64", 1), tol));
     CHECK(run.head(p + "attn.hook_z", heads - 1).cols() == run.hooks.at(p + "attn.hook_z").cols() / heads);
     CHECK(run.head(p + "attn.hook_z", heads - 1).rows() == n);
@@ -151,6 +152,39 @@ TEMPLATE_TEST_CASE("gpt-oss whole: its experts dense, in MXFP4 as released, and 
   CHECK_THROWS_WITH(model::gradients(mxfp4, ids, model::Metric<TestType>::next_token_loss(ids)),
                     Catch::Contains("layer 0's sparse block is not Qwen3-MoE's (gpt-oss's biased router and clamped SwiGLU"));
   CHECK_THROWS_WITH(model::parameters_of(mxfp4), Catch::Contains("layer 0 has attention sinks"));
+}
+
+TEMPLATE_TEST_CASE("DeepSeek-V3 whole: latent attention in its blocks, a dense first layer, sparse ones with grouped sigmoid routing, "
+                   "the choice bias and the shared expert; float32 and FP8 checkpoints", "[model][fixture][deepseek]", float, double) {
+  for (const char* folder : {"deepseek-v3-model-tiny", "deepseek-v3-model-tiny-fp8"}) check_model<TestType>(folder);
+  const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("deepseek-v3-model-tiny-fp8"));
+  CHECK((!model.blocks[0].experts && model.blocks[1].experts && model.blocks[2].experts));
+  if constexpr (std::is_same_v<TestType, float>) CHECK(model.blocks[1].experts->experts[0].w_gate.type() == WeightType::f8_e4m3);
+  // The kept groups, from the fixture: every chosen expert is in one of them.
+  const io::SafetensorsFile ref = headwise_test::load_fixture("deepseek-v3-model-tiny/model-reference.safetensors");
+  const std::vector<Index> ids = ids_of(ref, "input_ids");
+  model::RunOptions<TestType> o;
+  o.hooks = {"blocks.1.mlp.routing"};
+  const auto run = model.run(ids, o);
+  const std::vector<double> groups = ref.values<double>("blocks.1.mlp.topk_groups");
+  for (Index t = 0; t < Index(ids.size()); ++t)
+    for (Index j = 0; j < 2; ++j) {
+      const Index g = run.routing.at(1).experts(t, j) / 2;
+      CHECK((g == Index(groups[std::size_t(2 * t)]) || g == Index(groups[std::size_t(2 * t + 1)])));
+    }
+  // Decoding gives the forward's bits, on one thread and on two.
+  const Matrix<TestType> forward = model.logits(ids);
+  for (const int threads : {1, 2}) {
+    auto caches = model.make_caches(Index(ids.size()));
+    for (std::size_t t = 0; t < ids.size(); ++t)
+      CHECK_THAT(Matrix<double>(model.decode({ids[t]}, caches, threads).template cast<double>()),
+                 headwise_test::IsExactly(Matrix<double>(forward.row(Index(t)).template cast<double>())));
+  }
+  // The tools that read a layer's heads one by one refuse it by name.
+  const auto metric = model::Metric<TestType>::next_token_loss(ids);
+  CHECK_THROWS_WITH(interpret::score_model_heads(model, ids), Catch::Contains("score_model_heads: layer 0 is multi-head latent attention"));
+  CHECK_THROWS_WITH(model::gradients(model, ids, metric), Catch::Contains("gradients: layer 0 is multi-head latent attention"));
+  CHECK_THROWS_WITH(interpret::direct_logit_attribution(model, ids, {1, -1, -1}), Catch::Contains("layer 0 is multi-head latent attention"));
 }
 
 TEMPLATE_TEST_CASE("Llama 4 whole: dense and sparse layers as moe_layers says, sigmoid scores on the experts' inputs, the shared "

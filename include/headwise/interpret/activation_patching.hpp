@@ -53,6 +53,7 @@ class ActivationPatching {
   ActivationPatching(const model::DecoderModel<Scalar>& model, std::vector<Index> ids, std::vector<Index> source,
                      model::Metric<Scalar> metric, int threads = 0)
       : model_(model), ids_(std::move(ids)), source_ids_(std::move(source)), metric_(std::move(metric)), threads_(threads) {
+    model_.check_no_latent("ActivationPatching");
     if (ids_.size() != source_ids_.size() || ids_.empty())
       headwise::detail::invalid("ActivationPatching", "the runs have ", ids_.size(), " and ", source_ids_.size(),
                                 " tokens: patching needs two runs of the same length (> 0)");

@@ -88,6 +88,7 @@ template <class Scalar>
 PatchingTable path_patching(const model::DecoderModel<Scalar>& model, const std::vector<Index>& ids, const std::vector<Index>& source,
                             const model::Metric<Scalar>& metric, const PathPatchingOptions& options = {}) {
   constexpr const char* where = "path_patching";
+  model.check_no_latent(where);
   if (ids.size() != source.size() || ids.empty())
     headwise::detail::invalid(where, "the runs have ", ids.size(), " and ", source.size(), " tokens: two runs of the same length (> 0)");
   const Index L = model.n_layers(), H = L ? model.blocks.front().attention.n_heads() : 0;

@@ -20,6 +20,7 @@
 #include "headwise/io/checkpoint.hpp"
 #include "headwise/io/config_reader.hpp"
 #include "headwise/io/gpt2.hpp"
+#include "headwise/io/latent_attention.hpp"
 #include "headwise/io/llama.hpp"
 #include "headwise/io/tensor_reader.hpp"
 #include "headwise/model/decoder_model.hpp"
@@ -164,6 +165,50 @@ void llama4_feed_forward(const ConfigReader& r, const TensorReader& t, Index l, 
   b.experts = std::move(moe);
 }
 
+/// DeepSeek-V3's (and Kimi K2's) feed-forward under model.layers.L.mlp.: from layer
+/// first_k_dense_replace on (every moe_layer_freq-th) its sparse block: sigmoid scores, the choice
+/// by score + e_score_correction_bias among the topk_group best of n_group groups (each ranked by
+/// its two best), the weights the scores alone (normalised where norm_topk_prob) times
+/// routed_scaling_factor, n_routed_experts SwiGLU experts of moe_intermediate_size and the shared
+/// experts as one MLP of n_shared_experts times that; dense SwiGLU layers before. FP8 weights are
+/// kept as stored (the reader's block scales).
+template <class Scalar>
+void deepseek_feed_forward(const ConfigReader& r, const TensorReader& t, Index l, std::uint64_t d, model::Block<Scalar>& b) {
+  const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+  if (r.has("scoring_func") && r.string("scoring_func") != "sigmoid") r.fail("scoring_func \"" + r.string("scoring_func") + "\" is not sigmoid");
+  if (r.has("topk_method") && r.string("topk_method") != "noaux_tc") r.fail("topk_method \"" + r.string("topk_method") + "\" is not noaux_tc");
+  const Index freq = r.integer("moe_layer_freq", 1);
+  if (freq < 1) r.fail("moe_layer_freq must be >= 1");
+  if (l < r.integer("first_k_dense_replace", 0) || l % freq != 0) {
+    b.mlp = gated_mlp<Scalar>(t, p, d, static_cast<std::uint64_t>(r.integer("intermediate_size")), model::Activation::silu);
+    return;
+  }
+  const Index experts = r.integer("n_routed_experts");
+  const auto E = static_cast<std::uint64_t>(experts), inner = static_cast<std::uint64_t>(r.integer("moe_intermediate_size"));
+  model::MixtureOfExperts<Scalar> moe;
+  moe.router = t.stored<Scalar>(p + "gate.weight", E, d), moe.choice_bias = t.vector<Scalar>(p + "gate.e_score_correction_bias", E);
+  moe.top_k = r.integer("num_experts_per_tok"), moe.groups = r.integer("n_group", 1), moe.top_groups = r.integer("topk_group", 1);
+  if (moe.groups < 1 || experts % moe.groups != 0 || moe.top_groups < 1 || moe.top_groups > moe.groups)
+    r.fail("n_group must divide n_routed_experts, and topk_group be in [1, n_group]");
+  if (moe.top_k < 1 || moe.top_k > moe.top_groups * (experts / moe.groups)) r.fail("num_experts_per_tok must be in [1, the kept groups' experts]");
+  moe.score = model::MixtureOfExperts<Scalar>::Score::sigmoid, moe.normalise_top_k = r.boolean("norm_topk_prob", false);
+  moe.routed_scaling = r.number(r.json(), "routed_scaling_factor", 1.0);
+  if (!(std::isfinite(moe.routed_scaling) && moe.routed_scaling > 0)) r.fail("routed_scaling_factor must be finite and > 0");
+  for (Index e = 0; e < experts; ++e) moe.experts.push_back(gated_mlp<Scalar>(t, p + "experts." + std::to_string(e) + ".", d, inner, model::Activation::silu));
+  const Index shared = r.integer("n_shared_experts", 0);
+  if (shared < 0) r.fail("n_shared_experts must be >= 0");
+  if (shared > 0) moe.shared_expert = gated_mlp<Scalar>(t, p + "shared_experts.", d, inner * static_cast<std::uint64_t>(shared), model::Activation::silu);
+  b.experts = std::move(moe);
+}
+
+/// What a latent block's `attention` holds (Block::latent): one head one wide.
+template <class Scalar>
+MultiHeadAttention<Scalar> placeholder_attention() {
+  MultiHeadWeights<Scalar> w;
+  w.w_q = w.w_k = w.w_v = w.w_o = Matrix<Scalar>::Zero(1, 1);
+  return MultiHeadAttention<Scalar>(1, std::move(w));
+}
+
 /// Layer L's MLP: gpt-oss's or Qwen3-MoE's sparse block where L is sparse, else the dense gated MLP.
 template <class Scalar>
 void read_mlp(const ConfigReader& r, const LlamaConfig& c, const TensorReader& t, const WholeModel& shape, Index l, std::uint64_t d,
@@ -174,6 +219,7 @@ void read_mlp(const ConfigReader& r, const LlamaConfig& c, const TensorReader& t
     return;
   }
   if (c.model_type == "llama4_text") return llama4_feed_forward<Scalar>(r, t, l, d, b);
+  if (c.latent) return deepseek_feed_forward<Scalar>(r, t, l, d, b);
   const Index experts = r.has("num_experts") ? r.integer("num_experts") : 0;
   const std::vector<Index> dense = r.integers("mlp_only_layers");
   const bool sparse = experts > 0 && (l + 1) % r.integer("decoder_sparse_step", 1) == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
@@ -228,8 +274,9 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   if (shape.gemma && r.has("final_logit_softcapping")) m.logit_softcap = r.number(r.json(), "final_logit_softcapping", 0.0);
   for (Index l = 0; l < config.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    model::Block<Scalar> b{std::nullopt, load_llama_attention<Scalar>(checkpoint, config, l), std::nullopt, std::nullopt, {},
-                           std::nullopt, std::nullopt};
+    model::Block<Scalar> b{std::nullopt, config.latent ? placeholder_attention<Scalar>() : load_llama_attention<Scalar>(checkpoint, config, l),
+                           std::nullopt, std::nullopt, {}, std::nullopt, std::nullopt, std::nullopt};
+    if (config.latent) b.latent = load_latent_attention<Scalar>(checkpoint, config, l);
     if (shape.norms != N::after) b.attention_norm = norm(p + "input_layernorm");
     if (shape.norms == N::before) b.mlp_norm = norm(p + "post_attention_layernorm");  // (Llama's name for its MLP's norm)
     if (shape.norms == N::before_and_after) b.mlp_norm = norm(p + "pre_feedforward_layernorm");

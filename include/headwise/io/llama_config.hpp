@@ -627,10 +627,10 @@ HEADWISE_IO_INLINE const std::vector<Family>& families() {
                 "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads", "decoder_sparse_step",
                 "moe_intermediate_size", "shared_expert_intermediate_size", "num_experts_per_tok", "num_experts", "norm_topk_prob",
                 "output_router_logits", "router_aux_loss_coef", "mlp_only_layers", "use_sliding_window"}})},
-        {"deepseek_v3", read_deepseek_v3, nullptr, true, {N::none, false, false, false, "DeepSeek's experts (a grouped sigmoid router)"},
+        {"deepseek_v3", read_deepseek_v3, nullptr, true, {N::before},
          keys({deepseek})},
         // (Kimi K2 ships DeepSeek's configuration_deepseek.py with model_type "kimi_k2")
-        {"kimi_k2", read_deepseek_v3, nullptr, true, {N::none, false, false, false, "DeepSeek's experts (a grouped sigmoid router)"},
+        {"kimi_k2", read_deepseek_v3, nullptr, true, {N::before},
          keys({deepseek})},
         // GPT-2: GPT2Config's parameters, and n_ctx, n_special, predict_special_tokens that its Hub
         // files (gpt2-medium, distilgpt2) carry; its attribute_map's aliases (hidden_size for

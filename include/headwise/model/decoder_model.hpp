@@ -34,6 +34,7 @@
 #include "headwise/forward_record.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/multi_head_attention.hpp"
+#include "headwise/multi_head_latent_attention.hpp"
 #include "headwise/norms.hpp"
 #include "headwise/stored_matrix.hpp"
 #include "headwise/types.hpp"
@@ -248,6 +249,10 @@ struct Block {
   FeedForward<Scalar> mlp;                          ///< the dense MLP, unless `experts` is set
   std::optional<MixtureOfExperts<Scalar>> experts;  ///< Qwen3-MoE's sparse blocks
   std::optional<Norm<Scalar>> post_mlp_norm;        ///< Gemma 2 and 3, OLMo 2
+  /// DeepSeek-V3's and Kimi K2's attention, multi-head latent attention, where set; `attention` is
+  /// then a one-wide placeholder, and the tools that read a layer's heads refuse the model by name
+  /// (DecoderModel::check_no_latent).
+  std::optional<MultiHeadLatentAttention<Scalar>> latent;
 
   /// False for an attention-only block (no experts, an MLP without weights): its MLP adds 0.
   bool has_mlp() const { return experts || mlp.w_up.rows() != 0; }
@@ -397,6 +402,14 @@ class HEADWISE_ISA_TAG DecoderModel {
 
   /// Whether the LM head is the embedding itself (tied: the same bytes).
   bool tied() const { return unembedding.data() == embedding.data() && unembedding.rows() == embedding.rows(); }
+  /// Refuses, naming `where`, a model with a latent attention layer (DeepSeek-V3, Kimi K2): the
+  /// tools that read a layer's heads, weights or caches one by one know ordinary attention only.
+  void check_no_latent(const char* where) const {
+    for (Index l = 0; l < n_layers(); ++l)
+      if (blocks[static_cast<std::size_t>(l)].latent)
+        detail::invalid(where, "layer ", l, " is multi-head latent attention (DeepSeek-V3, Kimi K2): not read here yet; run, decode, ",
+                        "generate, hooks and the logit lens are");
+  }
   Index vocab_size() const { return embedding.rows(); }
   Index d_model() const { return embedding.cols(); }
   Index n_layers() const { return static_cast<Index>(blocks.size()); }
@@ -534,6 +547,7 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// changed) into the W_O sum.
   Matrix<Scalar> attention_of(Index l, const Matrix<Scalar>& a, const RunOptions<Scalar>& options, ModelRun<Scalar>& out,
                               KvCache<Scalar>* cache) const {
+    if (blocks[static_cast<std::size_t>(l)].latent) return latent_attention_of(l, a, options, out, cache);
     const MultiHeadAttention<Scalar>& layer = blocks[static_cast<std::size_t>(l)].attention;
     const std::string p = "blocks." + std::to_string(l) + ".";
     const auto recorded = [&](const char* name) { return options.hooks.count(p + name) != 0; };
@@ -567,6 +581,40 @@ class HEADWISE_ISA_TAG DecoderModel {
     if (recorded("attn.logsumexp")) out.logsumexp[l] = std::move(record.attention.logsumexp);
     const Matrix<Scalar> z = at({p + "attn.hook_z", layer.n_heads()}, std::move(record.attention.z), options, out);
     return layer.project_heads(z, options.threads);
+  }
+
+  /// Layer l's latent attention on a by the fast path (absorbed, fused), Z through hook_z into the
+  /// W_O sum; q, k, v and the pattern, where asked for, from its expanded form (the trace: each
+  /// head's [q_nope | RoPE(q_pe)], [k_nope | RoPE(k_pe)], v and weights; equal to the fast path's
+  /// to rounding).
+  Matrix<Scalar> latent_attention_of(Index l, const Matrix<Scalar>& a, const RunOptions<Scalar>& options, ModelRun<Scalar>& out,
+                                     KvCache<Scalar>* cache) const {
+    const MultiHeadLatentAttention<Scalar>& layer = *blocks[static_cast<std::size_t>(l)].latent;
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    if (cache) detail::invalid("DecoderModel::resume", "layer ", l, " is latent attention: a run resumes over ordinary attention only");
+    const auto recorded = [&](const char* name) { return options.hooks.count(p + name) != 0; };
+    ForwardRecord<Scalar> record;
+    record.keep_logsumexp = recorded("attn.logsumexp"), record.keep_statistics = recorded("attn.statistics");
+    AttentionOptions at_positions;
+    at_positions.threads = options.threads, at_positions.first_key_position = options.first_position;
+    layer.attend_heads(a, at_positions, record);
+    if (recorded("attn.hook_q") || recorded("attn.hook_k") || recorded("attn.hook_v") || recorded("attn.hook_pattern")) {
+      const LatentAttentionTrace<Scalar> trace = layer.trace(a, at_positions);
+      const auto side_by_side = [&](Matrix<Scalar> HeadTrace<Scalar>::*part) {
+        const Index width = (trace.heads.front().*part).cols();
+        Matrix<Scalar> all(a.rows(), layer.n_heads() * width);
+        for (Index h = 0; h < layer.n_heads(); ++h) all.middleCols(h * width, width) = trace.heads[static_cast<std::size_t>(h)].*part;
+        return all;
+      };
+      if (recorded("attn.hook_q")) keep(out, p + "attn.hook_q", side_by_side(&HeadTrace<Scalar>::q_rotated), layer.n_heads());
+      if (recorded("attn.hook_k")) keep(out, p + "attn.hook_k", side_by_side(&HeadTrace<Scalar>::k_rotated), layer.n_heads());
+      if (recorded("attn.hook_v")) keep(out, p + "attn.hook_v", side_by_side(&HeadTrace<Scalar>::v), layer.n_heads());
+      if (recorded("attn.hook_pattern")) keep(out, p + "attn.hook_pattern", side_by_side(&HeadTrace<Scalar>::weights), layer.n_heads());
+    }
+    if (record.keep_statistics) out.statistics[l] = std::move(record.attention.statistics);
+    if (record.keep_logsumexp) out.logsumexp[l] = std::move(record.attention.logsumexp);
+    const Matrix<Scalar> z = at({p + "attn.hook_z", layer.n_heads()}, std::move(record.attention.z), options, out);
+    return layer.project_heads(z);
   }
 
   /// Records a read-only hook's value.
@@ -610,6 +658,7 @@ class HEADWISE_ISA_TAG DecoderModel {
           detail::invalid("DecoderModel::run", name, " is read-only: the layer used it before a hook function could change it ",
                           "(change attn_in, or a head's Z at attn.hook_z)");
     }
+    if (options.read_attention) check_no_latent("RunOptions::read_attention");
     if (options.first_position < 0) detail::invalid("DecoderModel::run", "first_position must be >= 0, got ", options.first_position);
     if (options.logits_to_keep < 0)
       detail::invalid("DecoderModel::run", "logits_to_keep must be >= 0 (0: every token), got ", options.logits_to_keep);
@@ -654,6 +703,7 @@ ModelRun<Scalar> DecoderModel<Scalar>::resume(Index layer, Matrix<Scalar> x, std
                                               const RunOptions<Scalar>& options) const {
   constexpr const char* where = "DecoderModel::resume";
   check_options(options);
+  check_no_latent(where);
   if (layer < 0 || layer > n_layers()) detail::invalid(where, "layer ", layer, " is not in [0, ", n_layers(), "]");
   if (static_cast<Index>(caches.size()) != n_layers()) detail::invalid(where, caches.size(), " caches for ", n_layers(), " layers (make_caches)");
   if (x.cols() != d_model()) detail::invalid(where, "x has ", x.cols(), " columns, the model's stream ", d_model());
@@ -690,7 +740,7 @@ ModelRun<Scalar> DecoderModel<Scalar>::resume(Index layer, Matrix<Scalar> x, std
 template <class Scalar>
 std::vector<KvCache<Scalar>> DecoderModel<Scalar>::make_caches(Index capacity) const {
   std::vector<KvCache<Scalar>> caches;
-  for (const Block<Scalar>& b : blocks) caches.push_back(b.attention.make_cache(capacity));
+  for (const Block<Scalar>& b : blocks) caches.push_back(b.latent ? b.latent->make_cache(capacity) : b.attention.make_cache(capacity));
   return caches;
 }
 
@@ -711,7 +761,9 @@ Matrix<Scalar> DecoderModel<Scalar>::decode_stream(const std::vector<Index>& ids
       detail::invalid("DecoderModel::decode", "the caches hold different numbers of tokens (layer ", l, ")");
     AttentionOptions options;
     options.threads = threads;
-    Matrix<Scalar> attn = b.attention.forward_incremental(normed(b.attention_norm, x), caches[static_cast<std::size_t>(l)], options);
+    const Matrix<Scalar> a = normed(b.attention_norm, x);
+    KvCache<Scalar>& cache = caches[static_cast<std::size_t>(l)];
+    Matrix<Scalar> attn = b.latent ? b.latent->forward_incremental(a, cache, options) : b.attention.forward_incremental(a, cache, options);
     x = finish_block(b, std::move(x), std::move(attn), threads);
   }
   return final_norm.apply(x);
