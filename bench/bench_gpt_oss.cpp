@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "headwise/io/decoder_model.hpp"
+#include "checkpoint_files.hpp"
 #include "stream_triad.hpp"
 
 namespace {
@@ -34,11 +35,7 @@ using headwise::Index;
 constexpr std::uint64_t d = 2880, layers = 4, heads = 64, kv_heads = 8, head_dim = 64, experts = 32, inner = 2880, vocab = 201088;
 std::string folder;  // set in main
 
-struct Tensor {
-  std::string name;
-  const char* dtype;  // "BF16", or "U8": MXFP4 blocks (random codes) or scales (118..121)
-  std::vector<std::uint64_t> shape;
-};
+using bench_files::Tensor;
 
 std::vector<Tensor> gpt_oss_tensors() {
   std::vector<Tensor> t = {{"model.embed_tokens.weight", "BF16", {vocab, d}}, {"lm_head.weight", "BF16", {vocab, d}},
@@ -84,47 +81,14 @@ std::string gpt_oss_config() {
   return c.dump(2);
 }
 
-/// model.safetensors and config.json into `dir`, streamed, unless a file of the expected size is there.
+/// The checkpoint, once: BF16 weights of |w| in [0.0078, 0.0156) (a high byte of 0x3c or 0xbc),
+/// random MXFP4 codes, scale bytes 118..121.
 void write_checkpoint(const std::string& dir) {
-  const std::vector<Tensor> tensors = gpt_oss_tensors();
-  nlohmann::json header = nlohmann::json::object();
-  std::uint64_t bytes = 0;
-  for (const Tensor& t : tensors) {
-    std::uint64_t count = std::strcmp(t.dtype, "BF16") ? 1 : 2;
-    for (const auto s : t.shape) count *= s;
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {bytes, bytes + count}}};
-    bytes += count;
-  }
-  std::string text = header.dump();
-  text.append((8 - (8 + text.size()) % 8) % 8, ' ');
-  fs::create_directories(dir);
-  std::ofstream(dir + "/config.json") << gpt_oss_config();
-  const std::string path = dir + "/model.safetensors";
-  std::error_code ec;
-  if (fs::file_size(path, ec) == 8 + text.size() + bytes) return;
-  std::ofstream out(path, std::ios::binary);
-  const std::uint64_t length = text.size();
-  out.write(reinterpret_cast<const char*>(&length), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  std::uint32_t state = 12345;
-  std::vector<unsigned char> block;
-  for (const Tensor& t : tensors) {
-    std::uint64_t size = std::strcmp(t.dtype, "BF16") ? 1 : 2;
-    for (const auto s : t.shape) size *= s;
+  bench_files::write_checkpoint(dir, gpt_oss_tensors(), gpt_oss_config(), [](const Tensor& t, std::uint64_t i, unsigned char r) {
+    if (t.dtype == "BF16") return i % 2 ? static_cast<unsigned char>((r & 0x80) | 0x3c) : r;
     const bool scales = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, "_scales") == 0;
-    for (std::uint64_t left = size; left > 0;) {
-      block.resize(std::min<std::uint64_t>(left, 1 << 22));
-      for (std::size_t i = 0; i < block.size(); ++i) {
-        state = state * 1664525u + 1013904223u;
-        const auto r = static_cast<unsigned char>(state >> 24);
-        // BF16 bytes: low byte anything, high byte 0x3c or 0xbc (|w| in [0.0078, 0.0156)); U8 codes anything
-        block[i] = scales ? static_cast<unsigned char>(118 + r % 4) : std::strcmp(t.dtype, "BF16") ? r : i % 2 ? (r & 0x80) | 0x3c : r;
-      }
-      out.write(reinterpret_cast<const char*>(block.data()), static_cast<std::streamsize>(block.size()));
-      left -= block.size();
-    }
-  }
-  if (!out) throw std::runtime_error("bench_gpt_oss: cannot write " + path);
+    return scales ? static_cast<unsigned char>(118 + r % 4) : r;
+  });
 }
 
 const headwise::model::DecoderModel<float>& model() {
@@ -135,27 +99,15 @@ const headwise::model::DecoderModel<float>& model() {
   return m;
 }
 
-bool reset_peak_rss() {
-  std::ofstream clear("/proc/self/clear_refs");
-  clear << "5";
-  return static_cast<bool>(clear);
-}
-double peak_rss_mib() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return -1;
-}
-
 void BM_LoadGptOss(benchmark::State& state) {
   write_checkpoint(folder);
-  const bool resettable = reset_peak_rss();
-  const double before = peak_rss_mib();
+  const bool resettable = bench_files::reset_peak_rss();
+  const double before = bench_files::peak_rss_mib();
   double peak = 0;
   for (auto _ : state) {
     auto loaded = headwise::io::load_decoder_model<float>(folder);
     benchmark::DoNotOptimize(&loaded);
-    peak = std::max(peak, peak_rss_mib());
+    peak = std::max(peak, bench_files::peak_rss_mib());
   }
   const double file = double(fs::file_size(folder + "/model.safetensors"));
   state.counters["file_MB"] = file / 1e6;

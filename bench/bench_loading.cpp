@@ -28,6 +28,7 @@
 #include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_files.hpp"
 #include "headwise/io/decoder_model.hpp"
 #include "headwise/io/gpt2.hpp"
 
@@ -139,30 +140,15 @@ void write_checkpoint(const std::string& dir, const std::vector<std::pair<std::s
 }
 std::string llama_folder;  // set in main
 
-/// Resets the peak resident set (Linux 4.0 and later); false if this system cannot.
-bool reset_peak_rss() {
-  std::ofstream clear("/proc/self/clear_refs");
-  clear << "5";
-  return static_cast<bool>(clear);
-}
-
-/// The peak resident set in MiB since the last reset (VmHWM), or -1 if unknown.
-double peak_rss_mib() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // in kB
-  return -1;
-}
-
 template <class Load>
 void run(benchmark::State& state, Load load, const std::string& dir = folder) {
-  const bool resettable = reset_peak_rss();
-  const double before = peak_rss_mib();
+  const bool resettable = bench_files::reset_peak_rss();
+  const double before = bench_files::peak_rss_mib();
   double peak = 0;
   for (auto _ : state) {
     auto loaded = load();
     benchmark::DoNotOptimize(&loaded);
-    peak = std::max(peak, peak_rss_mib());
+    peak = std::max(peak, bench_files::peak_rss_mib());
   }
   const double file = double(fs::file_size(dir + "/model.safetensors"));
   state.counters["peak_RSS_MiB"] = resettable ? peak : -1;

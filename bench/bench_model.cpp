@@ -57,7 +57,7 @@ headwise::model::DecoderModel<float> make_gpt2_small_shaped(headwise::WeightType
       mlp.w_up = headwise::StoredMatrix::from(random_matrix(inner, d, rng, 0.02f), type);  // [out, in]
       mlp.w_down = headwise::StoredMatrix::from(random_matrix(d, inner, rng, 0.02f), type);
       m.blocks.push_back({ln, headwise::MultiHeadAttention<float>(heads, std::move(w)), std::nullopt, ln, std::move(mlp), std::nullopt,
-                          std::nullopt});
+                          std::nullopt, std::nullopt});
     }
     m.final_norm = ln;
     m.unembedding = m.embedding;  // tied, as GPT-2's
@@ -167,7 +167,7 @@ headwise::model::DecoderModel<float> make_llama_1b_shaped(headwise::WeightType t
     headwise::model::FeedForward<float> mlp;
     mlp.w_gate = stored(l_inner, l_d), mlp.w_up = stored(l_inner, l_d), mlp.w_down = stored(l_d, l_inner);
     m.blocks.push_back({rms, headwise::MultiHeadAttention<float>(l_heads, std::move(w), config), std::nullopt, rms, std::move(mlp),
-                        std::nullopt, std::nullopt});
+                        std::nullopt, std::nullopt, std::nullopt});
   }
   m.final_norm = rms;
   m.unembedding = m.embedding;

@@ -66,7 +66,8 @@ model::DecoderModel<Scalar> load_gpt2_model(const std::string& folder, const Con
     mlp.w_up = t.stored_transposed<Scalar>(h + "mlp.c_fc.weight", d, inner), mlp.b_up = t.vector<Scalar>(h + "mlp.c_fc.bias", inner);
     mlp.w_down = t.stored_transposed<Scalar>(h + "mlp.c_proj.weight", inner, d), mlp.b_down = t.vector<Scalar>(h + "mlp.c_proj.bias", d);
     m.blocks.push_back({norm_of<Scalar>(t, h + "ln_1", d, Kind::layer_norm, eps), load_gpt2_attention<Scalar>(file, c, l), std::nullopt,
-                        norm_of<Scalar>(t, h + "ln_2", d, Kind::layer_norm, eps), std::move(mlp), std::nullopt, std::nullopt});
+                        norm_of<Scalar>(t, h + "ln_2", d, Kind::layer_norm, eps), std::move(mlp), std::nullopt, std::nullopt,
+                        std::nullopt});
   }
   m.final_norm = norm_of<Scalar>(t, p + "ln_f", d, Kind::layer_norm, eps);
   m.unembedding = m.embedding;  // tied: the same bytes

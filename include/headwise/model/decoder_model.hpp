@@ -1,7 +1,8 @@
 // A whole decoder model around headwise's attention layers, one block type with small parts:
 // token embeddings (GPT-2 adds learned positions; Gemma multiplies by sqrt(d_model)); per block a
-// norm before the attention layer and one after it, a norm before the MLP (GPT-2's gelu_new MLP,
-// SwiGLU, GeGLU, or Qwen3-MoE's top-k experts) and one after it, each present or not (GPT-2 and
+// norm before the attention layer (or DeepSeek's latent attention) and one after it, a norm before
+// the MLP (GPT-2's gelu_new MLP, SwiGLU, GeGLU, or top-k experts: Qwen3-MoE's, gpt-oss's, Llama 4's,
+// DeepSeek-V3's) and one after it, each present or not (GPT-2 and
 // Llama norm before, Gemma 2 and 3 before and after, OLMo 2 after only); then the final norm, the
 // LM head (W_U, tied to the embedding or not) and Gemma 2's soft-cap of the logits. A run records the residual stream
 // at TransformerLens's hook names, only the hooks asked for: no (n, n) pattern is held unless one is.

@@ -61,7 +61,7 @@ DecoderModel<Scalar> make_model(const ModelShape& s, unsigned seed) {
       rope.d_head = d_head, rope.theta = s.rope_theta;
       config.rope = rope;
     }
-    Block<Scalar> b{norm(), MultiHeadAttention<Scalar>(s.heads, std::move(w), config), std::nullopt, std::nullopt, {}, std::nullopt, std::nullopt};
+    Block<Scalar> b{norm(), MultiHeadAttention<Scalar>(s.heads, std::move(w), config), std::nullopt, std::nullopt, {}, std::nullopt, std::nullopt, std::nullopt};
     if (s.d_mlp) {
       b.mlp_norm = norm();
       b.mlp.w_gate = StoredMatrix::from(draw(s.d_mlp, s.d_model), type), b.mlp.w_up = StoredMatrix::from(draw(s.d_mlp, s.d_model), type);
