@@ -173,6 +173,13 @@ void llama4_feed_forward(const ConfigReader& r, const TensorReader& t, Index l, 
 /// routed_scaling_factor, n_routed_experts SwiGLU experts of moe_intermediate_size and the shared
 /// experts as one MLP of n_shared_experts times that; dense SwiGLU layers before. FP8 weights are
 /// kept as stored (the reader's block scales).
+/// A count that may be 0 (first_k_dense_replace, n_shared_experts): absent or null is 0.
+inline Index count_from_zero(const ConfigReader& r, const char* key) {
+  const double v = r.number(r.json(), key, 0.0);
+  if (!(v >= 0 && v <= 4294967296.0 && v == std::floor(v))) r.fail(std::string("\"") + key + "\" must be an integer in [0, 4294967296]");
+  return static_cast<Index>(v);
+}
+
 template <class Scalar>
 void deepseek_feed_forward(const ConfigReader& r, const TensorReader& t, Index l, std::uint64_t d, model::Block<Scalar>& b) {
   const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
@@ -180,7 +187,7 @@ void deepseek_feed_forward(const ConfigReader& r, const TensorReader& t, Index l
   if (r.has("topk_method") && r.string("topk_method") != "noaux_tc") r.fail("topk_method \"" + r.string("topk_method") + "\" is not noaux_tc");
   const Index freq = r.integer("moe_layer_freq", 1);
   if (freq < 1) r.fail("moe_layer_freq must be >= 1");
-  if (l < r.integer("first_k_dense_replace", 0) || l % freq != 0) {
+  if (l < count_from_zero(r, "first_k_dense_replace") || l % freq != 0) {
     b.mlp = gated_mlp<Scalar>(t, p, d, static_cast<std::uint64_t>(r.integer("intermediate_size")), model::Activation::silu);
     return;
   }
@@ -196,8 +203,7 @@ void deepseek_feed_forward(const ConfigReader& r, const TensorReader& t, Index l
   moe.routed_scaling = r.number(r.json(), "routed_scaling_factor", 1.0);
   if (!(std::isfinite(moe.routed_scaling) && moe.routed_scaling > 0)) r.fail("routed_scaling_factor must be finite and > 0");
   for (Index e = 0; e < experts; ++e) moe.experts.push_back(gated_mlp<Scalar>(t, p + "experts." + std::to_string(e) + ".", d, inner, model::Activation::silu));
-  const Index shared = r.integer("n_shared_experts", 0);
-  if (shared < 0) r.fail("n_shared_experts must be >= 0");
+  const Index shared = count_from_zero(r, "n_shared_experts");
   if (shared > 0) moe.shared_expert = gated_mlp<Scalar>(t, p + "shared_experts.", d, inner * static_cast<std::uint64_t>(shared), model::Activation::silu);
   b.experts = std::move(moe);
 }
