@@ -187,6 +187,35 @@ TEMPLATE_TEST_CASE("DeepSeek-V3 whole: latent attention in its blocks, a dense f
   CHECK_THROWS_WITH(interpret::direct_logit_attribution(model, ids, {1, -1, -1}), Catch::Contains("layer 0 is multi-head latent attention"));
 }
 
+TEST_CASE("Llama 4's and DeepSeek-V3's sparse blocks: settings the model code does not read are refused by name",
+          "[model][llama4][deepseek][errors]") {
+  const auto broken = [](const char* source, const std::string& from, const std::string& to) {
+    const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/" + source + "-broken";
+    std::filesystem::remove_all(folder);
+    std::filesystem::copy(headwise_test::data_path(source), folder);
+    std::ifstream in(folder + "/config.json");
+    std::string c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    c.replace(c.find(from), from.size(), to);
+    std::ofstream(folder + "/config.json") << c;
+    return folder;
+  };
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("llama4-model-tiny", "\"router_jitter_noise\": 0.0", "\"router_jitter_noise\": 0.1")),
+                    Catch::Contains("router_jitter_noise is not 0"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("llama4-model-tiny", "\"num_experts_per_tok\": 1", "\"num_experts_per_tok\": 5")),
+                    Catch::Contains("num_experts_per_tok must be in [1, num_local_experts]"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("deepseek-v3-model-tiny", "\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"softmax\"")),
+                    Catch::Contains("scoring_func \"softmax\" is not sigmoid"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("deepseek-v3-model-tiny", "\"n_group\": 4", "\"n_group\": 3")),
+                    Catch::Contains("n_group must divide n_routed_experts"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("deepseek-v3-model-tiny", "\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": -1")),
+                    Catch::Contains("\"first_k_dense_replace\" must be an integer in [0, 4294967296]"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("deepseek-v3-model-tiny", "\"routed_scaling_factor\": 2.5", "\"routed_scaling_factor\": 0")),
+                    Catch::Contains("routed_scaling_factor must be finite and > 0"));
+  // A DeepSeek model with first_k_dense_replace 0: every layer sparse, so layer 0's dense MLP is not read.
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("deepseek-v3-model-tiny", "\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": 0")),
+                    Catch::Contains("missing tensor \"model.layers.0.mlp.gate.weight\""));
+}
+
 TEMPLATE_TEST_CASE("Llama 4 whole: dense and sparse layers as moe_layers says, sigmoid scores on the experts' inputs, the shared "
                    "expert; logits, every hook and the routing", "[model][fixture][llama4]", float, double) {
   check_model<TestType>("llama4-model-tiny");
