@@ -5,7 +5,8 @@
 // queries, keys, values, Z and logsumexp: O(n d) a layer, no (n, n) pattern); the backward goes
 // through the LM head and its soft-cap, the norms (LayerNorm, RMSNorm, Gemma's 1 + w), the MLPs
 // and experts (the chosen experts held fixed, the gradient through the router's softmax and the
-// renormalised top-k weights, as autograd does), each attention layer by the fused backward
+// renormalised top-k weights, or Llama 4's sigmoid scores on the experts' inputs, gpt-oss's
+// clamped SwiGLU, shared experts, as autograd does), each attention layer by the fused backward
 // (layer_backward_from_z: RoPE of every kind, QK-norms, GQA, windows, soft-caps) and the
 // embeddings (tied ones summed with the LM head's). Stored weights (BF16, FP8) are differentiated
 // at their stored values, widened. Every product is the deterministic one: the same bits on any
@@ -16,11 +17,12 @@
 //   g.metric; g.activations.at("blocks.3.attn.hook_z"); g.parameters.at("model.norm.weight");
 #pragma once
 
+#include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <map>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -150,6 +152,26 @@ struct MlpGradients {
   Matrix<Scalar> dm, pre, pre_linear, post;
 };
 
+/// gpt-oss's clamped SwiGLU backward: from g.post (∂/∂h) the gates' and ups' gradients into g.pre
+/// and g.pre_linear, and ∂/∂(m W_upᵀ + b_up) with its columns interleaved as they are. A clamp
+/// passes the gradient where its input is within it (limits included), as PyTorch's does.
+template <class Scalar>
+Matrix<Scalar> clamped_swiglu_backward(const FeedForward<Scalar>& f, const typename FeedForward<Scalar>::Record& kept, MlpGradients<Scalar>& g) {
+  const Index n = kept.pre.rows(), inner = kept.pre.cols();
+  const double alpha = f.swiglu_alpha, limit = f.swiglu_limit;
+  g.pre.resize(n, inner), g.pre_linear.resize(n, inner);
+  Matrix<Scalar> d_g(n, 2 * inner);
+  for (Index t = 0; t < n; ++t)
+    for (Index u = 0; u < inner; ++u) {
+      const double gate = double(kept.pre(t, u)), up = double(kept.pre_linear(t, u)), dh = double(g.post(t, u));
+      const double gc = std::min(gate, limit), uc = std::clamp(up, -limit, limit), s = 1.0 / (1.0 + std::exp(-alpha * gc));
+      g.pre(t, u) = static_cast<Scalar>(gate <= limit ? dh * (uc + 1.0) * (s + gc * alpha * s * (1.0 - s)) : 0.0);
+      g.pre_linear(t, u) = static_cast<Scalar>(up >= -limit && up <= limit ? dh * gc * s : 0.0);
+      d_g(t, 2 * u) = g.pre(t, u), d_g(t, 2 * u + 1) = g.pre_linear(t, u);
+    }
+  return d_g;
+}
+
 /// A dense MLP's backward at m from dy: dm and the intermediates' gradients, and (with grads) its
 /// parameters' under prefix p. `kept`: the forward's intermediates (recomputed when null, as for
 /// an expert, whose output `out` then gets: the routing weights' gradient needs it).
@@ -166,6 +188,12 @@ MlpGradients<Scalar> mlp_backward(const FeedForward<Scalar>& f, const ParameterN
   const bool gated = f.w_gate.rows() != 0;
   MlpGradients<Scalar> g;
   g.post = times_stored<Scalar>(dy, f.w_down, threads);  // (n, inner)
+  if (f.activation == Activation::clamped_swiglu) {
+    if (grads) headwise::detail::invalid("gradients", "gpt-oss's experts' parameters are not named (their stacks [E, ...] by expert)");
+    const Matrix<Scalar> d_g = clamped_swiglu_backward(f, *kept, g);
+    g.dm = times_stored<Scalar>(d_g, f.w_up, threads);
+    return g;
+  }
   Matrix<Scalar> value, slope;
   activation_and_slope(f.activation, kept->pre, value, slope);
   if (gated) {
@@ -216,9 +244,11 @@ class ModelBackward {
 
   void check_names() const {
     for (Index l = 0; l < model_.n_layers(); ++l)
-      if (const auto& e = model_.blocks[static_cast<std::size_t>(l)].experts; e && !e->softmax_only())
-        headwise::detail::invalid("gradients", "layer ", l, "'s sparse block is not Qwen3-MoE's (gpt-oss's biased router and clamped SwiGLU, ",
-                                  "Llama 4's and DeepSeek-V3's sigmoid scores and shared expert): no backward in headwise yet");
+      if (const auto& e = model_.blocks[static_cast<std::size_t>(l)].experts;
+          e && (e->choice_bias.size() || e->groups > 1 || e->routed_scaling != 1.0 ||
+                (e->score == MixtureOfExperts<Scalar>::Score::sigmoid && e->normalise_top_k)))
+        headwise::detail::invalid("gradients", "layer ", l, "'s sparse block routes as DeepSeek-V3 does (a choice bias, groups, ",
+                                  "normalised sigmoid scores, a scaling): no backward in headwise yet");
     const std::vector<std::string> known = gradient_names(model_);
     for (const std::string& name : options_.activations)
       if (std::find(known.begin(), known.end(), name) == known.end())
@@ -331,7 +361,8 @@ class ModelBackward {
   }
 
   /// A sparse block's backward at m from dy: each expert on the tokens that chose it (its output
-  /// scaled by the routing weight), then the router through the (renormalised) top-k softmax.
+  /// scaled by the routing weight, or, Llama 4, its input), the shared expert on every token, then
+  /// the router through the scores (the renormalised top-k softmax, or each chosen sigmoid).
   Matrix<Scalar> experts_backward(Index l, const MixtureOfExperts<Scalar>& moe, const Matrix<Scalar>& m, const Matrix<Scalar>& dy) {
     const Routing<Scalar>& routing = run_.routing.at(l);
     const Index n = m.rows(), k = routing.experts.cols();
@@ -343,15 +374,21 @@ class ModelBackward {
           if (routing.experts(t, j) == e) chosen.emplace_back(t, j);
       if (chosen.empty() && params()) out_.unreached.insert(names_.mlp(l, e));  // (its gradient 0, as autograd's None)
       Matrix<Scalar> m_e(Index(chosen.size()), m.cols()), dy_e(Index(chosen.size()), m.cols()), out_e;
-      for (std::size_t i = 0; i < chosen.size(); ++i)
-        m_e.row(Index(i)) = m.row(chosen[i].first), dy_e.row(Index(i)) = dy.row(chosen[i].first) * routing.weights(chosen[i].first, chosen[i].second);
+      for (std::size_t i = 0; i < chosen.size(); ++i) {
+        const auto [t, j] = chosen[i];
+        const Scalar w = routing.weights(t, j);
+        m_e.row(Index(i)) = moe.scales_input ? Matrix<Scalar>(w * m.row(t)) : Matrix<Scalar>(m.row(t));
+        dy_e.row(Index(i)) = moe.scales_input ? Matrix<Scalar>(dy.row(t)) : Matrix<Scalar>(dy.row(t) * w);
+      }
       const Matrix<Scalar> dm_e =
           mlp_backward<Scalar>(moe.experts[std::size_t(e)], names_, names_.mlp(l, e), m_e, dy_e, params(), nullptr, &out_e, threads_).dm;
       for (std::size_t i = 0; i < chosen.size(); ++i) {
-        dm.row(chosen[i].first) += dm_e.row(Index(i));
-        d_weights(chosen[i].first, chosen[i].second) = dy.row(chosen[i].first).dot(out_e.row(Index(i)));
+        const auto [t, j] = chosen[i];
+        dm.row(t) += moe.scales_input ? Matrix<Scalar>(routing.weights(t, j) * dm_e.row(Index(i))) : Matrix<Scalar>(dm_e.row(Index(i)));
+        d_weights(t, j) = moe.scales_input ? dm_e.row(Index(i)).dot(m.row(t)) : dy.row(t).dot(out_e.row(Index(i)));
       }
     }
+    if (moe.shared_expert) dm += mlp_backward<Scalar>(*moe.shared_expert, names_, "", m, dy, nullptr, nullptr, nullptr, threads_).dm;
     keep(at(l, "mlp.topk_weights"), d_weights);
     const Matrix<Scalar> d_logits = router_backward(moe, routing, d_weights);
     keep(at(l, "mlp.router_logits"), d_logits);
@@ -360,11 +397,19 @@ class ModelBackward {
     return dm;
   }
 
-  /// ∂/∂router logits from ∂/∂(top-k weights): w_j = p_j / Σ_chosen p (renormalised) or p_j, p = softmax.
+  /// ∂/∂router logits (after any router bias) from ∂/∂(top-k weights): w_j = p_j / Σ_chosen p
+  /// (renormalised) or p_j, p = softmax; or w_j = σ(r_j) (Llama 4).
   static Matrix<Scalar> router_backward(const MixtureOfExperts<Scalar>& moe, const Routing<Scalar>& routing, const Matrix<Scalar>& d_weights) {
     const Index n = routing.logits.rows(), E = routing.logits.cols(), k = routing.experts.cols();
-    Matrix<Scalar> d_logits(n, E);
+    Matrix<Scalar> d_logits = Matrix<Scalar>::Zero(n, E);
     for (Index t = 0; t < n; ++t) {
+      if (moe.score == MixtureOfExperts<Scalar>::Score::sigmoid) {  // (unnormalised: check_names)
+        for (Index j = 0; j < k; ++j) {
+          const double s = 1.0 / (1.0 + std::exp(-double(routing.logits(t, routing.experts(t, j)))));
+          d_logits(t, routing.experts(t, j)) = static_cast<Scalar>(double(d_weights(t, j)) * s * (1.0 - s));
+        }
+        continue;
+      }
       const RowVector<double> e = (routing.logits.row(t).template cast<double>().array() - double(routing.logits.row(t).maxCoeff())).exp();
       const RowVector<double> p = e / e.sum();
       RowVector<double> dp = RowVector<double>::Zero(E);
