@@ -489,7 +489,8 @@ TEST_CASE("Whole-model gradients through gpt-oss's and Llama 4's sparse blocks a
     o.activations.insert("blocks.1.mlp.router_logits");
     const model::ModelGradients<double> g = model::gradients(model, ids, metric, o);
     for (const std::string& point : points)
-      for (const auto& [t, c] : {std::pair<Index, Index>{3, 5}, {11, 17}, {20, 40}}) {
+      for (const auto& at : {std::pair<Index, Index>{3, 5}, {11, 17}, {20, 40}}) {
+        const Index t = at.first, c = at.second;
         CAPTURE(point, t, c);
         const auto moved = [&](double h) {
           model::RunOptions<double> r;
