@@ -121,7 +121,7 @@ TEMPLATE_TEST_CASE("Whole models stored in BF16: weights kept in BF16 (float32 r
                headwise_test::IsExactly(Matrix<double>(forward.row(Index(t)).template cast<double>())));
 }
 
-TEMPLATE_TEST_CASE("gpt-oss whole: its experts dense, in MXFP4 as released, and with every other tensor in BF16; logits, every "
+TEMPLATE_TEST_CASE("gpt-oss whole: its experts dense, in MXFP4 as released, and with every other tensor in BF16: logits, every "
                    "hook and the routing", "[model][fixture][gpt_oss][stored_matrix]", float, double) {
   for (const char* folder : {"gpt-oss-model-tiny", "gpt-oss-model-tiny-mxfp4", "gpt-oss-model-tiny-mxfp4-bf16"}) check_model<TestType>(folder);
   // A float32 model keeps the MXFP4 experts as stored, in place; a float64 one widens them once.
@@ -155,7 +155,7 @@ TEMPLATE_TEST_CASE("gpt-oss whole: its experts dense, in MXFP4 as released, and 
 }
 
 TEMPLATE_TEST_CASE("DeepSeek-V3 whole: latent attention in its blocks, a dense first layer, sparse ones with grouped sigmoid routing, "
-                   "the choice bias and the shared expert; float32 and FP8 checkpoints", "[model][fixture][deepseek]", float, double) {
+                   "the choice bias and the shared expert: float32 and FP8 checkpoints", "[model][fixture][deepseek]", float, double) {
   for (const char* folder : {"deepseek-v3-model-tiny", "deepseek-v3-model-tiny-fp8"}) check_model<TestType>(folder);
   const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("deepseek-v3-model-tiny-fp8"));
   CHECK((!model.blocks[0].experts && model.blocks[1].experts && model.blocks[2].experts));
@@ -217,7 +217,7 @@ TEST_CASE("Llama 4's and DeepSeek-V3's sparse blocks: settings the model code do
 }
 
 TEMPLATE_TEST_CASE("Llama 4 whole: dense and sparse layers as moe_layers says, sigmoid scores on the experts' inputs, the shared "
-                   "expert; logits, every hook and the routing", "[model][fixture][llama4]", float, double) {
+                   "expert: logits, every hook and the routing", "[model][fixture][llama4]", float, double) {
   check_model<TestType>("llama4-model-tiny");
   const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("llama4-model-tiny"));
   for (Index l = 0; l < 4; ++l) CHECK(bool(model.blocks[std::size_t(l)].experts) == (l == 1 || l == 3));
@@ -494,7 +494,7 @@ TEMPLATE_TEST_CASE("Whole models of Gemma 2, SmolLM3, OLMo 2, Ministral 3 and Ph
   }
 }
 
-TEMPLATE_TEST_CASE("Decoding token by token equals the whole forward's logits bit for bit; generation", "[model][fixture][decode]",
+TEMPLATE_TEST_CASE("Decoding token by token equals the whole forward's logits bit for bit, and generation", "[model][fixture][decode]",
                    float, double) {
   for (const char* folder : {"gpt2-model-tiny", "llama-model-tiny", "qwen3moe-model-tiny", "gemma3-model-tiny"}) {
     CAPTURE(folder);

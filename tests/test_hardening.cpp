@@ -316,7 +316,7 @@ TEMPLATE_TEST_CASE("a refused append leaves the store as it was: later tokens at
 }
 
 // Finding 5: an all-NaN score row was taken for a row that saw nothing, and gave a finite 0.
-TEMPLATE_TEST_CASE("NaN weights are refused; scores that overflow make their own row NaN in both paths",
+TEMPLATE_TEST_CASE("NaN weights are refused, and scores that overflow make their own row NaN in both paths",
                    "[hardening][nan]", float, double) {
   std::mt19937 rng(7);
   MultiHeadWeights<TestType> w;

@@ -257,7 +257,7 @@ TEST_CASE("int8, BF16 and F16 under the stored arithmetic: a layer decodes bitwi
 }
 
 TEST_CASE("an int8 latent under the stored arithmetic: values read out of the keys are the values stored on their own, "
-          "the same bits on any thread count, split and store; float64 met within the roundings measured",
+          "the same bits on any thread count, split and store, float64 met within the roundings measured",
           "[storage][kernel][arithmetic][latent]") {
   std::mt19937 rng(17);
   const Index n = 300, rows = 8, d = 72, dv = 64;  // a latent of one key/value head: 8 heads folded into rows, keys 72 wide, values the first 64

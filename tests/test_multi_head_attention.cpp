@@ -110,7 +110,7 @@ TEMPLATE_TEST_CASE("multi-head attention refuses bad configurations and inputs",
                       "headwise: head_contribution: z_h has 4 columns, expected d_head = 5");
 }
 
-TEST_CASE("A layer keeping its weights in BF16, F16 or FP8 computes with them rounded once; decoding gives the forward's bits",
+TEST_CASE("A layer keeping its weights in BF16, F16 or FP8 computes with them rounded once, and decoding gives the forward's bits",
           "[mha][stored_matrix]") {
   std::mt19937 rng(41);
   const Index d_model = 48, n_heads = 4, n_kv_heads = 2, n = 23;

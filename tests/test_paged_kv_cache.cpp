@@ -87,7 +87,7 @@ TEMPLATE_TEST_CASE("paged cache: a sequence in scattered blocks gives the bits o
   }
 }
 
-TEST_CASE("paged cache: forks share blocks and copy a partly filled one on write; truncate and free give blocks back", "[paged]") {
+TEST_CASE("paged cache: forks share blocks and copy a partly filled one on write, truncate and free give blocks back", "[paged]") {
   std::mt19937 rng(12);
   const Index G = 2, H = 4, d = 16, B = 64, prompt = 100;
   PagedKvCache<float> pool(shape_of<float>(12, B, G, d));
@@ -295,7 +295,7 @@ TEST_CASE("paged cache: a layer's batched call gives each sequence's rows of its
   CHECK(small.references(table.back()) == 2);
 }
 
-TEST_CASE("paged cache: restore after a truncation that let a block go keeps it from others; written-over tokens and "
+TEST_CASE("paged cache: restore after a truncation that let a block go keeps it from others, written-over tokens and "
           "views past what blocks hold are refused", "[paged][errors]") {
   const Index G = 1, d = 8, B = KvBlocks<float>::lanes;
   PagedKvCache<float> pool(shape_of<float>(4, B, G, d));

@@ -229,7 +229,7 @@ TEST_CASE("key padding costs O(n) memory: a million tokens with a window and pad
 }
 
 // Finding 8: ALiBi at a distance of 2^62 rounded the distance, changing Z by 0.29, silently.
-TEMPLATE_TEST_CASE("ALiBi at distances a scalar cannot hold exactly is refused; nearer, it is exact", "[refused][alibi]",
+TEMPLATE_TEST_CASE("ALiBi at distances a scalar cannot hold exactly is refused, and nearer it is exact", "[refused][alibi]",
                    float, double) {
   std::mt19937 rng(8);
   const Matrix<TestType> q = headwise_test::random_matrix<TestType>(3, 8, rng), k = headwise_test::random_matrix<TestType>(6, 8, rng);

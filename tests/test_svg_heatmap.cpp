@@ -68,7 +68,7 @@ TEST_CASE("the SVG heatmap parses as XML and holds every cell and its value", "[
                       "headwise: svg_heatmap: labels for 1 rows and 3 columns, the weights are 3x3");
 }
 
-TEST_CASE("the diverging scale: red below zero, white at zero, blue above, symmetric; non-finite values refused", "[interpret][svg]") {
+TEST_CASE("the diverging scale: red below zero, white at zero, blue above, symmetric, non-finite values refused", "[interpret][svg]") {
   Matrix<double> e(1, 4);
   e << -2, 0, 1, 2;
   interpret::Shading diverging;
