@@ -207,7 +207,7 @@ std::vector<std::string> matched(const headwise::text::Regex& regex, const std::
 }
 }  // namespace
 
-TEST_CASE("Regex: \\p{..}, \\d and \\s by Unicode 16.0 (unicode_categories.hpp), whatever PCRE2's own version", "[tokenizer][regex]") {
+TEST_CASE("Regex: property classes, digits and spaces by Unicode 16.0 (unicode_categories.hpp), whatever PCRE2's own version", "[tokenizer][regex]") {
   using headwise::text::Regex;
   using headwise::text::utf8;
   // Runs of one kind from blocks PCRE2 10.42 (Unicode 14) does not know: Garay (16.0), Kawi and Nag
@@ -263,7 +263,7 @@ TEST_CASE("Regex: \\p{..}, \\d and \\s by Unicode 16.0 (unicode_categories.hpp),
   CHECK_FALSE(headwise::text::is_word_character(0x10D6E));  // Garay hyphen (Pd)
 }
 
-TEST_CASE("Regex: PCRE2's own \\p{..} and the code points Unicode 16 added since its tables match what the code points of Unicode 16 match", "[tokenizer][regex]") {
+TEST_CASE("Regex: PCRE2's own property classes and the code points Unicode 16 added since its tables match what the code points of Unicode 16 match", "[tokenizer][regex]") {
   using headwise::text::Regex;
   using headwise::text::utf8;
   using headwise::text::detail::spelled_for_pcre2;
