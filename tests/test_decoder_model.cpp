@@ -78,6 +78,8 @@ void check_model(const std::string& folder) {
     for (Index h = 0; h < stats.first_token_mass.rows(); ++h)
       CHECK_THAT(Matrix<double>(stats.first_token_mass.row(h).template cast<double>()),
                  IsNear(Matrix<double>(ref.slice<double>(p + "attn.hook_pattern.f64", h).col(0).transpose()), tol));
+    if (ref.contains(p + "mlp.shared_output.f64"))  // (Llama 4's and DeepSeek-V3's shared expert)
+      CHECK_THAT(run.hooks.at(p + "mlp.shared_output").template cast<double>(), IsNear(ref.matrix<double>(p + "mlp.shared_output.f64"), tol));
     if (model.blocks[static_cast<std::size_t>(l)].experts) {
       const auto& routing = run.routing.at(l);
       CHECK_THAT(routing.logits.template cast<double>(), IsNear(ref.matrix<double>(p + "mlp.router_logits.f64"), tol));

@@ -70,7 +70,7 @@ std::vector<std::string> gradient_names(const DecoderModel<Scalar>& model) {
   if (model.positions.size()) names.push_back("hook_pos_embed");
   for (const std::string& h : model.hook_names()) {
     if (h.find("attn.statistics") != std::string::npos || h.find("attn.logsumexp") != std::string::npos ||
-        h.find("mlp.routing") != std::string::npos)
+        h.find("mlp.routing") != std::string::npos || h.find("mlp.shared_output") != std::string::npos)
       continue;
     names.push_back(h);
   }

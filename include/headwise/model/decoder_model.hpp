@@ -153,6 +153,7 @@ struct Routing {
   Matrix<Scalar> logits;                                                         ///< (n, experts)
   Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> experts;  ///< (n, top_k)
   Matrix<Scalar> weights;                                                        ///< (n, top_k)
+  Matrix<Scalar> shared_output;  ///< (n, d_model): the shared expert's output (Llama 4, DeepSeek-V3); empty without one
 };
 
 /// A sparse block: per token the router's logits r = m W_routerᵀ (+ b_router, gpt-oss), each
@@ -190,6 +191,7 @@ struct MixtureOfExperts {
     if (router_bias.size()) logits.rowwise() += router_bias;
     const Index n = m.rows();
     Matrix<Scalar> out = shared_expert ? shared_expert->forward(m, threads) : Matrix<Scalar>::Zero(n, m.cols());
+    if (routing && shared_expert) routing->shared_output = out;
     if (routing) routing->logits = logits, routing->experts.resize(n, top_k), routing->weights.resize(n, top_k);
     std::vector<std::pair<Index, Scalar>> chosen;
     for (Index t = 0; t < n; ++t) {
@@ -422,7 +424,7 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// mlp.output, hook_mlp_out, hook_resid_post, attn.statistics (the fused kernel's per-row
   /// statistics, into ModelRun::statistics), attn.logsumexp (into ModelRun::logsumexp), on dense
   /// MLPs mlp.hook_pre, mlp.hook_post and (gated) mlp.hook_pre_linear (FeedForward::Record) and, on sparse blocks, mlp.routing (into
-  /// ModelRun::routing); and "ln_final.out".
+  /// ModelRun::routing) and, with a shared expert, mlp.shared_output (read-only); and "ln_final.out".
   std::vector<std::string> hook_names() const;
 
   /// The model on token ids at positions options.first_position ..: logits and the hooks asked
@@ -531,6 +533,7 @@ class HEADWISE_ISA_TAG DecoderModel {
     const bool keep_inner = options.hooks.count(p + "mlp.hook_pre") || options.hooks.count(p + "mlp.hook_pre_linear") ||
                             options.hooks.count(p + "mlp.hook_post");
     Matrix<Scalar> mlp = b.mlp_of(m, &routing, options.threads, keep_inner ? &inner : nullptr);
+    if (b.experts && options.hooks.count(p + "mlp.shared_output")) out.hooks[p + "mlp.shared_output"] = routing.shared_output;
     if (b.experts && options.hooks.count(p + "mlp.routing")) out.routing[l] = std::move(routing);
     if (keep_inner) {
       for (auto* part : {&inner.pre, &inner.pre_linear, &inner.post}) {
@@ -654,7 +657,7 @@ class HEADWISE_ISA_TAG DecoderModel {
       if (!is_known(name)) detail::invalid("DecoderModel::run", "no hook \"", name, "\" in this model (hook_names() lists them)");
       if (!function) detail::invalid("DecoderModel::run", "the hook function on ", name, " is empty");
       for (const char* read_only : {"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.statistics", "attn.logsumexp",
-                                    "mlp.routing", "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post"})
+                                    "mlp.routing", "mlp.shared_output", "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post"})
         if (name.size() > std::strlen(read_only) && name.compare(name.size() - std::strlen(read_only), std::string::npos, read_only) == 0)
           detail::invalid("DecoderModel::run", name, " is read-only: the layer used it before a hook function could change it ",
                           "(change attn_in, or a head's Z at attn.hook_z)");
@@ -679,6 +682,7 @@ std::vector<std::string> DecoderModel<Scalar>::hook_names() const {
     for (const char* h : per_layer) out.push_back("blocks." + std::to_string(l) + "." + h);
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
     if (b.experts) out.push_back("blocks." + std::to_string(l) + ".mlp.routing");
+    if (b.experts && b.experts->shared_expert) out.push_back("blocks." + std::to_string(l) + ".mlp.shared_output");
     if (!b.experts && b.has_mlp())
       for (const char* h : {"mlp.hook_pre", "mlp.hook_post"}) out.push_back("blocks." + std::to_string(l) + "." + h);
     if (!b.experts && b.mlp.w_gate.rows()) out.push_back("blocks." + std::to_string(l) + ".mlp.hook_pre_linear");
