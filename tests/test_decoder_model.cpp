@@ -189,8 +189,118 @@ TEMPLATE_TEST_CASE("DeepSeek-V3 whole: latent attention in its blocks, a dense f
   CHECK_THROWS_WITH(interpret::direct_logit_attribution(model, ids, {1, -1, -1}), Catch::Contains("layer 0 is multi-head latent attention"));
 }
 
-TEST_CASE("Llama 4's and DeepSeek-V3's sparse blocks: settings the model code does not read are refused by name",
-          "[model][llama4][deepseek][errors]") {
+TEMPLATE_TEST_CASE("Qwen3-Next whole: Gated DeltaNet layers (every step and the states), the gated full-attention layer, sparse "
+                   "blocks with the gated shared expert; decoding gives the forward's bits", "[model][fixture][qwen3_next]", float, double) {
+  const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("qwen3-next-model-tiny"));
+  const io::SafetensorsFile ref = headwise_test::load_fixture("qwen3-next-model-tiny/model-reference.safetensors");
+  const std::vector<Index> ids = ids_of(ref, "input_ids");
+  const auto n = Index(ids.size());
+  REQUIRE((model.blocks[0].delta_net && model.blocks[2].delta_net && !model.blocks[3].delta_net && !model.blocks[2].experts));
+  model::RunOptions<TestType> options;
+  for (const std::string& h : model.hook_names()) options.hooks.insert(h);
+  const auto run = model.run(ids, options);
+  // The gated norm rescales each head to unit RMS, so float32 rounding grows where a head's output
+  // nearly cancels: the fixture's own float32 path is 6.7e-6 from float64 (its README).
+  const double tol = std::is_same_v<TestType, float> ? 1e-4 : 1e-10;
+  const auto near = [&](const Matrix<TestType>& got, const Matrix<double>& want) { CHECK_THAT(Matrix<double>(got.template cast<double>()), IsNear(want, tol)); };
+  near(run.logits, ref.matrix<double>("logits.f64"));
+  near(run.hooks.at("ln_final.out"), ref.matrix<double>("ln_final.out.f64"));
+  const auto transposed = [&](const std::string& name) { return Matrix<double>(ref.matrix<double>(name).transpose()); };
+  for (Index l = 0; l < model.n_layers(); ++l) {
+    CAPTURE(l);
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    for (const char* h : {"hook_resid_pre", "attn_in", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in", "mlp.output", "hook_mlp_out",
+                          "hook_resid_post"}) {
+      CAPTURE(h);
+      const bool linear = model.blocks[std::size_t(l)].delta_net && std::string(h) == "attn.output";  // (the fixture's name there)
+      near(run.hooks.at(p + h), ref.matrix<double>(p + (linear ? "linear_attn.output" : h) + ".f64"));
+    }
+    if (model.blocks[std::size_t(l)].delta_net) {
+      const std::string q = p + "linear_attn.";
+      near(run.hooks.at(q + "hook_mixed_qkv"), ref.matrix<double>(q + "mixed_qkv.f64"));
+      near(run.hooks.at(q + "hook_conv_out"), ref.matrix<double>(q + "conv_out.f64"));
+      for (const char* h : {"q", "k", "v", "z", "core_out"}) {
+        CAPTURE(h);
+        near(run.hooks.at(q + "hook_" + h), headwise_test::side_by_side<double>(ref, q + h + ".f64"));
+      }
+      near(run.hooks.at(q + "hook_beta"), transposed(q + "beta.f64"));
+      near(run.hooks.at(q + "hook_g"), transposed(q + "g.f64"));
+      near(run.hooks.at(q + "hook_gated_out"), ref.matrix<double>(q + "gated_out.f64"));
+      near(run.head(q + "hook_core_out", 3), ref.slice<double>(q + "core_out.f64", 3));
+      near(run.head(q + "hook_k", 1), ref.slice<double>(q + "k.f64", 1));
+    } else {
+      for (const auto& [h, fixture] : {std::pair{"attn.hook_q", "attn.q"}, {"attn.hook_k", "attn.k"}, {"attn.hook_v", "attn.v"},
+                                       {"attn.hook_pattern", "attn.hook_pattern"}}) {
+        CAPTURE(h);
+        near(run.hooks.at(p + h), headwise_test::side_by_side<double>(ref, p + fixture + ".f64"));
+      }
+      near(run.hooks.at(p + "attn.hook_z"), rows_of(ref, p + "attn.z_gated.f64"));  // (Z as W_O reads it: gated)
+    }
+    if (model.blocks[std::size_t(l)].experts) {
+      const auto& routing = run.routing.at(l);
+      near(routing.logits, ref.matrix<double>(p + "mlp.router_logits.f64"));
+      near(routing.weights, ref.matrix<double>(p + "mlp.topk_weights.f64"));
+      near(run.hooks.at(p + "mlp.shared_output"), ref.matrix<double>(p + "mlp.shared_expert_out.f64"));
+      const std::vector<double> experts = ref.values<double>(p + "mlp.topk_experts");
+      for (Index t = 0; t < n; ++t)
+        for (Index j = 0; j < 2; ++j) CHECK(routing.experts(t, j) == Index(experts[std::size_t(2 * t + j)]));
+    }
+  }
+  // Decoding: token by token, and 20 tokens then 4, on one thread and two: the forward's bits; the
+  // states after 20 and 24 tokens are Hugging Face's (the delta rule's S, the last conv inputs).
+  const Matrix<TestType> forward = model.logits(ids);
+  for (const int threads : {1, 2}) {
+    CAPTURE(threads);
+    auto caches = model.make_caches(n);
+    for (Index t = 0; t < n; ++t)
+      CHECK_THAT(Matrix<double>(model.decode({ids[std::size_t(t)]}, caches, threads).template cast<double>()),
+                 headwise_test::IsExactly(Matrix<double>(forward.row(t).template cast<double>())));
+    auto split = model.make_caches(n);
+    const Matrix<TestType> first = model.decode(std::vector<Index>(ids.begin(), ids.begin() + 20), split, threads);
+    for (Index l = 0; l < 3; ++l) {
+      const std::string q = "blocks." + std::to_string(l) + ".linear_attn.";
+      for (Index h = 0; h < 4; ++h) {
+        near(split[std::size_t(l)].state().heads[std::size_t(h)].state(), ref.slice<double>(q + "prefix_state.f64", h));
+        near(caches[std::size_t(l)].state().heads[std::size_t(h)].state(), ref.slice<double>(q + "final_state.f64", h));
+      }
+      near(split[std::size_t(l)].state().conv_inputs, Matrix<double>(ref.matrix<double>(q + "prefix_conv_state.f64").rightCols(3).transpose()));
+    }
+    const Matrix<TestType> rest = model.decode(std::vector<Index>(ids.begin() + 20, ids.end()), split, threads);
+    CHECK_THAT(Matrix<double>(first.template cast<double>()), headwise_test::IsExactly(Matrix<double>(forward.topRows(20).template cast<double>())));
+    CHECK_THAT(Matrix<double>(rest.template cast<double>()), headwise_test::IsExactly(Matrix<double>(forward.bottomRows(4).template cast<double>())));
+    model::RunOptions<TestType> o;
+    o.threads = threads;
+    CHECK_THAT(Matrix<double>(model.run(ids, o).logits.template cast<double>()), headwise_test::IsExactly(Matrix<double>(forward.template cast<double>())));
+  }
+  // A hook function on a DeltaNet head's output: zeroing head 2 of layer 1 there equals zeroing the
+  // out_proj columns it reads; the steps before it are read-only.
+  model::RunOptions<TestType> zeroed;
+  zeroed.hook_functions["blocks.1.linear_attn.hook_gated_out"] = [](Matrix<TestType>& y, const model::HookPoint& at) { at.head(y, 2).setZero(); };
+  zeroed.hooks = {"blocks.1.linear_attn.hook_gated_out", "blocks.1.attn.output"};
+  const auto ablated = model.run(ids, zeroed);
+  CHECK(ablated.hooks.at("blocks.1.linear_attn.hook_gated_out").middleCols(16, 8).isZero(0));
+  const Matrix<TestType> kept = run.hooks.at("blocks.1.linear_attn.hook_gated_out");
+  Matrix<TestType> by_hand = kept;
+  by_hand.middleCols(16, 8).setZero();
+  const Matrix<double> w_out = model.blocks[1].delta_net->out.template to_matrix<double>();  // [d_model, heads d_v]
+  near(ablated.hooks.at("blocks.1.attn.output"), Matrix<double>(by_hand.template cast<double>() * w_out.transpose()));
+  model::RunOptions<TestType> bad;
+  bad.hook_functions["blocks.0.linear_attn.hook_q"] = [](Matrix<TestType>&, const model::HookPoint&) {};
+  CHECK_THROWS_WITH(model.run(ids, bad), Catch::Contains("blocks.0.linear_attn.hook_q is read-only"));
+  // The tools that read a layer's heads one by one, and rolling a state back, are refused by name.
+  CHECK_THROWS_WITH(interpret::score_model_heads(model, ids), Catch::Contains("layer 0 is a Gated DeltaNet layer (Qwen3-Next)"));
+  CHECK_THROWS_WITH(model::gradients(model, ids, model::Metric<TestType>::next_token_loss(ids)), Catch::Contains("layer 0 is a Gated DeltaNet layer"));
+  auto caches = model.make_caches(n);
+  model.decode({ids[0], ids[1]}, caches);
+  CHECK_THROWS_WITH(caches[0].truncate(1), Catch::Contains("a Gated DeltaNet layer's state holds 2 tokens folded together"));
+  CHECK_THROWS_WITH(caches[0].keys_values(), Catch::Contains("LayerCache::keys_values: this layer's cache holds a Gated DeltaNet state"));
+  model::RunOptions<TestType> later;
+  later.first_position = 3;
+  CHECK_THROWS_WITH(model.run(ids, later), Catch::Contains("layer 0 is a Gated DeltaNet layer, whose state needs every earlier token"));
+}
+
+TEST_CASE("Llama 4's, DeepSeek-V3's and Qwen3-Next's blocks: settings the model code does not read are refused by name",
+          "[model][llama4][deepseek][qwen3_next][errors]") {
   const auto broken = [](const char* source, const std::string& from, const std::string& to) {
     const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/" + source + "-broken";
     std::filesystem::remove_all(folder);
@@ -216,6 +326,15 @@ TEST_CASE("Llama 4's and DeepSeek-V3's sparse blocks: settings the model code do
   // A DeepSeek model with first_k_dense_replace 0: every layer sparse, so layer 0's dense MLP is not read.
   CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("deepseek-v3-model-tiny", "\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": 0")),
                     Catch::Contains("missing tensor \"model.layers.0.mlp.gate.weight\""));
+  // Qwen3-Next: DeltaNet sizes that do not fit, or disagree with the checkpoint.
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("qwen3-next-model-tiny", "\"linear_num_value_heads\": 4", "\"linear_num_value_heads\": 3")),
+                    Catch::Contains("linear_num_value_heads must be a multiple of linear_num_key_heads"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("qwen3-next-model-tiny", "\"linear_conv_kernel_dim\": 4", "\"linear_conv_kernel_dim\": 0")),
+                    Catch::Contains("\"linear_conv_kernel_dim\" = 0 must be an integer in [1,"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("qwen3-next-model-tiny", "\"linear_conv_kernel_dim\": 4", "\"linear_conv_kernel_dim\": 3")),
+                    Catch::Contains("tensor \"model.layers.0.linear_attn.conv1d.weight\" has shape [96, 1, 4], expected [96, 1, 3]"));
+  CHECK_THROWS_WITH(io::load_decoder_model<float>(broken("qwen3-next-model-tiny", "\"use_sliding_window\": false", "\"use_sliding_window\": true")),
+                    Catch::Contains("use_sliding_window"));
 }
 
 TEMPLATE_TEST_CASE("Llama 4 whole: dense and sparse layers as moe_layers says, sigmoid scores on the experts' inputs, the shared "
@@ -371,8 +490,6 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   CHECK_THROWS_WITH(model.run({1, 2}, keep_negative), Catch::Contains("logits_to_keep must be >= 0 (0: every token), got -1"));
   CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("gemma4-tiny")),
                     Catch::Contains("model_type \"gemma4_text\" has attention headwise loads, but the model code lacks per-layer inputs"));
-  CHECK_THROWS_WITH(io::load_decoder_model<float>(headwise_test::data_path("qwen3-next-tiny")),
-                    Catch::Contains("model_type \"qwen3_next\" has attention headwise loads, but the model code lacks"));
   // A Llama checkpoint without one MLP tensor.
   const std::string folder = std::string(HEADWISE_TEST_TMP_DIR) + "/model-missing-mlp";
   std::filesystem::create_directories(folder);

@@ -53,7 +53,7 @@ class ActivationPatching {
   ActivationPatching(const model::DecoderModel<Scalar>& model, std::vector<Index> ids, std::vector<Index> source,
                      model::Metric<Scalar> metric, int threads = 0)
       : model_(model), ids_(std::move(ids)), source_ids_(std::move(source)), metric_(std::move(metric)), threads_(threads) {
-    model_.check_no_latent("ActivationPatching");
+    model_.check_attention_layers("ActivationPatching");
     if (ids_.size() != source_ids_.size() || ids_.empty())
       headwise::detail::invalid("ActivationPatching", "the runs have ", ids_.size(), " and ", source_ids_.size(),
                                 " tokens: patching needs two runs of the same length (> 0)");
@@ -107,7 +107,7 @@ class ActivationPatching {
     if (layer < 0 || layer >= layers() || first < 0 || first >= n())
       headwise::detail::invalid("ActivationPatching::patched", "layer ", layer, ", position ", first, ": the model has ", layers(),
                                 " layers, the runs ", n(), " tokens");
-    std::vector<KvCache<Scalar>> caches;
+    std::vector<model::LayerCache<Scalar>> caches;
     for (Index l = 0; l < layers(); ++l) {
       caches.push_back(l >= layer ? caches_[std::size_t(l)] : model_.blocks[std::size_t(l)].attention.make_cache(0));
       if (l >= layer) caches.back().truncate(first);
@@ -148,7 +148,7 @@ class ActivationPatching {
   model::Metric<Scalar> metric_;
   int threads_;
   model::ModelRun<Scalar> source_, base_;
-  std::vector<KvCache<Scalar>> caches_;
+  std::vector<model::LayerCache<Scalar>> caches_;
   double unpatched_ = 0, source_metric_ = 0;
 };
 

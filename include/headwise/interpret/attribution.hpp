@@ -70,7 +70,7 @@ struct ModelAttribution {
 template <class Scalar>
 ModelAttribution attribution_patching(const model::DecoderModel<Scalar>& model, const std::vector<Index>& ids, const std::vector<Index>& source,
                                       const model::Metric<Scalar>& metric, int threads = 0) {
-  model.check_no_latent("attribution_patching");
+  model.check_attention_layers("attribution_patching");
   if (ids.size() != source.size() || ids.empty())
     detail::invalid("attribution_patching", "the runs have ", ids.size(), " and ", source.size(), " tokens: two runs of the same length (> 0)");
   const Index L = model.n_layers(), H = L ? model.blocks.front().attention.n_heads() : 0, n = Index(ids.size());

@@ -140,7 +140,7 @@ void score_layer(const ForwardRecord<Scalar>& r, const std::vector<Index>& ids, 
 template <class Scalar>
 ModelHeadScores score_model_heads(const model::DecoderModel<Scalar>& m, const std::vector<Index>& ids, Index induction_length = 0,
                                   unsigned seed = 0, PatternSource source = PatternSource::rows, int threads = 0) {
-  m.check_no_latent("score_model_heads");
+  m.check_attention_layers("score_model_heads");
   if (ids.size() < 2) detail::invalid("score_model_heads", "the text has ", ids.size(), " tokens: at least 2 are needed");
   if (induction_length < 0) detail::invalid("score_model_heads", "induction_length must be >= 0, got ", induction_length);
   const Index L = m.n_layers(), H = L ? m.blocks.front().attention.n_heads() : 0, n = static_cast<Index>(ids.size());
@@ -197,7 +197,7 @@ enum class Ablation { zero, mean };
 template <class Scalar, class Metric>
 Matrix<double> head_ablation_effects(const model::DecoderModel<Scalar>& m, const std::vector<Index>& ids, const Metric& metric,
                                      Ablation ablation = Ablation::zero) {
-  m.check_no_latent("head_ablation_effects");
+  m.check_attention_layers("head_ablation_effects");
   const Index L = m.n_layers(), H = L ? m.blocks.front().attention.n_heads() : 0;
   model::RunOptions<Scalar> record;
   if (ablation == Ablation::mean)
@@ -259,7 +259,7 @@ struct FrozenNorm {
 template <class Scalar>
 Matrix<double> direct_logit_attribution(const model::DecoderModel<Scalar>& m, const std::vector<Index>& ids, const LogitDirection& d) {
   constexpr const char* where = "direct_logit_attribution";
-  m.check_no_latent(where);
+  m.check_attention_layers(where);
   const Index n = static_cast<Index>(ids.size()), L = m.n_layers(), position = d.position == -1 ? n - 1 : d.position;
   if (position < 0 || position >= n) detail::invalid(where, "position ", d.position, " is not one of the ", n, " tokens (or -1: the last)");
   if (d.token < 0 || d.token >= m.vocab_size()) detail::invalid(where, "token ", d.token, " is not in [0, ", m.vocab_size(), ")");

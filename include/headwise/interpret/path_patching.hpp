@@ -88,7 +88,7 @@ template <class Scalar>
 PatchingTable path_patching(const model::DecoderModel<Scalar>& model, const std::vector<Index>& ids, const std::vector<Index>& source,
                             const model::Metric<Scalar>& metric, const PathPatchingOptions& options = {}) {
   constexpr const char* where = "path_patching";
-  model.check_no_latent(where);
+  model.check_attention_layers(where);
   if (ids.size() != source.size() || ids.empty())
     headwise::detail::invalid(where, "the runs have ", ids.size(), " and ", source.size(), " tokens: two runs of the same length (> 0)");
   const Index L = model.n_layers(), H = L ? model.blocks.front().attention.n_heads() : 0;
@@ -136,7 +136,7 @@ PatchingTable path_patching(const model::DecoderModel<Scalar>& model, const std:
           run.hook_functions[at(lr, "attn.hook_z")] = model::replace_with(detail::receiver_z(receiver.attention, base, at(lr, ""), patched, r, options));
           if (options.freeze)
             for (Index l = lr + 1; l < L; ++l) run.hook_functions[at(l, "attn.hook_z")] = model::replace_with(base.hooks.at(at(l, "attn.hook_z")));
-          std::vector<KvCache<Scalar>> caches;
+          std::vector<model::LayerCache<Scalar>> caches;
           for (Index l = 0; l < L; ++l) caches.push_back(model.blocks[std::size_t(l)].attention.make_cache(l >= lr ? Index(ids.size()) : 0));
           t.values(ls * H + hs, lr * R + r) = metric.value(model.resume(lr, base.hooks.at(at(lr, "hook_resid_pre")), caches, run).logits);
         }

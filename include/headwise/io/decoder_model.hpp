@@ -208,6 +208,31 @@ void deepseek_feed_forward(const ConfigReader& r, const TensorReader& t, Index l
   b.experts = std::move(moe);
 }
 
+/// Qwen3-Next's linear-attention layer L (model.layers.L.linear_attn.): the sizes from the
+/// config's linear_* keys (its config class's defaults where absent), eps the model's rms_norm_eps.
+template <class Scalar>
+GatedDeltaNet<Scalar> load_gated_delta_net(const ConfigReader& r, const TensorReader& t, Index l, std::uint64_t d, double eps) {
+  const std::string p = "model.layers." + std::to_string(l) + ".linear_attn.";
+  GatedDeltaNet<Scalar> g;
+  GatedDeltaNetShape& s = g.shape;
+  s.key_heads = r.integer("linear_num_key_heads", 16), s.value_heads = r.integer("linear_num_value_heads", 32);
+  s.d_key = r.integer("linear_key_head_dim", 128), s.d_value = r.integer("linear_value_head_dim", 128);
+  s.kernel = r.integer("linear_conv_kernel_dim", 4), s.eps = eps;
+  for (const Index size : {s.key_heads, s.value_heads, s.d_key, s.d_value, s.kernel})
+    if (size < 1 || size > (Index(1) << 20)) r.fail("linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim and linear_conv_kernel_dim must be in [1, 2^20]");
+  if (s.value_heads % s.key_heads != 0) r.fail("linear_num_value_heads must be a multiple of linear_num_key_heads");
+  const auto nv = static_cast<std::uint64_t>(s.value_heads), dv = static_cast<std::uint64_t>(s.d_value);
+  const auto wide = static_cast<std::uint64_t>(2 * s.key_heads * s.d_key) + 2 * nv * dv;
+  g.in_qkvz = t.stored<Scalar>(p + "in_proj_qkvz.weight", wide, d);
+  g.in_ba = t.stored<Scalar>(p + "in_proj_ba.weight", 2 * nv, d);
+  g.conv = t.depthwise_conv<Scalar>(p + "conv1d.weight", static_cast<std::uint64_t>(s.channels()), static_cast<std::uint64_t>(s.kernel));
+  g.dt_bias = t.vector<Scalar>(p + "dt_bias", nv), g.a_log = t.vector<Scalar>(p + "A_log", nv);
+  g.norm = t.vector<Scalar>(p + "norm.weight", dv);
+  g.out = t.stored<Scalar>(p + "out_proj.weight", d, nv * dv);
+  g.check(static_cast<Index>(d));
+  return g;
+}
+
 /// What a latent block's `attention` holds (Block::latent): one head one wide.
 template <class Scalar>
 MultiHeadAttention<Scalar> placeholder_attention() {
@@ -241,6 +266,11 @@ void read_mlp(const ConfigReader& r, const LlamaConfig& c, const TensorReader& t
   moe.normalise_top_k = r.boolean("norm_topk_prob", false);
   const auto inner = static_cast<std::uint64_t>(r.integer("moe_intermediate_size"));
   for (Index e = 0; e < experts; ++e) moe.experts.push_back(gated_mlp<Scalar>(t, p + "experts." + std::to_string(e) + ".", d, inner, a));
+  if (c.model_type == "qwen3_next") {  // the shared expert, its output scaled by sigmoid(m · shared_expert_gate)
+    const auto shared = static_cast<std::uint64_t>(r.integer("shared_expert_intermediate_size"));
+    moe.shared_expert = gated_mlp<Scalar>(t, p + "shared_expert.", d, shared, a);
+    moe.shared_gate = t.stored<Scalar>(p + "shared_expert_gate.weight", 1, d);
+  }
   b.experts = std::move(moe);
 }
 
@@ -272,7 +302,7 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   if (!(eps > 0.0 && std::isfinite(eps))) r.fail("rms_norm_eps must be finite and > 0");
   using Kind = typename model::Norm<Scalar>::Kind;
   using N = WholeModel::Norms;
-  const Kind kind = shape.gemma ? Kind::rms_offset : Kind::rms;
+  const Kind kind = shape.gemma || shape.zero_centred ? Kind::rms_offset : Kind::rms;
   const model::Activation a = shape.gemma ? model::Activation::gelu_tanh : model::Activation::silu;
   const auto norm = [&](const std::string& name) { return norm_of<Scalar>(t, name, d, kind, eps); };
   model::DecoderModel<Scalar> m;
@@ -281,9 +311,11 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   if (shape.gemma && r.has("final_logit_softcapping")) m.logit_softcap = r.number(r.json(), "final_logit_softcapping", 0.0);
   for (Index l = 0; l < config.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    model::Block<Scalar> b{std::nullopt, config.latent ? placeholder_attention<Scalar>() : load_llama_attention<Scalar>(checkpoint, config, l),
+    const bool linear = config.type_of(l) == LayerType::linear, placeholder = config.latent || linear;
+    model::Block<Scalar> b{std::nullopt, placeholder ? placeholder_attention<Scalar>() : load_llama_attention<Scalar>(checkpoint, config, l),
                            std::nullopt, std::nullopt, {}, std::nullopt, std::nullopt, std::nullopt};
     if (config.latent) b.latent = load_latent_attention<Scalar>(checkpoint, config, l);
+    if (linear) b.delta_net = load_gated_delta_net<Scalar>(r, t, l, d, eps);
     if (shape.norms != N::after) b.attention_norm = norm(p + "input_layernorm");
     if (shape.norms == N::before) b.mlp_norm = norm(p + "post_attention_layernorm");  // (Llama's name for its MLP's norm)
     if (shape.norms == N::before_and_after) b.mlp_norm = norm(p + "pre_feedforward_layernorm");

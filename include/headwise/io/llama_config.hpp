@@ -160,6 +160,7 @@ struct WholeModel {
   bool tied = false;              ///< tie_word_embeddings where the config leaves it out (its config class's default)
   bool fused_gate_up = false;     ///< Phi-3: one mlp.gate_up_proj [2 inner, d], the gate's rows first
   const char* missing = nullptr;  ///< what the model code lacks, where norms is none
+  bool zero_centred = false;      ///< (1 + w) norms without Gemma's other traits (Qwen3-Next)
 };
 
 /// One family: its model_type, what it reads, its whole model, and the top-level keys its
@@ -622,7 +623,7 @@ HEADWISE_IO_INLINE const std::vector<Family>& families() {
         {"olmo2", read_olmo2, nullptr, false, {N::after}, keys({{"hidden_act", "layer_types"}})},
         // (full_attention_interval, use_sliding_window: in Qwen3-Next's Hub files; the latter is refused if true)
         {"qwen3_next", read_qwen3_next, nullptr, false,
-         {N::none, false, false, false, "its linear-attention (Gated DeltaNet) layers and gated experts"},
+         {N::before, false, false, false, nullptr, /*zero_centred=*/true},
          keys({{"hidden_act", "layer_types", "full_attention_interval", "linear_conv_kernel_dim", "linear_key_head_dim",
                 "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads", "decoder_sparse_step",
                 "moe_intermediate_size", "shared_expert_intermediate_size", "num_experts_per_tok", "num_experts", "norm_topk_prob",

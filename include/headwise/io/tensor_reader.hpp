@@ -131,6 +131,14 @@ class TensorReader {
     check(key, {out, in}, options_.shape_hint);
     return block_scales(key, model_.file_of(key).info(key).dtype, {static_cast<Index>(out), static_cast<Index>(in)});
   }
+  /// A depthwise conv1d's weight [channels, 1, kernel] as the (channels, kernel) matrix.
+  template <class Scalar>
+  Matrix<Scalar> depthwise_conv(const std::string& name, std::uint64_t channels, std::uint64_t kernel) const {
+    const std::string key = options_.prefix + name;
+    check(key, {channels, 1, kernel}, "");
+    const std::vector<Scalar> v = model_.file_of(key).values<Scalar>(key);
+    return Eigen::Map<const Matrix<Scalar>>(v.data(), static_cast<Index>(channels), static_cast<Index>(kernel));
+  }
   /// A 1-D tensor `name` [size] (a norm's weight, a bias, the sinks), required.
   template <class Scalar>
   RowVector<Scalar> vector(const std::string& name, std::uint64_t size) const {

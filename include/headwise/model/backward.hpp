@@ -223,7 +223,7 @@ class ModelBackward {
       : model_(model), names_(model.names), options_(options), threads_(headwise::detail::thread_count(options.threads, "gradients")) {}
 
   ModelGradients<Scalar> operator()(const std::vector<Index>& ids, const Metric<Scalar>& metric) {
-    model_.check_no_latent("gradients");
+    model_.check_attention_layers("gradients");
     check_names();
     if (options_.parameters) check_named(model_, "gradients");
     run_ = model_.run(ids, forward_options());

@@ -33,7 +33,9 @@
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/forward_record.hpp"
+#include "headwise/gated_delta_net.hpp"
 #include "headwise/head_interventions.hpp"
+#include "headwise/model/layer_cache.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/multi_head_latent_attention.hpp"
 #include "headwise/norms.hpp"
@@ -153,7 +155,7 @@ struct Routing {
   Matrix<Scalar> logits;                                                         ///< (n, experts)
   Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> experts;  ///< (n, top_k)
   Matrix<Scalar> weights;                                                        ///< (n, top_k)
-  Matrix<Scalar> shared_output;  ///< (n, d_model): the shared expert's output (Llama 4, DeepSeek-V3); empty without one
+  Matrix<Scalar> shared_output;  ///< (n, d_model): the shared expert's output, before Qwen3-Next's gate; empty without one
 };
 
 /// A sparse block: per token the router's logits r = m W_routerᵀ (+ b_router, gpt-oss), each
@@ -171,7 +173,10 @@ struct MixtureOfExperts {
   StoredMatrix router;            ///< [experts, d_model]
   RowVector<Scalar> router_bias;  ///< gpt-oss's; empty: none
   std::vector<FeedForward<Scalar>> experts;
-  std::optional<FeedForward<Scalar>> shared_expert;  ///< Llama 4, DeepSeek-V3
+  std::optional<FeedForward<Scalar>> shared_expert;  ///< Llama 4, DeepSeek-V3, Qwen3-Next
+  /// [1, d_model]: Qwen3-Next's gate on the shared expert, whose output is scaled by
+  /// sigmoid(m · gate) per token; empty: none.
+  StoredMatrix shared_gate;
   Index top_k = 1;
   bool normalise_top_k = true;
   Score score = Score::softmax;
@@ -192,6 +197,10 @@ struct MixtureOfExperts {
     const Index n = m.rows();
     Matrix<Scalar> out = shared_expert ? shared_expert->forward(m, threads) : Matrix<Scalar>::Zero(n, m.cols());
     if (routing && shared_expert) routing->shared_output = out;
+    if (shared_gate.rows()) {
+      const Matrix<Scalar> gate = times<Scalar>(m, shared_gate, threads);
+      for (Index t = 0; t < n; ++t) out.row(t) *= Scalar(1) / (Scalar(1) + std::exp(-gate(t, 0)));
+    }
     if (routing) routing->logits = logits, routing->experts.resize(n, top_k), routing->weights.resize(n, top_k);
     std::vector<std::pair<Index, Scalar>> chosen;
     for (Index t = 0; t < n; ++t) {
@@ -254,8 +263,11 @@ struct Block {
   std::optional<Norm<Scalar>> post_mlp_norm;        ///< Gemma 2 and 3, OLMo 2
   /// DeepSeek-V3's and Kimi K2's attention, multi-head latent attention, where set; `attention` is
   /// then a one-wide placeholder, and the tools that read a layer's heads refuse the model by name
-  /// (DecoderModel::check_no_latent).
+  /// (DecoderModel::check_attention_layers).
   std::optional<MultiHeadLatentAttention<Scalar>> latent;
+  /// Qwen3-Next's linear-attention layers (Gated DeltaNet) where set; `attention` is then a
+  /// one-wide placeholder, as for `latent`.
+  std::optional<GatedDeltaNet<Scalar>> delta_net = std::nullopt;
 
   /// False for an attention-only block (no experts, an MLP without weights): its MLP adds 0.
   bool has_mlp() const { return experts || mlp.w_up.rows() != 0; }
@@ -405,13 +417,16 @@ class HEADWISE_ISA_TAG DecoderModel {
 
   /// Whether the LM head is the embedding itself (tied: the same bytes).
   bool tied() const { return unembedding.data() == embedding.data() && unembedding.rows() == embedding.rows(); }
-  /// Refuses, naming `where`, a model with a latent attention layer (DeepSeek-V3, Kimi K2): the
-  /// tools that read a layer's heads, weights or caches one by one know ordinary attention only.
-  void check_no_latent(const char* where) const {
-    for (Index l = 0; l < n_layers(); ++l)
-      if (blocks[static_cast<std::size_t>(l)].latent)
-        detail::invalid(where, "layer ", l, " is multi-head latent attention (DeepSeek-V3, Kimi K2): not read here yet; run, decode, ",
-                        "generate, hooks and the logit lens are");
+  /// Refuses, naming `where`, a model with a latent attention layer (DeepSeek-V3, Kimi K2) or a
+  /// Gated DeltaNet layer (Qwen3-Next): the tools that read a layer's heads, weights or caches one
+  /// by one know ordinary attention only.
+  void check_attention_layers(const char* where) const {
+    for (Index l = 0; l < n_layers(); ++l) {
+      const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
+      if (b.latent || b.delta_net)
+        detail::invalid(where, "layer ", l, b.latent ? " is multi-head latent attention (DeepSeek-V3, Kimi K2)" : " is a Gated DeltaNet layer (Qwen3-Next)",
+                        ": not read here yet; run, decode, generate, hooks and the logit lens are");
+    }
   }
   Index vocab_size() const { return embedding.rows(); }
   Index d_model() const { return embedding.cols(); }
@@ -425,6 +440,11 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// statistics, into ModelRun::statistics), attn.logsumexp (into ModelRun::logsumexp), on dense
   /// MLPs mlp.hook_pre, mlp.hook_post and (gated) mlp.hook_pre_linear (FeedForward::Record) and, on sparse blocks, mlp.routing (into
   /// ModelRun::routing) and, with a shared expert, mlp.shared_output (read-only); and "ln_final.out".
+  /// A Gated DeltaNet layer has no attn.hook_* / statistics / logsumexp; it has linear_attn.
+  /// hook_mixed_qkv, hook_conv_out, hook_q, hook_k (per key head, unit length), hook_v, hook_z,
+  /// hook_beta, hook_g, hook_core_out (per value head; GatedDeltaNetRecord), read-only, and
+  /// linear_attn.hook_gated_out (per value head: what out_proj reads, which a hook function may
+  /// change, as attn.hook_z).
   std::vector<std::string> hook_names() const;
 
   /// The model on token ids at positions options.first_position ..: logits and the hooks asked
@@ -443,14 +463,15 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// filling the caches; with a cache that a run of the same tokens filled, its logits equal run's
   /// rows bit for bit (decoding = forward). attn.hook_k, hook_v and hook_pattern, which hold every
   /// token, are refused here.
-  ModelRun<Scalar> resume(Index layer, Matrix<Scalar> x, std::vector<KvCache<Scalar>>& caches, const RunOptions<Scalar>& options = {}) const;
+  ModelRun<Scalar> resume(Index layer, Matrix<Scalar> x, std::vector<LayerCache<Scalar>>& caches, const RunOptions<Scalar>& options = {}) const;
 
   // ---- Decoding and generation ----
-  /// One KV cache per layer, with room for `capacity` tokens.
-  std::vector<KvCache<Scalar>> make_caches(Index capacity) const;
+  /// One cache per layer: a KV cache with room for `capacity` tokens, or a Gated DeltaNet layer's
+  /// state (fixed size).
+  std::vector<LayerCache<Scalar>> make_caches(Index capacity) const;
   /// The logits of the tokens ids that follow the caches' tokens (appended to every cache): bitwise
   /// the matching rows of logits() on the whole sequence, for any split into chunks.
-  Matrix<Scalar> decode(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads = 0) const;
+  Matrix<Scalar> decode(const std::vector<Index>& ids, std::vector<LayerCache<Scalar>>& caches, int threads = 0) const;
   /// Greedy decoding (temperature 0), or sampling from softmax(logits / temperature) over the
   /// top_k most likely tokens (0: all) with a seeded generator; `count` new tokens after the prompt.
   struct Sampling {
@@ -468,7 +489,7 @@ class HEADWISE_ISA_TAG DecoderModel {
 
  private:
   /// decode without the LM head: the final norm's output for ids, their keys and values appended to caches.
-  Matrix<Scalar> decode_stream(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads) const;
+  Matrix<Scalar> decode_stream(const std::vector<Index>& ids, std::vector<LayerCache<Scalar>>& caches, int threads) const;
   /// x + post(attn), then the MLP half of the block (decoding's path; run_block records hooks).
   Matrix<Scalar> finish_block(const Block<Scalar>& b, Matrix<Scalar> x, Matrix<Scalar> attn, int threads) const {
     x += normed(b.post_attention_norm, std::move(attn));
@@ -519,12 +540,14 @@ class HEADWISE_ISA_TAG DecoderModel {
   }
 
   Matrix<Scalar> run_block(Index l, Matrix<Scalar> x, const RunOptions<Scalar>& options, ModelRun<Scalar>& out,
-                           KvCache<Scalar>* cache = nullptr) const {
+                           LayerCache<Scalar>* cache = nullptr) const {
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
     const std::string p = "blocks." + std::to_string(l) + ".";
     x = at({p + "hook_resid_pre"}, std::move(x), options, out);
     const Matrix<Scalar> a = at({p + "attn_in"}, normed(b.attention_norm, x), options, out);
-    Matrix<Scalar> attn = at({p + "attn.output"}, attention_of(l, a, options, out, cache), options, out);
+    Matrix<Scalar> attn = at({p + "attn.output"}, b.delta_net ? linear_attention_of(l, a, options, out)
+                                                              : attention_of(l, a, options, out, cache ? &cache->keys_values() : nullptr),
+                             options, out);
     attn = normed(b.post_attention_norm, std::move(attn));
     x = at({p + "hook_resid_mid"}, x + at({p + "hook_attn_out"}, std::move(attn), options, out), options, out);
     const Matrix<Scalar> m = at({p + "mlp_in"}, normed(b.mlp_norm, x), options, out);
@@ -621,10 +644,37 @@ class HEADWISE_ISA_TAG DecoderModel {
     return layer.project_heads(z);
   }
 
+  /// Layer l's Gated DeltaNet on a from a fresh state (resume refuses these layers: its state is
+  /// not rolled back), its steps recorded where asked, linear_attn.hook_gated_out (read or
+  /// changed) into out_proj.
+  Matrix<Scalar> linear_attention_of(Index l, const Matrix<Scalar>& a, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
+    const GatedDeltaNet<Scalar>& layer = *blocks[static_cast<std::size_t>(l)].delta_net;
+    const std::string p = "blocks." + std::to_string(l) + ".linear_attn.";
+    if (options.first_position != 0)
+      detail::invalid("DecoderModel::run", "first_position is ", options.first_position, ", and layer ", l,
+                      " is a Gated DeltaNet layer, whose state needs every earlier token (decode from its cache instead)");
+    GatedDeltaNetCache<Scalar> state = layer.make_cache();
+    GatedDeltaNetRecord<Scalar> record;
+    bool any = false;
+    for (const std::string& h : options.hooks) any = any || h.rfind(p, 0) == 0;
+    Matrix<Scalar> gated = layer.mix(a, state, options.threads, any ? &record : nullptr);
+    const Index nk = layer.shape.key_heads, nv = layer.shape.value_heads;
+    const std::pair<const char*, std::pair<Matrix<Scalar> GatedDeltaNetRecord<Scalar>::*, Index>> steps[] = {
+        {"hook_mixed_qkv", {&GatedDeltaNetRecord<Scalar>::mixed_qkv, 0}}, {"hook_conv_out", {&GatedDeltaNetRecord<Scalar>::conv_out, 0}},
+        {"hook_q", {&GatedDeltaNetRecord<Scalar>::q, nk}}, {"hook_k", {&GatedDeltaNetRecord<Scalar>::k, nk}},
+        {"hook_v", {&GatedDeltaNetRecord<Scalar>::v, nv}}, {"hook_z", {&GatedDeltaNetRecord<Scalar>::z, nv}},
+        {"hook_beta", {&GatedDeltaNetRecord<Scalar>::beta, nv}}, {"hook_g", {&GatedDeltaNetRecord<Scalar>::g, nv}},
+        {"hook_core_out", {&GatedDeltaNetRecord<Scalar>::core_out, nv}}};
+    for (const auto& [name, part] : steps)
+      if (options.hooks.count(p + name)) keep(out, p + name, std::move(record.*part.first), part.second);
+    gated = at({p + "hook_gated_out", nv}, std::move(gated), options, out);
+    return layer.project(gated, options.threads);
+  }
+
   /// Records a read-only hook's value.
   static void keep(ModelRun<Scalar>& out, const std::string& name, Matrix<Scalar> value, Index heads) {
     out.hooks[name] = std::move(value);
-    out.heads[name] = heads;
+    if (heads) out.heads[name] = heads;
   }
 
   /// The value at hook `point`: through its hook function if there is one, recorded if asked;
@@ -657,12 +707,15 @@ class HEADWISE_ISA_TAG DecoderModel {
       if (!is_known(name)) detail::invalid("DecoderModel::run", "no hook \"", name, "\" in this model (hook_names() lists them)");
       if (!function) detail::invalid("DecoderModel::run", "the hook function on ", name, " is empty");
       for (const char* read_only : {"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.statistics", "attn.logsumexp",
-                                    "mlp.routing", "mlp.shared_output", "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post"})
+                                    "mlp.routing", "mlp.shared_output", "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post",
+                                    "linear_attn.hook_mixed_qkv", "linear_attn.hook_conv_out", "linear_attn.hook_q", "linear_attn.hook_k",
+                                    "linear_attn.hook_v", "linear_attn.hook_z", "linear_attn.hook_beta", "linear_attn.hook_g",
+                                    "linear_attn.hook_core_out"})
         if (name.size() > std::strlen(read_only) && name.compare(name.size() - std::strlen(read_only), std::string::npos, read_only) == 0)
           detail::invalid("DecoderModel::run", name, " is read-only: the layer used it before a hook function could change it ",
                           "(change attn_in, or a head's Z at attn.hook_z)");
     }
-    if (options.read_attention) check_no_latent("RunOptions::read_attention");
+    if (options.read_attention) check_attention_layers("RunOptions::read_attention");
     if (options.first_position < 0) detail::invalid("DecoderModel::run", "first_position must be >= 0, got ", options.first_position);
     if (options.logits_to_keep < 0)
       detail::invalid("DecoderModel::run", "logits_to_keep must be >= 0 (0: every token), got ", options.logits_to_keep);
@@ -674,13 +727,21 @@ class HEADWISE_ISA_TAG DecoderModel {
 // against headwise::compiled (HEADWISE_COMPILED) does not instantiate them again.
 template <class Scalar>
 std::vector<std::string> DecoderModel<Scalar>::hook_names() const {
-  static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern",
-                                    "attn.hook_z", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in",
-                                    "mlp.output", "hook_mlp_out", "hook_resid_post", "attn.statistics", "attn.logsumexp"};
+  static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in",
+                                    "mlp.output", "hook_mlp_out", "hook_resid_post"};
+  static const char* attention[] = {"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.hook_z", "attn.statistics",
+                                    "attn.logsumexp"};
+  static const char* delta_net[] = {"linear_attn.hook_mixed_qkv", "linear_attn.hook_conv_out", "linear_attn.hook_q", "linear_attn.hook_k",
+                                    "linear_attn.hook_v", "linear_attn.hook_z", "linear_attn.hook_beta", "linear_attn.hook_g",
+                                    "linear_attn.hook_core_out", "linear_attn.hook_gated_out"};
   std::vector<std::string> out;
   for (Index l = 0; l < n_layers(); ++l) {
-    for (const char* h : per_layer) out.push_back("blocks." + std::to_string(l) + "." + h);
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
+    for (const char* h : per_layer) out.push_back("blocks." + std::to_string(l) + "." + h);
+    if (b.delta_net)
+      for (const char* h : delta_net) out.push_back("blocks." + std::to_string(l) + "." + h);
+    else
+      for (const char* h : attention) out.push_back("blocks." + std::to_string(l) + "." + h);
     if (b.experts) out.push_back("blocks." + std::to_string(l) + ".mlp.routing");
     if (b.experts && b.experts->shared_expert) out.push_back("blocks." + std::to_string(l) + ".mlp.shared_output");
     if (!b.experts && b.has_mlp())
@@ -704,11 +765,11 @@ ModelRun<Scalar> DecoderModel<Scalar>::run(const std::vector<Index>& ids, const 
 }
 
 template <class Scalar>
-ModelRun<Scalar> DecoderModel<Scalar>::resume(Index layer, Matrix<Scalar> x, std::vector<KvCache<Scalar>>& caches,
+ModelRun<Scalar> DecoderModel<Scalar>::resume(Index layer, Matrix<Scalar> x, std::vector<LayerCache<Scalar>>& caches,
                                               const RunOptions<Scalar>& options) const {
   constexpr const char* where = "DecoderModel::resume";
   check_options(options);
-  check_no_latent(where);
+  check_attention_layers(where);
   if (layer < 0 || layer > n_layers()) detail::invalid(where, "layer ", layer, " is not in [0, ", n_layers(), "]");
   if (static_cast<Index>(caches.size()) != n_layers()) detail::invalid(where, caches.size(), " caches for ", n_layers(), " layers (make_caches)");
   if (x.cols() != d_model()) detail::invalid(where, "x has ", x.cols(), " columns, the model's stream ", d_model());
@@ -743,19 +804,21 @@ ModelRun<Scalar> DecoderModel<Scalar>::resume(Index layer, Matrix<Scalar> x, std
 }
 
 template <class Scalar>
-std::vector<KvCache<Scalar>> DecoderModel<Scalar>::make_caches(Index capacity) const {
-  std::vector<KvCache<Scalar>> caches;
-  for (const Block<Scalar>& b : blocks) caches.push_back(b.latent ? b.latent->make_cache(capacity) : b.attention.make_cache(capacity));
+std::vector<LayerCache<Scalar>> DecoderModel<Scalar>::make_caches(Index capacity) const {
+  std::vector<LayerCache<Scalar>> caches;
+  for (const Block<Scalar>& b : blocks)
+    caches.push_back(b.delta_net ? LayerCache<Scalar>(b.delta_net->make_cache())
+                                 : LayerCache<Scalar>(b.latent ? b.latent->make_cache(capacity) : b.attention.make_cache(capacity)));
   return caches;
 }
 
 template <class Scalar>
-Matrix<Scalar> DecoderModel<Scalar>::decode(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads) const {
+Matrix<Scalar> DecoderModel<Scalar>::decode(const std::vector<Index>& ids, std::vector<LayerCache<Scalar>>& caches, int threads) const {
   return head_of(decode_stream(ids, caches, threads), threads);
 }
 
 template <class Scalar>
-Matrix<Scalar> DecoderModel<Scalar>::decode_stream(const std::vector<Index>& ids, std::vector<KvCache<Scalar>>& caches, int threads) const {
+Matrix<Scalar> DecoderModel<Scalar>::decode_stream(const std::vector<Index>& ids, std::vector<LayerCache<Scalar>>& caches, int threads) const {
   if (static_cast<Index>(caches.size()) != n_layers())
     detail::invalid("DecoderModel::decode", caches.size(), " caches for ", n_layers(), " layers (make_caches)");
   const Index first = caches.empty() ? 0 : caches.front().size();
@@ -767,8 +830,10 @@ Matrix<Scalar> DecoderModel<Scalar>::decode_stream(const std::vector<Index>& ids
     AttentionOptions options;
     options.threads = threads;
     const Matrix<Scalar> a = normed(b.attention_norm, x);
-    KvCache<Scalar>& cache = caches[static_cast<std::size_t>(l)];
-    Matrix<Scalar> attn = b.latent ? b.latent->forward_incremental(a, cache, options) : b.attention.forward_incremental(a, cache, options);
+    LayerCache<Scalar>& cache = caches[static_cast<std::size_t>(l)];
+    Matrix<Scalar> attn = b.delta_net ? b.delta_net->project(b.delta_net->mix(a, cache.state(), threads), threads)
+                          : b.latent  ? b.latent->forward_incremental(a, cache.keys_values(), options)
+                                      : b.attention.forward_incremental(a, cache.keys_values(), options);
     x = finish_block(b, std::move(x), std::move(attn), threads);
   }
   return final_norm.apply(x);
@@ -781,7 +846,7 @@ std::vector<Index> DecoderModel<Scalar>::generate(const std::vector<Index>& prom
     detail::invalid("DecoderModel::generate", "count, temperature and top_k must be >= 0");
   if (count > std::numeric_limits<Index>::max() - static_cast<Index>(prompt.size()))
     detail::invalid("DecoderModel::generate", "count = ", count, " tokens after a prompt of ", prompt.size(), " is past INT64_MAX tokens");
-  std::vector<KvCache<Scalar>> caches = make_caches(static_cast<Index>(prompt.size()) + count);
+  std::vector<LayerCache<Scalar>> caches = make_caches(static_cast<Index>(prompt.size()) + count);
   std::mt19937_64 rng(sampling.seed);
   std::vector<Index> out;
   const Matrix<Scalar> stream = decode_stream(prompt, caches, 0);

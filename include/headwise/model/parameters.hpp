@@ -107,7 +107,7 @@ void add_attention(const ParameterNames& names, Index l, const QkvLayout& layout
 /// backward does not compute the sinks' gradient).
 template <class Scalar>
 void check_named(const DecoderModel<Scalar>& model, const char* where) {
-  model.check_no_latent(where);
+  model.check_attention_layers(where);
   const CheckpointNames& c = model.names;
   for (Index l = 0; l < model.n_layers(); ++l) {
     const MultiHeadAttention<Scalar>& a = model.blocks[static_cast<std::size_t>(l)].attention;
