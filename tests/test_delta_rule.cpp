@@ -49,7 +49,7 @@ TEMPLATE_TEST_CASE("The chunked delta rule gives the recurrence's outputs and st
   const Matrix<TestType> expected = recurrent_delta_rule(in.rows(0, n), s);
   DeltaRuleState<TestType> state(d_k, d_v, chunk);
   Matrix<TestType> o(n, d_v);
-  detail::ProductScratch<TestType> scratch;
+  DeltaRuleScratch<TestType> scratch;
   state.advance(in.rows(0, n), o.data(), d_v, scratch);
   CHECK_THAT(wide<TestType>(o), IsNear(expected, tol));
   CHECK_THAT(wide<TestType>(state.state()), IsNear(s, tol));
@@ -66,7 +66,7 @@ TEMPLATE_TEST_CASE("The chunked delta rule gives the recurrence's outputs and st
 TEMPLATE_TEST_CASE("The chunked delta rule: tokens in any split get the bits of one call", "[delta_rule]", float, double) {
   const Index n = 140, d_k = 32, d_v = 24, chunk = 64;
   const Inputs<TestType> in(n, d_k, d_v, 7);
-  detail::ProductScratch<TestType> scratch;
+  DeltaRuleScratch<TestType> scratch;
   DeltaRuleState<TestType> whole(d_k, d_v, chunk);
   Matrix<TestType> all(n, d_v);
   whole.advance(in.rows(0, n), all.data(), d_v, scratch);

@@ -54,56 +54,72 @@ template <class Scalar>
 Matrix<Scalar> recurrent_delta_rule(const DeltaRuleInputs<Scalar>& in, Matrix<Scalar>& s) {
   const Index d_k = s.rows(), d_v = s.cols();
   Matrix<Scalar> o = Matrix<Scalar>::Zero(in.n, d_v);
-  std::vector<Scalar> delta(static_cast<std::size_t>(d_v));
-  for (Index t = 0; t < in.n; ++t) {
+  RowVector<Scalar> memory(d_v), delta(d_v);
+  for (Index t = 0; t < in.n; ++t) {  // (S's rows in order: each loop over c is one contiguous row)
     const Scalar* q = in.q.row(t);
     const Scalar* k = in.k.row(t);
     const Scalar* v = in.v.row(t);
     s *= std::exp(*in.g.row(t));
-    for (Index c = 0; c < d_v; ++c) {
-      Scalar memory = 0;  // (Sᵀ k)_c
-      for (Index i = 0; i < d_k; ++i) memory += s(i, c) * k[i];
-      delta[std::size_t(c)] = *in.beta.row(t) * (v[c] - memory);
-    }
+    memory.setZero();  // Sᵀ k
     for (Index i = 0; i < d_k; ++i)
-      for (Index c = 0; c < d_v; ++c) s(i, c) += k[i] * delta[std::size_t(c)];
-    for (Index c = 0; c < d_v; ++c)
-      for (Index i = 0; i < d_k; ++i) o(t, c) += s(i, c) * q[i];
+      for (Index c = 0; c < d_v; ++c) memory(c) += k[i] * s(i, c);
+    for (Index c = 0; c < d_v; ++c) delta(c) = *in.beta.row(t) * (v[c] - memory(c));
+    for (Index i = 0; i < d_k; ++i)
+      for (Index c = 0; c < d_v; ++c) s(i, c) += k[i] * delta(c);
+    for (Index i = 0; i < d_k; ++i)  // Sᵀ q
+      for (Index c = 0; c < d_v; ++c) o(t, c) += q[i] * s(i, c);
   }
   return o;
 }
 
+/// The buffers of DeltaRuleState::advance's products, one per thread, shared by the heads it
+/// advances (a model's heads are many; their scratch would be read from memory each token).
+template <class Scalar>
+struct DeltaRuleScratch {
+  detail::ProductScratch<Scalar> product;
+  Matrix<Scalar> stacked, stacked_t, with_state, with_keys;
+  std::vector<Scalar> to_delta, to_out;  // pass 2's coefficients of the earlier rows' δ
+};
+
 /// One value head's state for (2): S_0 where the open chunk starts and the open chunk's rows
-/// (keys, δ, G). Advance it by any number of tokens; state() is S after the last one.
+/// (keys, δ, G). Advance it by any number of tokens; state() is S after the last one. S_0 is kept
+/// in panels of W columns (d_k rows of W each, one after the other), the layout its products read:
+/// a decoding step streams it from memory in order.
 template <class Scalar>
 class DeltaRuleState {
+  static constexpr Index W = detail::TileShape<Scalar>::lanes;
+
  public:
-  DeltaRuleState(Index d_k, Index d_v, Index chunk)
-      : s0_(Matrix<Scalar>::Zero(d_k, d_v)), keys_t_(d_k, chunk), deltas_(chunk, d_v), cumulative_(static_cast<std::size_t>(chunk)) {
+  DeltaRuleState(Index d_k, Index d_v, Index chunk) : d_k_(d_k), d_v_(d_v), panels_((d_v + W - 1) / W) {
     if (d_k <= 0 || d_v <= 0 || chunk <= 0) detail::invalid("DeltaRuleState", "d_k = ", d_k, ", d_v = ", d_v, ", chunk = ", chunk, " (each >= 1)");
+    s0_ = Matrix<Scalar>::Zero(panels_ * d_k, W), keys_.resize(chunk, d_k), deltas_ = Matrix<Scalar>::Zero(chunk, panels_ * W);
+    cumulative_.resize(static_cast<std::size_t>(chunk));
   }
-  Index d_k() const { return s0_.rows(); }
-  Index d_v() const { return s0_.cols(); }
-  Index chunk() const { return deltas_.rows(); }
+  Index d_k() const { return d_k_; }
+  Index d_v() const { return d_v_; }
+  Index chunk() const { return keys_.rows(); }
   /// Rows of the open chunk (tokens since the last full chunk).
   Index open_rows() const { return rows_; }
 
   /// S after the last token (d_k, d_v): what (1) holds there.
   Matrix<Scalar> state() const {
-    Matrix<Scalar> s = s0_;
-    if (rows_ > 0) close_into(s);
+    Matrix<Scalar> panelled = s0_;
+    if (rows_ > 0) close_into(panelled);
+    Matrix<Scalar> s(d_k_, d_v_);
+    for (Index c = 0; c < d_v_; ++c) s.col(c) = panelled.col(c % W).segment(c / W * d_k_, d_k_);
     return s;
   }
   /// Starts over from S = s (d_k, d_v), no open rows (a state another implementation computed).
   void set_state(const Eigen::Ref<const Matrix<Scalar>>& s) {
-    if (s.rows() != d_k() || s.cols() != d_v())
-      detail::invalid("DeltaRuleState::set_state", "s is ", s.rows(), "x", s.cols(), ", the head's state ", d_k(), "x", d_v());
-    s0_ = s, rows_ = 0;
+    if (s.rows() != d_k_ || s.cols() != d_v_)
+      detail::invalid("DeltaRuleState::set_state", "s is ", s.rows(), "x", s.cols(), ", the head's state ", d_k_, "x", d_v_);
+    for (Index c = 0; c < d_v_; ++c) s0_.col(c % W).segment(c / W * d_k_, d_k_) = s.col(c);
+    rows_ = 0;
   }
 
   /// The outputs of the next in.n tokens into o (rows t at o + t ldo, d_v each), the state moved
   /// past them. scratch: the products' buffers (one per thread).
-  void advance(DeltaRuleInputs<Scalar> in, Scalar* o, Index ldo, detail::ProductScratch<Scalar>& scratch) {
+  void advance(DeltaRuleInputs<Scalar> in, Scalar* o, Index ldo, DeltaRuleScratch<Scalar>& scratch) {
     while (in.n > 0) {
       const Index m = std::min(in.n, chunk() - rows_);
       rows_in_chunk(in, m, o, ldo, scratch);
@@ -119,60 +135,78 @@ class DeltaRuleState {
  private:
   /// (2) for the next m tokens, which fit in the open chunk: pass 1 their products with S_0 and
   /// with the chunk's keys, pass 2 row by row δ and o from the earlier rows.
-  void rows_in_chunk(const DeltaRuleInputs<Scalar>& in, Index m, Scalar* o, Index ldo, detail::ProductScratch<Scalar>& scratch) {
-    const Index d_k = this->d_k(), d_v = this->d_v(), first = rows_, seen = rows_ + m;
+  void rows_in_chunk(const DeltaRuleInputs<Scalar>& in, Index m, Scalar* o, Index ldo, DeltaRuleScratch<Scalar>& scratch) {
+    const Index first = rows_, seen = rows_ + m, width = (2 * m + W - 1) / W * W;  // (whole panels: columns past 2 m are not read)
+    Matrix<Scalar>&stacked = scratch.stacked, &stacked_t = scratch.stacked_t, &with_state = scratch.with_state, &with_keys = scratch.with_keys;
+    if (stacked_t.rows() != d_k_ || stacked_t.cols() < width) stacked_t = Matrix<Scalar>::Zero(d_k_, width);
+    stacked.resize(2 * m, d_k_);
     for (Index t = 0; t < m; ++t) {
       const Index row = first + t;
-      for (Index i = 0; i < d_k; ++i) keys_t_(i, row) = in.k.row(t)[i];
+      std::copy_n(in.k.row(t), d_k_, keys_.row(row).data());
       cumulative_[std::size_t(row)] = (row == 0 ? Scalar(0) : cumulative_[std::size_t(row - 1)]) + *in.g.row(t);
+      std::copy_n(in.k.row(t), d_k_, stacked.row(t).data()), std::copy_n(in.q.row(t), d_k_, stacked.row(m + t).data());
+      for (Index i = 0; i < d_k_; ++i) stacked_t(i, t) = in.k.row(t)[i], stacked_t(i, m + t) = in.q.row(t)[i];
     }
+    // pass 1, on the keys and queries stacked (one read of S_0 and of the chunk's keys for both):
+    // rows t and m + t of with_state are S_0ᵀ k_t and S_0ᵀ q_t; columns t and m + t of with_keys,
+    // k_j·k_t and k_j·q_t for the rows j so far
     using detail::ALayout;
-    // pass 1: S_0ᵀ k_t and S_0ᵀ q_t (m, d_v) each; k_t·k_j and q_t·k_j for the rows so far (m, seen)
-    key_state_.setZero(m, d_v), query_state_.setZero(m, d_v), key_key_.setZero(m, seen), query_key_.setZero(m, seen);
-    detail::add_product_in_place<Scalar, ALayout::rows>(m, d_v, d_k, in.k.data, in.k.stride, s0_.data(), d_v, key_state_.data(), d_v, scratch);
-    detail::add_product_in_place<Scalar, ALayout::rows>(m, d_v, d_k, in.q.data, in.q.stride, s0_.data(), d_v, query_state_.data(), d_v, scratch);
-    detail::add_product_in_place<Scalar, ALayout::rows>(m, seen, d_k, in.k.data, in.k.stride, keys_t_.data(), chunk(), key_key_.data(), seen, scratch);
-    detail::add_product_in_place<Scalar, ALayout::rows>(m, seen, d_k, in.q.data, in.q.stride, keys_t_.data(), chunk(), query_key_.data(), seen, scratch);
-    // pass 2: row by row, each from the rows before it
+    with_state.setZero(2 * m, panels_ * W), with_keys.setZero(seen, width);
+    for (Index p = 0; p < panels_; ++p)
+      detail::add_product_in_place<Scalar, ALayout::rows>(2 * m, W, d_k_, stacked.data(), d_k_, s0_.data() + p * d_k_ * W, W,
+                                                          with_state.data() + p * W, with_state.cols(), scratch.product);
+    detail::add_product_in_place<Scalar, ALayout::rows>(seen, width, d_k_, keys_.data(), d_k_, stacked_t.data(), stacked_t.cols(),
+                                                        with_keys.data(), width, scratch.product);
+    // pass 2: row by row, δ_t then o_t, each its first term plus the earlier rows' δ in
+    // ascending order
+    std::vector<Scalar>& to_delta = scratch.to_delta;
+    std::vector<Scalar>& to_out = scratch.to_out;
+    to_delta.resize(std::size_t(chunk())), to_out.resize(std::size_t(chunk()));
     for (Index t = 0; t < m; ++t) {
       const Index row = first + t;
       const Scalar g_row = cumulative_[std::size_t(row)], beta = *in.beta.row(t), decay = std::exp(g_row);
+      for (Index j = 0; j <= row; ++j) {
+        const Scalar between = std::exp(g_row - cumulative_[std::size_t(j)]);  // e^{G_t − G_j}
+        to_delta[std::size_t(j)] = -beta * between * with_keys(j, t), to_out[std::size_t(j)] = between * with_keys(j, m + t);
+      }
       const Scalar* v = in.v.row(t);
       Scalar* delta = deltas_.row(row).data();
-      for (Index c = 0; c < d_v; ++c) delta[c] = beta * (v[c] - decay * key_state_(t, c));
+      for (Index c = 0; c < d_v_; ++c) delta[c] = beta * (v[c] - decay * with_state(t, c));
       for (Index j = 0; j < row; ++j) {
-        const Scalar a = -beta * std::exp(g_row - cumulative_[std::size_t(j)]) * key_key_(t, j);
+        const Scalar a = to_delta[std::size_t(j)];
         const Scalar* earlier = deltas_.row(j).data();
-        for (Index c = 0; c < d_v; ++c) delta[c] += a * earlier[c];
+        for (Index c = 0; c < d_v_; ++c) delta[c] += a * earlier[c];
       }
       Scalar* out = o + t * ldo;
-      for (Index c = 0; c < d_v; ++c) out[c] = decay * query_state_(t, c);
+      for (Index c = 0; c < d_v_; ++c) out[c] = decay * with_state(m + t, c);
       for (Index j = 0; j <= row; ++j) {
-        const Scalar a = std::exp(g_row - cumulative_[std::size_t(j)]) * query_key_(t, j);
+        const Scalar a = to_out[std::size_t(j)];
         const Scalar* earlier = deltas_.row(j).data();
-        for (Index c = 0; c < d_v; ++c) out[c] += a * earlier[c];
+        for (Index c = 0; c < d_v_; ++c) out[c] += a * earlier[c];
       }
     }
     rows_ = seen;
   }
 
-  /// s ← e^{G_last} s + Σ_j e^{G_last − G_j} k_j δ_jᵀ over the open rows: s_0 is S_0, or a copy.
+  /// s ← e^{G_last} s + Σ_j e^{G_last − G_j} k_j δ_jᵀ over the open rows, s in S_0's panels (S_0
+  /// itself, or a copy).
   void close_into(Matrix<Scalar>& s) const {
     const Scalar last = cumulative_[std::size_t(rows_ - 1)];
     s *= std::exp(last);
-    Matrix<Scalar> decayed_keys_t(d_k(), rows_);  // e^{G_last − G_j} k_j, column j
-    for (Index j = 0; j < rows_; ++j) decayed_keys_t.col(j) = keys_t_.col(j) * std::exp(last - cumulative_[std::size_t(j)]);
+    Matrix<Scalar> decayed_keys(rows_, d_k_);  // e^{G_last − G_j} k_j, row j
+    for (Index j = 0; j < rows_; ++j) decayed_keys.row(j) = keys_.row(j) * std::exp(last - cumulative_[std::size_t(j)]);
     detail::ProductScratch<Scalar> scratch;
-    detail::add_product_in_place<Scalar, detail::ALayout::rows>(d_k(), d_v(), rows_, decayed_keys_t.data(), rows_, deltas_.data(), d_v(),
-                                                                s.data(), d_v(), scratch);
+    for (Index p = 0; p < panels_; ++p)
+      detail::add_product_in_place<Scalar, detail::ALayout::columns>(d_k_, W, rows_, decayed_keys.data(), d_k_, deltas_.data() + p * W,
+                                                                     deltas_.cols(), s.data() + p * d_k_ * W, W, scratch);
   }
 
-  Matrix<Scalar> s0_;      // (d_k, d_v): S where the open chunk starts
-  Matrix<Scalar> keys_t_;  // (d_k, chunk): the open chunk's keys, column j row j's
-  Matrix<Scalar> deltas_;  // (chunk, d_v): their δ
+  Index d_k_, d_v_, panels_;
+  Matrix<Scalar> s0_;      // (panels d_k, W): S where the open chunk starts, panel p in rows p d_k ..
+  Matrix<Scalar> keys_;    // (chunk, d_k): the open chunk's keys
+  Matrix<Scalar> deltas_;  // (chunk, panels W): their δ (zeros past d_v)
   std::vector<Scalar> cumulative_;  // their G
   Index rows_ = 0;
-  Matrix<Scalar> key_state_, query_state_, key_key_, query_key_;  // pass 1's products (scratch)
 };
 
 }  // namespace headwise

@@ -185,7 +185,7 @@ class GatedDeltaNet {
     const double work = double(n) * double(nv) * double(dk) * double(dv) * 4;
     const int parts = static_cast<int>(std::min<Index>(nv, detail::threads_for(work, detail::thread_count(threads, "GatedDeltaNet::mix"))));
     detail::parallel_region(parts, [&](int part) {
-      detail::ProductScratch<Scalar> scratch;
+      DeltaRuleScratch<Scalar> scratch;
       for (Index h = nv * part / parts; h < nv * (part + 1) / parts; ++h) {
         const Index key = (h / per) * dk;
         const DeltaRuleInputs<Scalar> in{{q.data() + key, q.cols()}, {r.k.data() + key, r.k.cols()}, {r.v.data() + h * dv, r.v.cols()},
