@@ -25,3 +25,5 @@
 #include "headwise/attend_backward.hpp"
 #include "headwise/attention_backward.hpp"
 #include "headwise/multi_head_latent_attention.hpp"
+#include "headwise/delta_rule.hpp"
+#include "headwise/gated_delta_net.hpp"
