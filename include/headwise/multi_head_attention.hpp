@@ -163,6 +163,10 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// and W_V are not used.
   Matrix<Scalar> forward_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
                                        const AttentionOptions& options = {}) const;
+  /// forward_reading_cache before W_O, into `record` as attend_heads: the m tokens' Z, and what the
+  /// record asks to keep (the keys and values: every token's of `source`).
+  void attend_heads_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source, const AttentionOptions& options,
+                                  ForwardRecord<Scalar>& record) const;
 
   // ---- The teaching path: every head's whole pattern ----
   /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
@@ -500,18 +504,30 @@ template <class Scalar>
 Matrix<Scalar> MultiHeadAttention<Scalar>::forward_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
     const AttentionOptions& options) const {
   constexpr const char* where = "MultiHeadAttention::forward_reading_cache";
-  const AttentionOptions all = options_for(options);
-  const Index first = check_reading(x, source, all, where);
+  ForwardRecord<Scalar> record;
+  attend_heads_reading_cache(x, source, options, record);
+  return output_of(record.attention.z, detail::thread_count(options.threads, where), source.size() - x.rows(), where);
+}
+
+template <class Scalar>
+void MultiHeadAttention<Scalar>::attend_heads_reading_cache(const Eigen::Ref<const Matrix<Scalar>>& x, const KvCache<Scalar>& source,
+                                                            const AttentionOptions& options, ForwardRecord<Scalar>& record) const {
+  constexpr const char* where = "MultiHeadAttention::forward_reading_cache";
+  record.options = options_for(options);
+  record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
+  record.arithmetic = config_.kv_arithmetic;
+  const Index first = check_reading(x, source, record.options, where);
   const int threads = detail::thread_count(options.threads, where);
-  const QkvLayout l = layout();
   Matrix<Scalar> qkv = proj_.project_queries(x, threads, first, where);
   proj_.transform(qkv, RowPositions{first, source.size()}, threads);
   AttentionCall call;
   call.heads = {n_heads_, n_kv_heads_};
-  call.options = &all;
-  Matrix<Scalar> z = detail::attend_packed<Scalar>(Matrix<Scalar>(l.part(qkv, QkvPart::query)), source.packed().blocks(), call, where).z;
-  proj_.apply_gate(x, z, threads);
-  return output_of(z, threads, first, where);
+  call.options = &record.options, call.logsumexp = record.keep_logsumexp, call.statistics = record.keep_statistics;
+  Matrix<Scalar> q = layout().part(qkv, QkvPart::query);
+  record.attention = detail::attend_packed<Scalar>(q, source.packed().blocks(), call, where);
+  if (record.keep_queries) record.q = std::move(q);
+  if (record.keep_keys_values) detail::unpack(source.packed(), record.k, record.v);
+  proj_.apply_gate(x, record.attention.z, threads);
 }
 
 template <class Scalar>

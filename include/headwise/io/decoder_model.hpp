@@ -233,6 +233,34 @@ GatedDeltaNet<Scalar> load_gated_delta_net(const ConfigReader& r, const TensorRe
   return g;
 }
 
+/// Gemma 4's per-layer inputs (hidden_size_per_layer_input p > 0): the model's table and
+/// projection, and each layer's gate, projection and norm; every layer's layer_scalar.
+template <class Scalar>
+void read_gemma4_extras(const ConfigReader& r, const TensorReader& t, std::uint64_t d, double eps, model::DecoderModel<Scalar>& m) {
+  const Index p = r.number(r.json(), "hidden_size_per_layer_input", 0.0) == 0 ? 0 : r.integer("hidden_size_per_layer_input");  // (0: none)
+  using Kind = typename model::Norm<Scalar>::Kind;
+  const auto norm = [&](const std::string& name, std::uint64_t size) { return norm_of<Scalar>(t, name, size, Kind::rms, eps); };
+  const auto n = static_cast<std::uint64_t>(m.n_layers()), width = static_cast<std::uint64_t>(p);
+  if (p > 0) {
+    if (r.integer("vocab_size_per_layer_input", r.integer("vocab_size")) != r.integer("vocab_size"))
+      r.fail("vocab_size_per_layer_input differs from vocab_size: per-layer inputs for only some ids are not read");
+    model::PerLayerEmbedding<Scalar> e;
+    e.table = t.stored<Scalar>("model.embed_tokens_per_layer.weight", static_cast<std::uint64_t>(m.vocab_size()), n * width);
+    e.projection = t.stored<Scalar>("model.per_layer_model_projection.weight", n * width, d);
+    e.norm = norm("model.per_layer_projection_norm", width), e.width = p;
+    m.per_layer_embedding = std::move(e);
+  }
+  for (Index l = 0; l < m.n_layers(); ++l) {
+    const std::string q = "model.layers." + std::to_string(l) + ".";
+    model::Block<Scalar>& b = m.blocks[static_cast<std::size_t>(l)];
+    b.layer_scalar = t.vector<Scalar>(q + "layer_scalar", 1)(0);
+    if (p > 0)
+      b.per_layer_input = model::PerLayerInput<Scalar>{t.stored<Scalar>(q + "per_layer_input_gate.weight", width, d),
+                                                      t.stored<Scalar>(q + "per_layer_projection.weight", d, width),
+                                                      norm(q + "post_per_layer_input_norm", d)};
+  }
+}
+
 /// What a latent block's `attention` holds (Block::latent): one head one wide.
 template <class Scalar>
 MultiHeadAttention<Scalar> placeholder_attention() {
@@ -256,7 +284,9 @@ void read_mlp(const ConfigReader& r, const LlamaConfig& c, const TensorReader& t
   const std::vector<Index> dense = r.integers("mlp_only_layers");
   const bool sparse = experts > 0 && (l + 1) % r.integer("decoder_sparse_step", 1) == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
   if (!sparse) {
-    b.mlp = gated_mlp<Scalar>(t, p, d, static_cast<std::uint64_t>(r.integer("intermediate_size")), a, shape.fused_gate_up);
+    auto inner = static_cast<std::uint64_t>(r.integer("intermediate_size"));
+    if (c.kv_source_of(l) && r.boolean("use_double_wide_mlp", false)) inner *= 2;  // (Gemma 4's KV-shared layers)
+    b.mlp = gated_mlp<Scalar>(t, p, d, inner, a, shape.fused_gate_up);
     return;
   }
   model::MixtureOfExperts<Scalar> moe;
@@ -302,7 +332,7 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
   if (!(eps > 0.0 && std::isfinite(eps))) r.fail("rms_norm_eps must be finite and > 0");
   using Kind = typename model::Norm<Scalar>::Kind;
   using N = WholeModel::Norms;
-  const Kind kind = shape.gemma || shape.zero_centred ? Kind::rms_offset : Kind::rms;
+  const Kind kind = shape.zero_centred ? Kind::rms_offset : Kind::rms;
   const model::Activation a = shape.gemma ? model::Activation::gelu_tanh : model::Activation::silu;
   const auto norm = [&](const std::string& name) { return norm_of<Scalar>(t, name, d, kind, eps); };
   model::DecoderModel<Scalar> m;
@@ -327,6 +357,7 @@ model::DecoderModel<Scalar> load_llama_style_model(const std::string& folder, co
     m.blocks.push_back(std::move(b));
   }
   m.final_norm = norm("model.norm");
+  if (config.model_type == "gemma4_text") read_gemma4_extras<Scalar>(r, t, d, eps, m);
   const bool tied = r.boolean("tie_word_embeddings", shape.tied);
   m.unembedding = tied ? m.embedding : t.stored<Scalar>("lm_head.weight", vocab, d);  // (tied: the same bytes)
   m.names.fused_qkv = config.fused_qkv, m.names.fused_gate_up = shape.fused_gate_up;

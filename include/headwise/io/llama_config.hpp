@@ -156,11 +156,11 @@ struct WholeModel {
   /// (Gemma 2 and 3), after only (OLMo 2); none: no whole-model code for the family.
   enum class Norms { none, before, before_and_after, after };
   Norms norms = Norms::none;
-  bool gemma = false;             ///< (1 + w) norms, embeddings times sqrt(d_model), `hidden_activation`
+  bool gemma = false;             ///< embeddings times sqrt(d_model), `hidden_activation`, `final_logit_softcapping`
   bool tied = false;              ///< tie_word_embeddings where the config leaves it out (its config class's default)
   bool fused_gate_up = false;     ///< Phi-3: one mlp.gate_up_proj [2 inner, d], the gate's rows first
   const char* missing = nullptr;  ///< what the model code lacks, where norms is none
-  bool zero_centred = false;      ///< (1 + w) norms without Gemma's other traits (Qwen3-Next)
+  bool zero_centred = false;      ///< (1 + w) norms (Gemma 2 and 3, Qwen3-Next); else w
 };
 
 /// One family: its model_type, what it reads, its whole model, and the top-level keys its
@@ -594,11 +594,11 @@ HEADWISE_IO_INLINE const std::vector<Family>& families() {
         {"ministral", read_mistral, nullptr, false, {N::before}, keys({mistral})},
         {"ministral3", read_ministral3, "llama_4_scaling_beta", false, {N::before}, keys({mistral})},
         // (hidden_act: Gemma 2's Hub files carry it beside hidden_activation, which is the one read)
-        {"gemma2", read_gemma2, nullptr, false, {N::before_and_after, true, true}, keys({gemma, {"hidden_act", "sliding_window_size"}})},
+        {"gemma2", read_gemma2, nullptr, false, {N::before_and_after, true, true, false, nullptr, true}, keys({gemma, {"hidden_act", "sliding_window_size"}})},
         // (_sliding_window_pattern: what transformers 4.53 and later write beside layer_types)
-        {"gemma3_text", read_gemma3, nullptr, true, {N::before_and_after, true, true},
+        {"gemma3_text", read_gemma3, nullptr, true, {N::before_and_after, true, true, false, nullptr, true},
          keys({gemma, {"rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern"}})},
-        {"gemma4_text", read_gemma4, nullptr, true, {N::none, false, false, false, "per-layer inputs (PLE) and layer scalars"},
+        {"gemma4_text", read_gemma4, nullptr, true, {N::before_and_after, true, true},
          keys({gemma, {"vocab_size_per_layer_input", "hidden_size_per_layer_input", "attention_k_eq_v", "num_kv_shared_layers",
                        "enable_moe_block", "use_double_wide_mlp", "num_experts", "top_k_experts", "moe_intermediate_size",
                        "global_head_dim", "num_global_key_value_heads"}})},

@@ -250,8 +250,47 @@ struct MixtureOfExperts {
   }
 };
 
+/// Gemma 4's per-layer input of a block: after the MLP half, x += norm((gelu_tanh(x W_gateᵀ) ∘
+/// input) W_projectionᵀ), where input (n, p) is the block's slice of the model's per-layer inputs
+/// (PerLayerEmbedding).
+template <class Scalar>
+struct PerLayerInput {
+  StoredMatrix gate;        ///< [p, d_model]: per_layer_input_gate
+  StoredMatrix projection;  ///< [d_model, p]: per_layer_projection
+  Norm<Scalar> norm;        ///< post_per_layer_input_norm
+
+  /// What is added to x (n, d_model); gate_act, if given, gets gelu_tanh(x W_gateᵀ) (n, p).
+  Matrix<Scalar> forward(const Matrix<Scalar>& x, const Matrix<Scalar>& input, int threads, Matrix<Scalar>* gate_act = nullptr) const {
+    Matrix<Scalar> g = times<Scalar>(x, gate, threads).unaryExpr([](Scalar u) { return activate(Activation::gelu_tanh, u); });
+    const Matrix<Scalar> out = norm.apply(times<Scalar>(Matrix<Scalar>(g.cwiseProduct(input)), projection, threads));
+    if (gate_act) *gate_act = std::move(g);
+    return out;
+  }
+};
+
+/// Gemma 4's per-layer inputs, one slice of p for each layer from the token ids and the scaled
+/// embedding e: (norm(e W_projectionᵀ / sqrt(d_model), per p-slice) + table[ids] sqrt(p)) / sqrt(2),
+/// (n, n_layers p); layer L reads columns [L p, (L + 1) p).
+template <class Scalar>
+struct PerLayerEmbedding {
+  StoredMatrix table;       ///< [vocab, n_layers p]: embed_tokens_per_layer
+  StoredMatrix projection;  ///< [n_layers p, d_model]: per_layer_model_projection
+  Norm<Scalar> norm;        ///< (p): per_layer_projection_norm, on each layer's slice
+  Index width = 0;          ///< p: hidden_size_per_layer_input
+
+  Matrix<Scalar> of(const std::vector<Index>& ids, const Matrix<Scalar>& e, int threads) const {
+    const Matrix<Scalar> projected = times<Scalar>(e, projection, threads) * static_cast<Scalar>(1.0 / std::sqrt(double(e.cols())));
+    Matrix<Scalar> out(e.rows(), projection.rows());
+    for (Index l = 0; l < out.cols() / width; ++l) out.middleCols(l * width, width) = norm.apply(projected.middleCols(l * width, width));
+    const auto token_scale = static_cast<Scalar>(std::sqrt(double(width))), sum_scale = static_cast<Scalar>(std::sqrt(0.5));
+    for (Index t = 0; t < out.rows(); ++t)
+      out.row(t) = (out.row(t) + table.row<Scalar>(ids[static_cast<std::size_t>(t)]) * token_scale) * sum_scale;
+    return out;
+  }
+};
+
 /// One block: x += post_attention(attention(attention_norm(x))); x += post_mlp(mlp(mlp_norm(x))),
-/// where an absent norm passes its input through.
+/// where an absent norm passes its input through; then Gemma 4's per-layer input and layer scalar.
 template <class Scalar>
 struct Block {
   std::optional<Norm<Scalar>> attention_norm;       ///< absent in OLMo 2
@@ -268,6 +307,8 @@ struct Block {
   /// Qwen3-Next's linear-attention layers (Gated DeltaNet) where set; `attention` is then a
   /// one-wide placeholder, as for `latent`.
   std::optional<GatedDeltaNet<Scalar>> delta_net = std::nullopt;
+  std::optional<PerLayerInput<Scalar>> per_layer_input = std::nullopt;  ///< Gemma 4
+  Scalar layer_scalar = Scalar(1);  ///< Gemma 4: the whole stream times this after the block
 
   /// False for an attention-only block (no experts, an MLP without weights): its MLP adds 0.
   bool has_mlp() const { return experts || mlp.w_up.rows() != 0; }
@@ -414,6 +455,7 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// itself (the same bytes, not a copy).
   StoredMatrix unembedding;
   CheckpointNames names;  ///< how the checkpoint names the parameters (set by the loader)
+  std::optional<PerLayerEmbedding<Scalar>> per_layer_embedding;  ///< Gemma 4's per-layer inputs; none elsewhere
 
   /// Whether the LM head is the embedding itself (tied: the same bytes).
   bool tied() const { return unembedding.data() == embedding.data() && unembedding.rows() == embedding.rows(); }
@@ -444,7 +486,9 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// hook_mixed_qkv, hook_conv_out, hook_q, hook_k (per key head, unit length), hook_v, hook_z,
   /// hook_beta, hook_g, hook_core_out (per value head; GatedDeltaNetRecord), read-only, and
   /// linear_attn.hook_gated_out (per value head: what out_proj reads, which a hook function may
-  /// change, as attn.hook_z).
+  /// change, as attn.hook_z). Gemma 4: hook_per_layer_inputs (n, n_layers p: every layer's
+  /// per-layer input), per layer per_layer.hook_gate (n, p; read-only) and per_layer.hook_out
+  /// (n, d_model: what the per-layer input adds); hook_resid_post is after the layer scalar.
   std::vector<std::string> hook_names() const;
 
   /// The model on token ids at positions options.first_position ..: logits and the hooks asked
@@ -490,11 +534,40 @@ class HEADWISE_ISA_TAG DecoderModel {
  private:
   /// decode without the LM head: the final norm's output for ids, their keys and values appended to caches.
   Matrix<Scalar> decode_stream(const std::vector<Index>& ids, std::vector<LayerCache<Scalar>>& caches, int threads) const;
-  /// x + post(attn), then the MLP half of the block (decoding's path; run_block records hooks).
-  Matrix<Scalar> finish_block(const Block<Scalar>& b, Matrix<Scalar> x, Matrix<Scalar> attn, int threads) const {
+  /// x + post(attn), then the MLP half of block l, its per-layer input (from per_layer, the
+  /// model's, where it has them) and scalar (decoding's path; run_block records hooks).
+  Matrix<Scalar> finish_block(Index l, Matrix<Scalar> x, Matrix<Scalar> attn, const Matrix<Scalar>& per_layer, int threads) const {
+    const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
     x += normed(b.post_attention_norm, std::move(attn));
     const Matrix<Scalar> m = normed(b.mlp_norm, x);
-    return x + normed(b.post_mlp_norm, b.mlp_of(m, nullptr, threads));
+    x += normed(b.post_mlp_norm, b.mlp_of(m, nullptr, threads));
+    if (b.per_layer_input) x += b.per_layer_input->forward(x, per_layer_slice(per_layer, l), threads);
+    if (b.layer_scalar != Scalar(1)) x *= b.layer_scalar;
+    return x;
+  }
+  Matrix<Scalar> per_layer_slice(const Matrix<Scalar>& per_layer, Index l) const {
+    const Index p = per_layer_embedding->width;
+    return per_layer.middleCols(l * p, p);
+  }
+  /// What run_block reads besides the stream: the layer's cache (a resumed run), the per-layer
+  /// inputs (Gemma 4), and the caches of the layers whose keys and values later layers read
+  /// (Gemma 4's KV sharing, filled by a run).
+  struct BlockContext {
+    LayerCache<Scalar>* cache = nullptr;
+    const Matrix<Scalar>* per_layer = nullptr;
+    std::map<Index, KvCache<Scalar>>* shared = nullptr;
+  };
+  /// The source layer of each KV-sharing layer, with a cache for n tokens (empty without sharing).
+  std::map<Index, KvCache<Scalar>> shared_caches(Index n, const RunOptions<Scalar>& options) const {
+    std::map<Index, KvCache<Scalar>> shared;
+    for (const Block<Scalar>& b : blocks)
+      if (const std::optional<Index> source = b.attention.config().shares_keys_values_of) {
+        if (options.first_position != 0)
+          detail::invalid("DecoderModel::run", "first_position is ", options.first_position, ", and this model's later layers read the keys and ",
+                          "values of earlier ones (KV sharing), which a run starts from position 0");
+        if (!shared.count(*source)) shared.emplace(*source, blocks[static_cast<std::size_t>(*source)].attention.make_cache(n));
+      }
+    return shared;
   }
   /// The LM head: x W_U, soft-capped where the model says so.
   Matrix<Scalar> head_of(const Matrix<Scalar>& x, int threads) const {
@@ -539,14 +612,13 @@ class HEADWISE_ISA_TAG DecoderModel {
     return order[pick(rng)];
   }
 
-  Matrix<Scalar> run_block(Index l, Matrix<Scalar> x, const RunOptions<Scalar>& options, ModelRun<Scalar>& out,
-                           LayerCache<Scalar>* cache = nullptr) const {
+  Matrix<Scalar> run_block(Index l, Matrix<Scalar> x, const RunOptions<Scalar>& options, ModelRun<Scalar>& out, const BlockContext& context) const {
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
     const std::string p = "blocks." + std::to_string(l) + ".";
     x = at({p + "hook_resid_pre"}, std::move(x), options, out);
     const Matrix<Scalar> a = at({p + "attn_in"}, normed(b.attention_norm, x), options, out);
     Matrix<Scalar> attn = at({p + "attn.output"}, b.delta_net ? linear_attention_of(l, a, options, out)
-                                                              : attention_of(l, a, options, out, cache ? &cache->keys_values() : nullptr),
+                                                              : attention_of(l, a, options, out, context),
                              options, out);
     attn = normed(b.post_attention_norm, std::move(attn));
     x = at({p + "hook_resid_mid"}, x + at({p + "hook_attn_out"}, std::move(attn), options, out), options, out);
@@ -566,14 +638,23 @@ class HEADWISE_ISA_TAG DecoderModel {
     }
     mlp = at({p + "mlp.output"}, std::move(mlp), options, out);
     mlp = normed(b.post_mlp_norm, std::move(mlp));
-    return at({p + "hook_resid_post"}, x + at({p + "hook_mlp_out"}, std::move(mlp), options, out), options, out);
+    x += at({p + "hook_mlp_out"}, std::move(mlp), options, out);
+    if (b.per_layer_input) {
+      Matrix<Scalar> gate;
+      Matrix<Scalar> added = b.per_layer_input->forward(x, per_layer_slice(*context.per_layer, l), options.threads, &gate);
+      if (options.hooks.count(p + "per_layer.hook_gate")) out.hooks[p + "per_layer.hook_gate"] = std::move(gate);
+      x += at({p + "per_layer.hook_out"}, std::move(added), options, out);
+    }
+    if (b.layer_scalar != Scalar(1)) x *= b.layer_scalar;
+    return at({p + "hook_resid_post"}, std::move(x), options, out);
   }
 
   /// Layer l's attention on a, its one fused run keeping what the hooks ask for (q, k, v, the
   /// statistics, and for the pattern the queries, keys and logsumexp), then hook_z (read or
   /// changed) into the W_O sum.
   Matrix<Scalar> attention_of(Index l, const Matrix<Scalar>& a, const RunOptions<Scalar>& options, ModelRun<Scalar>& out,
-                              KvCache<Scalar>* cache) const {
+                              const BlockContext& context) const {
+    KvCache<Scalar>* cache = context.cache ? &context.cache->keys_values() : nullptr;
     if (blocks[static_cast<std::size_t>(l)].latent) return latent_attention_of(l, a, options, out, cache);
     const MultiHeadAttention<Scalar>& layer = blocks[static_cast<std::size_t>(l)].attention;
     const std::string p = "blocks." + std::to_string(l) + ".";
@@ -586,7 +667,12 @@ class HEADWISE_ISA_TAG DecoderModel {
     if (options.read_attention) record.keep_queries = record.keep_keys_values = record.keep_logsumexp = record.keep_statistics = true;
     AttentionOptions at_positions;
     at_positions.threads = options.threads;
-    if (cache) {
+    const std::optional<Index> source = layer.config().shares_keys_values_of;
+    if (source) {  // (Gemma 4's KV sharing: the source layer's keys and values, which it appended to its cache)
+      layer.attend_heads_reading_cache(a, context.shared->at(*source), at_positions, record);
+    } else if (context.shared && context.shared->count(l)) {
+      layer.attend_heads(a, context.shared->at(l), at_positions, record);
+    } else if (cache) {
       layer.attend_heads(a, *cache, at_positions, record);  // (positions from the cache's count)
     } else {
       at_positions.first_key_position = options.first_position;
@@ -710,7 +796,7 @@ class HEADWISE_ISA_TAG DecoderModel {
                                     "mlp.routing", "mlp.shared_output", "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post",
                                     "linear_attn.hook_mixed_qkv", "linear_attn.hook_conv_out", "linear_attn.hook_q", "linear_attn.hook_k",
                                     "linear_attn.hook_v", "linear_attn.hook_z", "linear_attn.hook_beta", "linear_attn.hook_g",
-                                    "linear_attn.hook_core_out"})
+                                    "linear_attn.hook_core_out", "per_layer.hook_gate"})
         if (name.size() > std::strlen(read_only) && name.compare(name.size() - std::strlen(read_only), std::string::npos, read_only) == 0)
           detail::invalid("DecoderModel::run", name, " is read-only: the layer used it before a hook function could change it ",
                           "(change attn_in, or a head's Z at attn.hook_z)");
@@ -742,12 +828,15 @@ std::vector<std::string> DecoderModel<Scalar>::hook_names() const {
       for (const char* h : delta_net) out.push_back("blocks." + std::to_string(l) + "." + h);
     else
       for (const char* h : attention) out.push_back("blocks." + std::to_string(l) + "." + h);
+    if (b.per_layer_input)
+      for (const char* h : {"per_layer.hook_gate", "per_layer.hook_out"}) out.push_back("blocks." + std::to_string(l) + "." + h);
     if (b.experts) out.push_back("blocks." + std::to_string(l) + ".mlp.routing");
     if (b.experts && b.experts->shared_expert) out.push_back("blocks." + std::to_string(l) + ".mlp.shared_output");
     if (!b.experts && b.has_mlp())
       for (const char* h : {"mlp.hook_pre", "mlp.hook_post"}) out.push_back("blocks." + std::to_string(l) + "." + h);
     if (!b.experts && b.mlp.w_gate.rows()) out.push_back("blocks." + std::to_string(l) + ".mlp.hook_pre_linear");
   }
+  if (per_layer_embedding) out.push_back("hook_per_layer_inputs");
   out.push_back("ln_final.out");
   return out;
 }
@@ -757,7 +846,11 @@ ModelRun<Scalar> DecoderModel<Scalar>::run(const std::vector<Index>& ids, const 
   check_options(options);
   ModelRun<Scalar> out;
   Matrix<Scalar> x = embed(ids, options.first_position);
-  for (Index l = 0; l < n_layers(); ++l) x = run_block(l, std::move(x), options, out);
+  const Matrix<Scalar> per_layer =
+      per_layer_embedding ? at({"hook_per_layer_inputs"}, per_layer_embedding->of(ids, x, options.threads), options, out) : Matrix<Scalar>();
+  std::map<Index, KvCache<Scalar>> shared = shared_caches(static_cast<Index>(ids.size()), options);
+  const BlockContext context{nullptr, &per_layer, &shared};
+  for (Index l = 0; l < n_layers(); ++l) x = run_block(l, std::move(x), options, out, context);
   Matrix<Scalar> last = at({"ln_final.out"}, final_norm.apply(x), options, out);
   const Index kept = options.logits_to_keep == 0 ? last.rows() : std::min(options.logits_to_keep, last.rows());
   out.logits = head_of(last.bottomRows(kept), options.threads);
@@ -770,6 +863,11 @@ ModelRun<Scalar> DecoderModel<Scalar>::resume(Index layer, Matrix<Scalar> x, std
   constexpr const char* where = "DecoderModel::resume";
   check_options(options);
   check_attention_layers(where);
+  for (Index l = 0; l < n_layers(); ++l)
+    if (per_layer_embedding || blocks[static_cast<std::size_t>(l)].attention.config().shares_keys_values_of)
+      detail::invalid(where, per_layer_embedding ? "the model has per-layer inputs, which a resumed run (from the stream, without ids) cannot read"
+                                                 : "the model's later layers read earlier layers' keys and values (KV sharing)",
+                      ": resume is for models without them (Gemma 4 is run whole)");
   if (layer < 0 || layer > n_layers()) detail::invalid(where, "layer ", layer, " is not in [0, ", n_layers(), "]");
   if (static_cast<Index>(caches.size()) != n_layers()) detail::invalid(where, caches.size(), " caches for ", n_layers(), " layers (make_caches)");
   if (x.cols() != d_model()) detail::invalid(where, "x has ", x.cols(), " columns, the model's stream ", d_model());
@@ -796,7 +894,7 @@ ModelRun<Scalar> DecoderModel<Scalar>::resume(Index layer, Matrix<Scalar> x, std
   RunOptions<Scalar> o = options;
   o.first_position = first;
   ModelRun<Scalar> out;
-  for (Index l = layer; l < n_layers(); ++l) x = run_block(l, std::move(x), o, out, &caches[static_cast<std::size_t>(l)]);
+  for (Index l = layer; l < n_layers(); ++l) x = run_block(l, std::move(x), o, out, BlockContext{&caches[static_cast<std::size_t>(l)]});
   Matrix<Scalar> last = at({"ln_final.out"}, final_norm.apply(x), o, out);
   const Index kept = options.logits_to_keep == 0 ? last.rows() : std::min(options.logits_to_keep, last.rows());
   out.logits = head_of(last.bottomRows(kept), options.threads);
@@ -808,7 +906,9 @@ std::vector<LayerCache<Scalar>> DecoderModel<Scalar>::make_caches(Index capacity
   std::vector<LayerCache<Scalar>> caches;
   for (const Block<Scalar>& b : blocks)
     caches.push_back(b.delta_net ? LayerCache<Scalar>(b.delta_net->make_cache())
-                                 : LayerCache<Scalar>(b.latent ? b.latent->make_cache(capacity) : b.attention.make_cache(capacity)));
+                     : b.latent  ? LayerCache<Scalar>(b.latent->make_cache(capacity))
+                                 // (a KV-sharing layer keeps nothing: it reads its source layer's cache)
+                                 : LayerCache<Scalar>(b.attention.make_cache(b.attention.config().shares_keys_values_of ? 0 : capacity)));
   return caches;
 }
 
@@ -823,9 +923,11 @@ Matrix<Scalar> DecoderModel<Scalar>::decode_stream(const std::vector<Index>& ids
     detail::invalid("DecoderModel::decode", caches.size(), " caches for ", n_layers(), " layers (make_caches)");
   const Index first = caches.empty() ? 0 : caches.front().size();
   Matrix<Scalar> x = embed(ids, first);
+  const Matrix<Scalar> per_layer = per_layer_embedding ? per_layer_embedding->of(ids, x, threads) : Matrix<Scalar>();
   for (Index l = 0; l < n_layers(); ++l) {
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
-    if (caches[static_cast<std::size_t>(l)].size() != first)
+    const std::optional<Index> source = b.attention.config().shares_keys_values_of;  // (Gemma 4: its cache stays empty)
+    if (caches[static_cast<std::size_t>(l)].size() != (source ? 0 : first))
       detail::invalid("DecoderModel::decode", "the caches hold different numbers of tokens (layer ", l, ")");
     AttentionOptions options;
     options.threads = threads;
@@ -833,8 +935,9 @@ Matrix<Scalar> DecoderModel<Scalar>::decode_stream(const std::vector<Index>& ids
     LayerCache<Scalar>& cache = caches[static_cast<std::size_t>(l)];
     Matrix<Scalar> attn = b.delta_net ? b.delta_net->project(b.delta_net->mix(a, cache.state(), threads), threads)
                           : b.latent  ? b.latent->forward_incremental(a, cache.keys_values(), options)
+                          : source    ? b.attention.forward_reading_cache(a, caches[static_cast<std::size_t>(*source)].keys_values(), options)
                                       : b.attention.forward_incremental(a, cache.keys_values(), options);
-    x = finish_block(b, std::move(x), std::move(attn), threads);
+    x = finish_block(l, std::move(x), std::move(attn), per_layer, threads);
   }
   return final_norm.apply(x);
 }
