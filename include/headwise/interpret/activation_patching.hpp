@@ -109,7 +109,7 @@ class ActivationPatching {
                                 " layers, the runs ", n(), " tokens");
     std::vector<model::LayerCache<Scalar>> caches;
     for (Index l = 0; l < layers(); ++l) {
-      caches.push_back(l >= layer ? caches_[std::size_t(l)] : model_.blocks[std::size_t(l)].attention.make_cache(0));
+      caches.push_back(l >= layer ? caches_[std::size_t(l)] : model::LayerCache<Scalar>(model_.blocks[std::size_t(l)].attention.make_cache(0)));
       if (l >= layer) caches.back().truncate(first);
     }
     model::RunOptions<Scalar> o;

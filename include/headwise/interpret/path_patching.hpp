@@ -137,7 +137,8 @@ PatchingTable path_patching(const model::DecoderModel<Scalar>& model, const std:
           if (options.freeze)
             for (Index l = lr + 1; l < L; ++l) run.hook_functions[at(l, "attn.hook_z")] = model::replace_with(base.hooks.at(at(l, "attn.hook_z")));
           std::vector<model::LayerCache<Scalar>> caches;
-          for (Index l = 0; l < L; ++l) caches.push_back(model.blocks[std::size_t(l)].attention.make_cache(l >= lr ? Index(ids.size()) : 0));
+          for (Index l = 0; l < L; ++l)
+            caches.emplace_back(model.blocks[std::size_t(l)].attention.make_cache(l >= lr ? Index(ids.size()) : 0));
           t.values(ls * H + hs, lr * R + r) = metric.value(model.resume(lr, base.hooks.at(at(lr, "hook_resid_pre")), caches, run).logits);
         }
       }
