@@ -348,6 +348,42 @@ TEMPLATE_TEST_CASE("Gemma 4 whole: per-layer inputs, layer scalars, KV shared by
   CHECK_THROWS_WITH(model.run(ids, later), Catch::Contains("read the keys and values of earlier ones (KV sharing)"));
 }
 
+TEMPLATE_TEST_CASE("Gemma 4 whole with experts beside the dense MLP, as 26B-A4B: routing, every hook, decoding = forward",
+                   "[model][fixture][gemma4]", float, double) {
+  check_model<TestType>("gemma4-model-tiny-moe");
+  const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("gemma4-model-tiny-moe"));
+  const io::SafetensorsFile ref = headwise_test::load_fixture("gemma4-model-tiny-moe/model-reference.safetensors");
+  const std::vector<Index> ids = ids_of(ref, "input_ids");
+  const auto n = Index(ids.size());
+  REQUIRE((model.blocks[0].side_experts && !model.blocks[0].experts && !model.per_layer_embedding));
+  model::RunOptions<TestType> options;
+  for (Index l = 0; l < model.n_layers(); ++l)
+    for (const char* h : {"moe_in", "moe.output", "mlp.routing"}) options.hooks.insert("blocks." + std::to_string(l) + "." + h);
+  const auto run = model.run(ids, options);
+  const auto tol = headwise_test::tolerance<TestType>();
+  const auto near = [&](const Matrix<TestType>& got, const Matrix<double>& want) { CHECK_THAT(Matrix<double>(got.template cast<double>()), IsNear(want, tol)); };
+  for (Index l = 0; l < model.n_layers(); ++l) {
+    CAPTURE(l);
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    near(run.hooks.at(p + "moe_in"), ref.matrix<double>(p + "moe_in.f64"));
+    near(run.hooks.at(p + "moe.output"), ref.matrix<double>(p + "moe.output.f64"));
+    const auto& routing = run.routing.at(l);
+    near(routing.logits, ref.matrix<double>(p + "moe.router_logits.f64"));
+    near(routing.weights, ref.matrix<double>(p + "moe.topk_weights.f64"));
+    const std::vector<double> experts = ref.values<double>(p + "moe.topk_experts");
+    for (Index t = 0; t < n; ++t)
+      for (Index j = 0; j < 2; ++j) CHECK(routing.experts(t, j) == Index(experts[std::size_t(2 * t + j)]));
+  }
+  const Matrix<TestType> forward = model.logits(ids);
+  for (const int threads : {1, 2}) {
+    auto caches = model.make_caches(n);
+    for (Index t = 0; t < n; ++t)
+      CHECK_THAT(Matrix<double>(model.decode({ids[std::size_t(t)]}, caches, threads).template cast<double>()),
+                 headwise_test::IsExactly(Matrix<double>(forward.row(t).template cast<double>())));
+  }
+  CHECK_THROWS_WITH(model::gradients(model, ids, model::Metric<TestType>::next_token_loss(ids)), Catch::Contains("(Gemma 4): no backward in headwise yet"));
+}
+
 TEST_CASE("Llama 4's, DeepSeek-V3's and Qwen3-Next's blocks: settings the model code does not read are refused by name",
           "[model][llama4][deepseek][qwen3_next][errors]") {
   const auto broken = [](const char* source, const std::string& from, const std::string& to) {

@@ -233,6 +233,34 @@ GatedDeltaNet<Scalar> load_gated_delta_net(const ConfigReader& r, const TensorRe
   return g;
 }
 
+/// Gemma 4's experts beside the dense MLP of layer L (enable_moe_block): the router
+/// (router.proj, router.scale, router.per_expert_scale), top_k_experts of num_experts GeGLU
+/// experts of moe_intermediate_size from the stacks experts.gate_up_proj [E, 2 I, d] (the gate's
+/// rows first) and experts.down_proj [E, d, I], and their three norms.
+template <class Scalar>
+model::SideExperts<Scalar> gemma4_experts(const ConfigReader& r, const TensorReader& t, Index l, std::uint64_t d, double eps) {
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  const Index experts = r.integer("num_experts");
+  const auto E = static_cast<std::uint64_t>(experts), inner = static_cast<std::uint64_t>(r.integer("moe_intermediate_size"));
+  model::MixtureOfExperts<Scalar> moe;
+  moe.router = t.stored<Scalar>(p + "router.proj.weight", E, d);
+  moe.router_scale = t.vector<Scalar>(p + "router.scale", d), moe.expert_scale = t.vector<Scalar>(p + "router.per_expert_scale", E);
+  moe.router_eps = eps;
+  moe.top_k = r.integer("top_k_experts");
+  if (moe.top_k > experts) r.fail("top_k_experts exceeds num_experts");
+  for (Index e = 0; e < experts; ++e) {
+    model::FeedForward<Scalar> f;
+    f.activation = model::Activation::gelu_tanh;
+    const StoredMatrix gate_up = t.stored_slice<Scalar>(p + "experts.gate_up_proj", e, E, 2 * inner, d);
+    f.w_gate = gate_up.middle_rows(0, static_cast<Index>(inner)), f.w_up = gate_up.middle_rows(static_cast<Index>(inner), static_cast<Index>(inner));
+    f.w_down = t.stored_slice<Scalar>(p + "experts.down_proj", e, E, d, inner);
+    moe.experts.push_back(std::move(f));
+  }
+  using Kind = typename model::Norm<Scalar>::Kind;
+  const auto norm = [&](const char* name) { return norm_of<Scalar>(t, p + name, d, Kind::rms, eps); };
+  return {std::move(moe), norm("pre_feedforward_layernorm_2"), norm("post_feedforward_layernorm_1"), norm("post_feedforward_layernorm_2")};
+}
+
 /// Gemma 4's per-layer inputs (hidden_size_per_layer_input p > 0): the model's table and
 /// projection, and each layer's gate, projection and norm; every layer's layer_scalar.
 template <class Scalar>
@@ -280,13 +308,15 @@ void read_mlp(const ConfigReader& r, const LlamaConfig& c, const TensorReader& t
   }
   if (c.model_type == "llama4_text") return llama4_feed_forward<Scalar>(r, t, l, d, b);
   if (c.latent) return deepseek_feed_forward<Scalar>(r, t, l, d, b);
-  const Index experts = r.has("num_experts") ? r.integer("num_experts") : 0;
+  const bool gemma4 = c.model_type == "gemma4_text";
+  const Index experts = r.has("num_experts") && !gemma4 ? r.integer("num_experts") : 0;  // (Gemma 4's sit beside the dense MLP)
   const std::vector<Index> dense = r.integers("mlp_only_layers");
   const bool sparse = experts > 0 && (l + 1) % r.integer("decoder_sparse_step", 1) == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
   if (!sparse) {
     auto inner = static_cast<std::uint64_t>(r.integer("intermediate_size"));
     if (c.kv_source_of(l) && r.boolean("use_double_wide_mlp", false)) inner *= 2;  // (Gemma 4's KV-shared layers)
     b.mlp = gated_mlp<Scalar>(t, p, d, inner, a, shape.fused_gate_up);
+    if (gemma4 && r.boolean("enable_moe_block", false)) b.side_experts = gemma4_experts<Scalar>(r, t, l, d, r.number(r.json(), "rms_norm_eps", 1e-6));
     return;
   }
   model::MixtureOfExperts<Scalar> moe;

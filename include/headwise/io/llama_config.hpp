@@ -411,12 +411,11 @@ HEADWISE_IO_INLINE void read_gemma4(const ConfigReader& r, LlamaConfig& c) {
   if (c.n_heads % c.full_kv_heads != 0) r.fail("num_attention_heads is not divisible by num_global_key_value_heads");
   c.rope = parse_rope(r, c.full_head_dim, "full_attention");
   c.sliding_rope = parse_rope(r, c.head_dim, "sliding_attention");
-  if (r.has("num_kv_shared_layers")) c.kv_shared_layers = r.integer("num_kv_shared_layers");
+  if (r.number(r.json(), "num_kv_shared_layers", 0.0) != 0) c.kv_shared_layers = r.integer("num_kv_shared_layers");  // (0: none)
   if (c.kv_shared_layers >= c.n_layers) r.fail("\"num_kv_shared_layers\" must be below num_hidden_layers");
   for (Index l = c.n_layers - c.kv_shared_layers; l < c.n_layers; ++l)  // (layer_types bounds n_layers here)
     if (!c.kv_source_of(l))
       r.fail("layer " + std::to_string(l) + " shares keys and values (num_kv_shared_layers), but no earlier layer is of its type");
-  refuse_unread(r, "enable_moe_block", c.model_type);  // (the MoE block is not attention, but a true here is a model headwise has not seen)
 }
 
 /// gpt-oss: sinks, alternating windows (layer i slides iff i is even, unless layer_types say).

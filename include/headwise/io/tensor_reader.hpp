@@ -93,6 +93,16 @@ class TensorReader {
     const auto readable = SafetensorsFile::read_in_place<Scalar>(file.info(key).dtype);
     return StoredMatrix::from(file.slice<Scalar>(key, index).transpose(), readable ? *readable : computing_type<Scalar>());
   }
+  /// Matrix `index` [out, in] of a stack `name` [count, out, in] (Gemma 4's experts), kept as
+  /// stored where a product in Scalar reads that type (a copy: a slice is not a tensor of its own).
+  template <class Scalar>
+  StoredMatrix stored_slice(const std::string& name, Index index, std::uint64_t count, std::uint64_t out, std::uint64_t in) const {
+    const std::string key = options_.prefix + name;
+    check(key, {count, out, in}, options_.shape_hint);
+    const SafetensorsFile& file = model_.file_of(key);
+    const auto readable = SafetensorsFile::read_in_place<Scalar>(file.info(key).dtype);
+    return StoredMatrix::from(file.slice<Scalar>(key, index), readable ? *readable : computing_type<Scalar>());
+  }
   /// Matrix `index` [out, in] of the MXFP4 stack `name`_blocks / `name`_scales (gpt-oss's experts
   /// as released): in place for a float product, widened once to F64 for a double one.
   template <class Scalar>

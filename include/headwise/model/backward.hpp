@@ -251,9 +251,11 @@ class ModelBackward {
                                   "normalised sigmoid scores, a scaling): no backward in headwise yet");
     for (Index l = 0; l < model_.n_layers(); ++l) {
       const Block<Scalar>& b = model_.blocks[static_cast<std::size_t>(l)];
-      if (b.per_layer_input || b.layer_scalar != Scalar(1) || b.attention.config().shares_keys_values_of || (b.experts && b.experts->shared_gate.rows()))
+      if (b.per_layer_input || b.layer_scalar != Scalar(1) || b.attention.config().shares_keys_values_of || b.side_experts ||
+          (b.experts && b.experts->shared_gate.rows()))
         headwise::detail::invalid("gradients", "layer ", l, " has ",
                                   b.per_layer_input ? "a per-layer input (Gemma 4)" : b.layer_scalar != Scalar(1) ? "a layer scalar (Gemma 4)"
+                                  : b.side_experts                             ? "experts beside its MLP (Gemma 4)"
                                   : b.attention.config().shares_keys_values_of ? "no keys and values of its own (Gemma 4's KV sharing)"
                                                                               : "a gated shared expert (Qwen3-Next)",
                                   ": no backward in headwise yet");

@@ -184,6 +184,11 @@ struct MixtureOfExperts {
   RowVector<Scalar> choice_bias;  ///< DeepSeek-V3's e_score_correction_bias; empty: none
   Index groups = 1, top_groups = 1;
   double routed_scaling = 1.0;
+  /// Gemma 4: the router reads rms(x) ∘ router_scale / sqrt(d_model) (rms without a weight, eps
+  /// router_eps) of its own input (forward's router_input), and each chosen weight, once
+  /// normalised, is times its expert's expert_scale (per_expert_scale). Empty: neither.
+  RowVector<Scalar> router_scale, expert_scale;
+  double router_eps = 1e-6;
 
   /// Qwen3-MoE's rule (the one the backward differentiates): softmax, no bias, nothing shared.
   bool softmax_only() const {
@@ -191,8 +196,11 @@ struct MixtureOfExperts {
            routed_scaling == 1.0 && experts.front().activation != Activation::clamped_swiglu;
   }
 
-  Matrix<Scalar> forward(const Matrix<Scalar>& m, Routing<Scalar>* routing = nullptr, int threads = 0) const {
-    Matrix<Scalar> logits = times<Scalar>(m, router, threads);
+  /// The block's output on m (n, d_model); the router reads router_input where given (Gemma 4's
+  /// reads the residual stream, the experts a norm of it), else m.
+  Matrix<Scalar> forward(const Matrix<Scalar>& m, Routing<Scalar>* routing = nullptr, int threads = 0,
+                         const Matrix<Scalar>* router_input = nullptr) const {
+    Matrix<Scalar> logits = times<Scalar>(router_scale.size() ? scaled_for_router(router_input ? *router_input : m) : m, router, threads);
     if (router_bias.size()) logits.rowwise() += router_bias;
     const Index n = m.rows();
     Matrix<Scalar> out = shared_expert ? shared_expert->forward(m, threads) : Matrix<Scalar>::Zero(n, m.cols());
@@ -245,8 +253,15 @@ struct MixtureOfExperts {
     chosen.clear();
     for (Index j = 0; j < top_k; ++j) {
       const Index e = order[static_cast<std::size_t>(j)];
-      chosen.emplace_back(e, static_cast<Scalar>(p(e) / total * Scalar(routed_scaling)));
+      const Scalar w = static_cast<Scalar>(p(e) / total * Scalar(routed_scaling));
+      chosen.emplace_back(e, expert_scale.size() ? Scalar(w * expert_scale(e)) : w);
     }
+  }
+  Matrix<Scalar> scaled_for_router(const Matrix<Scalar>& x) const {
+    const Norm<Scalar> rms{Norm<Scalar>::Kind::rms, router_eps, RowVector<Scalar>::Ones(x.cols()), {}};
+    Matrix<Scalar> y = rms.apply(x);
+    for (Index t = 0; t < y.rows(); ++t) y.row(t) = y.row(t).cwiseProduct(router_scale) * static_cast<Scalar>(1.0 / std::sqrt(double(x.cols())));
+    return y;
   }
 };
 
@@ -289,6 +304,14 @@ struct PerLayerEmbedding {
   }
 };
 
+/// Gemma 4's experts beside the dense MLP (enable_moe_block): the MLP half's output is
+/// dense_norm(mlp(mlp_norm(x))) + output_norm(experts(input_norm(x))), the router reading x itself.
+template <class Scalar>
+struct SideExperts {
+  MixtureOfExperts<Scalar> experts;
+  Norm<Scalar> input_norm, dense_norm, output_norm;  ///< pre_feedforward_layernorm_2, post_feedforward_layernorm_1, _2
+};
+
 /// One block: x += post_attention(attention(attention_norm(x))); x += post_mlp(mlp(mlp_norm(x))),
 /// where an absent norm passes its input through; then Gemma 4's per-layer input and layer scalar.
 template <class Scalar>
@@ -308,6 +331,7 @@ struct Block {
   /// one-wide placeholder, as for `latent`.
   std::optional<GatedDeltaNet<Scalar>> delta_net = std::nullopt;
   std::optional<PerLayerInput<Scalar>> per_layer_input = std::nullopt;  ///< Gemma 4
+  std::optional<SideExperts<Scalar>> side_experts = std::nullopt;      ///< Gemma 4 (26B-A4B)
   Scalar layer_scalar = Scalar(1);  ///< Gemma 4: the whole stream times this after the block
 
   /// False for an attention-only block (no experts, an MLP without weights): its MLP adds 0.
@@ -540,7 +564,9 @@ class HEADWISE_ISA_TAG DecoderModel {
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
     x += normed(b.post_attention_norm, std::move(attn));
     const Matrix<Scalar> m = normed(b.mlp_norm, x);
-    x += normed(b.post_mlp_norm, b.mlp_of(m, nullptr, threads));
+    Matrix<Scalar> mlp = b.mlp_of(m, nullptr, threads);
+    if (const auto& s = b.side_experts) mlp = s->dense_norm.apply(mlp) + s->output_norm.apply(s->experts.forward(s->input_norm.apply(x), nullptr, threads, &x));
+    x += normed(b.post_mlp_norm, std::move(mlp));
     if (b.per_layer_input) x += b.per_layer_input->forward(x, per_layer_slice(per_layer, l), threads);
     if (b.layer_scalar != Scalar(1)) x *= b.layer_scalar;
     return x;
@@ -637,6 +663,7 @@ class HEADWISE_ISA_TAG DecoderModel {
       }
     }
     mlp = at({p + "mlp.output"}, std::move(mlp), options, out);
+    if (b.side_experts) mlp = with_side_experts(l, x, std::move(mlp), options, out);
     mlp = normed(b.post_mlp_norm, std::move(mlp));
     x += at({p + "hook_mlp_out"}, std::move(mlp), options, out);
     if (b.per_layer_input) {
@@ -647,6 +674,19 @@ class HEADWISE_ISA_TAG DecoderModel {
     }
     if (b.layer_scalar != Scalar(1)) x *= b.layer_scalar;
     return at({p + "hook_resid_post"}, std::move(x), options, out);
+  }
+
+  /// Gemma 4's MLP half with experts beside the dense MLP (its output `dense`), from the stream x:
+  /// moe_in (the experts' input), moe.output and the routing hooked.
+  Matrix<Scalar> with_side_experts(Index l, const Matrix<Scalar>& x, const Matrix<Scalar>& dense, const RunOptions<Scalar>& options,
+                                   ModelRun<Scalar>& out) const {
+    const SideExperts<Scalar>& s = *blocks[static_cast<std::size_t>(l)].side_experts;
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    const Matrix<Scalar> in = at({p + "moe_in"}, s.input_norm.apply(x), options, out);
+    Routing<Scalar> routing;
+    const Matrix<Scalar> moe = at({p + "moe.output"}, s.experts.forward(in, &routing, options.threads, &x), options, out);
+    if (options.hooks.count(p + "mlp.routing")) out.routing[l] = std::move(routing);
+    return s.dense_norm.apply(dense) + s.output_norm.apply(moe);
   }
 
   /// Layer l's attention on a, its one fused run keeping what the hooks ask for (q, k, v, the
@@ -830,6 +870,8 @@ std::vector<std::string> DecoderModel<Scalar>::hook_names() const {
       for (const char* h : attention) out.push_back("blocks." + std::to_string(l) + "." + h);
     if (b.per_layer_input)
       for (const char* h : {"per_layer.hook_gate", "per_layer.hook_out"}) out.push_back("blocks." + std::to_string(l) + "." + h);
+    if (b.side_experts)
+      for (const char* h : {"moe_in", "moe.output", "mlp.routing"}) out.push_back("blocks." + std::to_string(l) + "." + h);
     if (b.experts) out.push_back("blocks." + std::to_string(l) + ".mlp.routing");
     if (b.experts && b.experts->shared_expert) out.push_back("blocks." + std::to_string(l) + ".mlp.shared_output");
     if (!b.experts && b.has_mlp())

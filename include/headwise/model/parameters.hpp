@@ -119,7 +119,7 @@ void check_named(const DecoderModel<Scalar>& model, const char* where) {
     const auto& experts = model.blocks[static_cast<std::size_t>(l)].experts;
     if (!what && experts && !experts->softmax_only()) what = "a sparse block other than Qwen3-MoE's (routers with biases, sigmoid scores, shared experts)";
     const Block<Scalar>& b = model.blocks[static_cast<std::size_t>(l)];
-    if (!what && (b.per_layer_input || b.layer_scalar != Scalar(1))) what = "Gemma 4's per-layer input or layer scalar";
+    if (!what && (b.per_layer_input || b.layer_scalar != Scalar(1) || b.side_experts)) what = "Gemma 4's per-layer input, layer scalar or experts";
     if (!what && a.config().shares_keys_values_of) what = "no keys and values of its own (Gemma 4's KV sharing)";
     if (what) headwise::detail::invalid(where, "layer ", l, " has ", what, ": its parameters are not all named");
   }
