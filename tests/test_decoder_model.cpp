@@ -190,7 +190,7 @@ TEMPLATE_TEST_CASE("DeepSeek-V3 whole: latent attention in its blocks, a dense f
 }
 
 TEMPLATE_TEST_CASE("Qwen3-Next whole: Gated DeltaNet layers (every step and the states), the gated full-attention layer, sparse "
-                   "blocks with the gated shared expert; decoding gives the forward's bits", "[model][fixture][qwen3_next]", float, double) {
+                   "blocks with the gated shared expert, decoding gives the forward's bits", "[model][fixture][qwen3_next]", float, double) {
   const auto model = io::load_decoder_model<TestType>(headwise_test::data_path("qwen3-next-model-tiny"));
   const io::SafetensorsFile ref = headwise_test::load_fixture("qwen3-next-model-tiny/model-reference.safetensors");
   const std::vector<Index> ids = ids_of(ref, "input_ids");
@@ -227,6 +227,13 @@ TEMPLATE_TEST_CASE("Qwen3-Next whole: Gated DeltaNet layers (every step and the 
       near(run.hooks.at(q + "hook_g"), transposed(q + "g.f64"));
       near(run.hooks.at(q + "hook_gated_out"), ref.matrix<double>(q + "gated_out.f64"));
       near(run.head(q + "hook_core_out", 3), ref.slice<double>(q + "core_out.f64", 3));
+      // Each head's mixing matrix: lower triangular, and times the fixture's values it gives the
+      // fixture's outputs of the delta rule.
+      for (Index h = 0; h < 4; ++h) {
+        const Matrix<double> mixing = run.head(q + "hook_pattern", h).template cast<double>();
+        CHECK(mixing.template triangularView<Eigen::StrictlyUpper>().toDenseMatrix().isZero(0));
+        CHECK_THAT(Matrix<double>(mixing * ref.slice<double>(q + "v.f64", h)), IsNear(ref.slice<double>(q + "core_out.f64", h), tol));
+      }
       near(run.head(q + "hook_k", 1), ref.slice<double>(q + "k.f64", 1));
     } else {
       for (const auto& [h, fixture] : {std::pair{"attn.hook_q", "attn.q"}, {"attn.hook_k", "attn.k"}, {"attn.hook_v", "attn.v"},
@@ -339,6 +346,15 @@ TEMPLATE_TEST_CASE("Gemma 4 whole: per-layer inputs, layer scalars, KV shared by
     o.threads = threads;
     CHECK_THAT(Matrix<double>(model.run(ids, o).logits.template cast<double>()), headwise_test::IsExactly(Matrix<double>(forward.template cast<double>())));
   }
+  // Direct logit attribution through the layer scalars: the last layer's shares sum to its attention
+  // output (the fixture's) times its scalar, through the final norm frozen at the fixture's stream.
+  const Matrix<double> dla = interpret::direct_logit_attribution(model, ids, {5, -1, -1});
+  const Eigen::RowVectorXd stream = ref.matrix<double>("blocks.7.hook_resid_post.f64").row(n - 1);
+  const double scalar = double(model.blocks[7].layer_scalar), inverse = 1.0 / std::sqrt(stream.squaredNorm() / double(stream.size()) + 1e-6);
+  const Eigen::RowVectorXd attn = ref.matrix<double>("blocks.7.hook_attn_out.f64").row(n - 1) * scalar * inverse;
+  const double expected = attn.cwiseProduct(model.final_norm.weight.template cast<double>()).dot(model.embedding.template row<double>(5));
+  CHECK_THAT(Matrix<double>::Constant(1, 1, dla.row(7).sum()), IsNear(Matrix<double>::Constant(1, 1, expected), std::is_same_v<TestType, float> ? 1e-5 : 1e-10));
+  CHECK(scalar != 1.0);
   // What it has no backward for, or cannot resume, is refused by name.
   CHECK_THROWS_WITH(model::gradients(model, ids, model::Metric<TestType>::next_token_loss(ids)), Catch::Contains("layer 0 has a per-layer input (Gemma 4)"));
   auto caches = model.make_caches(n);

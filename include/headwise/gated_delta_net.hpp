@@ -116,6 +116,26 @@ class GatedDeltaNet {
     if (record) *record = std::move(r);
     return gated;
   }
+  /// Each value head's mixing matrix on a text its record (a mix from a fresh cache) holds: the
+  /// delta rule is linear in the values once q, k, β and g are fixed, o_t = Σ_{j<=t} M_tj v_j,
+  /// and M (n, n) is what a head's attention pattern is to softmax attention (lower triangular;
+  /// its rows need not sum to 1). The rule run on one-hot values, with the same arithmetic:
+  /// (n, n_v n), head h in columns [h n, (h + 1) n); O(n² (d_k + n)) a head, for short texts.
+  Matrix<Scalar> mixing(const GatedDeltaNetRecord<Scalar>& r) const {
+    const Index n = r.q.rows(), dk = shape.d_key, nv = shape.value_heads, per = nv / shape.key_heads;
+    const Matrix<Scalar> q = r.q * static_cast<Scalar>(1.0 / std::sqrt(double(dk)));
+    const Matrix<Scalar> one_hot = Matrix<Scalar>::Identity(n, n);
+    Matrix<Scalar> out(n, nv * n);
+    DeltaRuleScratch<Scalar> scratch;
+    for (Index h = 0; h < nv; ++h) {
+      const Index key = (h / per) * dk;
+      const DeltaRuleInputs<Scalar> in{{q.data() + key, q.cols()}, {r.k.data() + key, r.k.cols()}, {one_hot.data(), n},
+                                       {r.beta.data() + h, nv}, {r.g.data() + h, nv}, n};
+      DeltaRuleState<Scalar> state(dk, std::max<Index>(n, 1), shape.chunk);
+      state.advance(in, out.data() + h * n, out.cols(), scratch);
+    }
+    return out;
+  }
   /// out_proj: (n, n_v d_v) -> (n, d_model).
   Matrix<Scalar> project(const Matrix<Scalar>& gated, int threads) const { return times_transposed<Scalar>(gated, out, threads); }
 

@@ -255,7 +255,9 @@ struct FrozenNorm {
 /// paths through later layers. Where a block norms its attention output (Gemma 2 and 3, OLMo 2)
 /// that norm's scale is frozen the same way at the clean run's attention output, so the shares
 /// still sum to the block's normed output; soft-capped logits (Gemma 2) are attributed before the
-/// cap (the cap is monotone, and a tanh of a sum has no shares).
+/// cap (the cap is monotone, and a tanh of a sum has no shares). Gemma 4's layer scalars, which
+/// multiply the whole stream after each block, carry a head's output to the last block times the
+/// product of its own and every later block's.
 template <class Scalar>
 Matrix<double> direct_logit_attribution(const model::DecoderModel<Scalar>& m, const std::vector<Index>& ids, const LogitDirection& d) {
   constexpr const char* where = "direct_logit_attribution";
@@ -279,6 +281,9 @@ Matrix<double> direct_logit_attribution(const model::DecoderModel<Scalar>& m, co
   Eigen::RowVectorXd u = m.unembedding.template row<double>(d.token);  // (W_U's column: the LM head's row)
   if (d.baseline >= 0) u -= m.unembedding.template row<double>(d.baseline);
   const Index H = m.blocks.front().attention.n_heads();
+  std::vector<double> carried(static_cast<std::size_t>(L) + 1, 1.0);  // Π of the layer scalars from l on
+  for (Index l = L - 1; l >= 0; --l)
+    carried[std::size_t(l)] = carried[std::size_t(l) + 1] * double(m.blocks[static_cast<std::size_t>(l)].layer_scalar);
   Matrix<double> out(L, H);
   for (Index l = 0; l < L; ++l) {
     const model::Block<Scalar>& b = m.blocks[static_cast<std::size_t>(l)];
@@ -288,7 +293,7 @@ Matrix<double> direct_logit_attribution(const model::DecoderModel<Scalar>& m, co
     for (Index h = 0; h < H; ++h) {
       Eigen::RowVectorXd c = z.segment(h * b.attention.d_head(), b.attention.d_head()) * b.attention.w_o_block(h).template cast<double>();
       if (post) c = (*post)(c);
-      out(l, h) = final_norm(c).dot(u);
+      out(l, h) = final_norm(c * carried[std::size_t(l)]).dot(u);
     }
   }
   return out;

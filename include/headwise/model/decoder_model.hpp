@@ -508,7 +508,8 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// ModelRun::routing) and, with a shared expert, mlp.shared_output (read-only); and "ln_final.out".
   /// A Gated DeltaNet layer has no attn.hook_* / statistics / logsumexp; it has linear_attn.
   /// hook_mixed_qkv, hook_conv_out, hook_q, hook_k (per key head, unit length), hook_v, hook_z,
-  /// hook_beta, hook_g, hook_core_out (per value head; GatedDeltaNetRecord), read-only, and
+  /// hook_beta, hook_g, hook_core_out (per value head; GatedDeltaNetRecord), hook_pattern (each value
+  /// head's (n, n) mixing matrix, GatedDeltaNet::mixing: O(n²) a head), read-only, and
   /// linear_attn.hook_gated_out (per value head: what out_proj reads, which a hook function may
   /// change, as attn.hook_z). Gemma 4: hook_per_layer_inputs (n, n_layers p: every layer's
   /// per-layer input), per layer per_layer.hook_gate (n, p; read-only) and per_layer.hook_out
@@ -791,6 +792,7 @@ class HEADWISE_ISA_TAG DecoderModel {
         {"hook_v", {&GatedDeltaNetRecord<Scalar>::v, nv}}, {"hook_z", {&GatedDeltaNetRecord<Scalar>::z, nv}},
         {"hook_beta", {&GatedDeltaNetRecord<Scalar>::beta, nv}}, {"hook_g", {&GatedDeltaNetRecord<Scalar>::g, nv}},
         {"hook_core_out", {&GatedDeltaNetRecord<Scalar>::core_out, nv}}};
+    if (options.hooks.count(p + "hook_pattern")) keep(out, p + "hook_pattern", layer.mixing(record), nv);  // (before the record's parts move)
     for (const auto& [name, part] : steps)
       if (options.hooks.count(p + name)) keep(out, p + name, std::move(record.*part.first), part.second);
     gated = at({p + "hook_gated_out", nv}, std::move(gated), options, out);
@@ -836,7 +838,7 @@ class HEADWISE_ISA_TAG DecoderModel {
                                     "mlp.routing", "mlp.shared_output", "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post",
                                     "linear_attn.hook_mixed_qkv", "linear_attn.hook_conv_out", "linear_attn.hook_q", "linear_attn.hook_k",
                                     "linear_attn.hook_v", "linear_attn.hook_z", "linear_attn.hook_beta", "linear_attn.hook_g",
-                                    "linear_attn.hook_core_out", "per_layer.hook_gate"})
+                                    "linear_attn.hook_core_out", "linear_attn.hook_pattern", "per_layer.hook_gate"})
         if (name.size() > std::strlen(read_only) && name.compare(name.size() - std::strlen(read_only), std::string::npos, read_only) == 0)
           detail::invalid("DecoderModel::run", name, " is read-only: the layer used it before a hook function could change it ",
                           "(change attn_in, or a head's Z at attn.hook_z)");
@@ -859,7 +861,7 @@ std::vector<std::string> DecoderModel<Scalar>::hook_names() const {
                                     "attn.logsumexp"};
   static const char* delta_net[] = {"linear_attn.hook_mixed_qkv", "linear_attn.hook_conv_out", "linear_attn.hook_q", "linear_attn.hook_k",
                                     "linear_attn.hook_v", "linear_attn.hook_z", "linear_attn.hook_beta", "linear_attn.hook_g",
-                                    "linear_attn.hook_core_out", "linear_attn.hook_gated_out"};
+                                    "linear_attn.hook_core_out", "linear_attn.hook_pattern", "linear_attn.hook_gated_out"};
   std::vector<std::string> out;
   for (Index l = 0; l < n_layers(); ++l) {
     const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
