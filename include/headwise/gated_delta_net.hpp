@@ -125,16 +125,16 @@ class GatedDeltaNet {
     const Index n = r.q.rows(), dk = shape.d_key, nv = shape.value_heads, per = nv / shape.key_heads;
     const Matrix<Scalar> q = r.q * static_cast<Scalar>(1.0 / std::sqrt(double(dk)));
     const Matrix<Scalar> one_hot = Matrix<Scalar>::Identity(n, n);
-    Matrix<Scalar> out(n, nv * n);
+    Matrix<Scalar> mixed(n, nv * n);
     DeltaRuleScratch<Scalar> scratch;
     for (Index h = 0; h < nv; ++h) {
       const Index key = (h / per) * dk;
       const DeltaRuleInputs<Scalar> in{{q.data() + key, q.cols()}, {r.k.data() + key, r.k.cols()}, {one_hot.data(), n},
                                        {r.beta.data() + h, nv}, {r.g.data() + h, nv}, n};
       DeltaRuleState<Scalar> state(dk, std::max<Index>(n, 1), shape.chunk);
-      state.advance(in, out.data() + h * n, out.cols(), scratch);
+      state.advance(in, mixed.data() + h * n, mixed.cols(), scratch);
     }
-    return out;
+    return mixed;
   }
   /// out_proj: (n, n_v d_v) -> (n, d_model).
   Matrix<Scalar> project(const Matrix<Scalar>& gated, int threads) const { return times_transposed<Scalar>(gated, out, threads); }
