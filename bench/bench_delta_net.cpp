@@ -2,12 +2,14 @@
 // (d_k = d_v = 128; 32 value heads a layer, 36 linear layers), side by side in one run:
 //   BM_DeltaRuleRecurrent  recurrent_delta_rule, the rule token by token as written (Hugging
 //                          Face's torch_recurrent_gated_delta_rule), one head over n tokens
-//   BM_DeltaRuleChunked    DeltaRuleState::advance over the same n tokens in one call: chunks of
-//                          64 (the bound: >= 2x the recurrence's tokens per second at n = 4096)
+//   BM_DeltaRuleChunked    DeltaRuleState::advance over the same n tokens in one call, in the
+//                          layer's chunks (the bound: >= 2x the recurrence's tokens per second at
+//                          n = 4096)
 //   BM_DeltaNetDecodeStep  one token through every head of the 36 layers (1,152 states, 184 MB,
 //                          past the caches), heads split over the threads as a layer splits them:
-//                          the state bytes read (S_0 and the open chunk's keys and δ) per second,
-//                          beside BM_StreamTriad's (the bound: >= 0.8 of it)
+//                          the state bytes moved (S_0 and the open chunk's keys and δ read; at a
+//                          chunk's end S_0 read and written again) per second, beside
+//                          BM_StreamTriad's (the bound: >= 0.8 of it)
 //   BM_StreamTriad         the memory's pace (stream_triad.hpp)
 // The rule alone (the projections and the conv before it, the gated norm after it, are the model's
 // products, measured by bench_model); flops counted as the recurrence's 7 d_k d_v per token.
@@ -17,6 +19,7 @@
 #include <benchmark/benchmark.h>
 
 #include "headwise/delta_rule.hpp"
+#include "headwise/gated_delta_net.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "stream_triad.hpp"
 
@@ -24,7 +27,8 @@ namespace {
 
 using headwise::Index;
 using headwise::Matrix;
-constexpr Index d_k = 128, d_v = 128, chunk = 64, heads_per_layer = 32, linear_layers = 36;
+constexpr Index d_k = 128, d_v = 128, heads_per_layer = 32, linear_layers = 36;
+const Index chunk = headwise::GatedDeltaNetShape{}.chunk;  // the layer's default
 
 /// Random inputs for n tokens of one head: unit keys, scaled queries, β in (0, 1), g in (-0.3, 0].
 struct Inputs {
@@ -92,6 +96,7 @@ void BM_DeltaNetDecodeStep(benchmark::State& state) {
         }
       });
     bytes += double(heads) * 4.0 * double(d_k * d_v + (open + 1) * (d_k + d_v));
+    if (open + 1 == chunk) bytes += double(heads) * 4.0 * double(2 * d_k * d_v);  // (the close: S_0 read and written)
     ++position;
     benchmark::DoNotOptimize(o.data());
   }

@@ -34,11 +34,13 @@ namespace headwise {
 /// The layer's sizes (config.json: linear_num_key_heads, linear_num_value_heads,
 /// linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim; rms_norm_eps), and the
 /// chunk of the delta rule (a speed setting: the bits do not depend on how tokens are split
-/// into calls, but they do on the chunk).
+/// into calls, but they do on the chunk). 16, not Hugging Face's 64: on a CPU the intra-chunk
+/// terms grow with the chunk and the products with the state do not shrink (bench/RESULTS.md,
+/// issue 58 second part).
 struct GatedDeltaNetShape {
   Index key_heads = 0, value_heads = 0, d_key = 0, d_value = 0, kernel = 4;
   double eps = 1e-6;
-  Index chunk = 64;
+  Index chunk = 16;
   Index channels() const { return 2 * key_heads * d_key + value_heads * d_value; }
 };
 
