@@ -355,6 +355,16 @@ TEMPLATE_TEST_CASE("Gemma 4 whole: per-layer inputs, layer scalars, KV shared by
   const double expected = attn.cwiseProduct(model.final_norm.weight.template cast<double>()).dot(model.embedding.template row<double>(5));
   CHECK_THAT(Matrix<double>::Constant(1, 1, dla.row(7).sum()), IsNear(Matrix<double>::Constant(1, 1, expected), std::is_same_v<TestType, float> ? 1e-5 : 1e-10));
   CHECK(scalar != 1.0);
+  // Head studies read every layer, the KV-shared ones too (their keys the source layer's): the
+  // scores from the fixture's patterns.
+  const interpret::ModelHeadScores scores = interpret::score_model_heads(model, ids);
+  for (Index l = 0; l < model.n_layers(); ++l)
+    for (Index h = 0; h < 4; ++h) {
+      const Matrix<double> pattern = ref.slice<double>("blocks." + std::to_string(l) + ".attn.hook_pattern.f64", h);
+      CHECK_THAT(Matrix<double>::Constant(1, 1, scores.previous_token(l, h)),
+                 IsNear(Matrix<double>::Constant(1, 1, interpret::previous_token_score(pattern)), tol));
+      CHECK_THAT(Matrix<double>::Constant(1, 1, scores.first_token(l, h)), IsNear(Matrix<double>::Constant(1, 1, interpret::first_token_score(pattern)), tol));
+    }
   // What it has no backward for, or cannot resume, is refused by name.
   CHECK_THROWS_WITH(model::gradients(model, ids, model::Metric<TestType>::next_token_loss(ids)), Catch::Contains("layer 0 has a per-layer input (Gemma 4)"));
   auto caches = model.make_caches(n);
