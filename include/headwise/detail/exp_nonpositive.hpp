@@ -7,8 +7,7 @@
 // (below 1.2e-7 of e^f on that range); 2^n f by AVX-512's vscalefps, or elsewhere from n's bits (x
 // log2 e plus 1.5 2^23 + 127 holds n + 127 in its lowest mantissa bits, which a shift moves into
 // the exponent field). Eigen's pexp reaches its polynomial through a floor, a clamp on both sides
-// and a general ldexp: 3.5 ns a packet of 16 against 2.7 here (Zen 4, in L1), 0.2 of the 1.3 ns
-// the softmax of an int8 decoding step takes a token and key/value head. Below -87 (where e^x is
+// and a general ldexp, which this one skips (bench/RESULTS.md, "Tuning constants"). Below -87 (where e^x is
 // near float's smallest normal number, e^-87.34 = 1.2e-38) x is taken as -87; NaN stays NaN. Within 3.5 ulp
 // of e^x on [-87, 0] (measured 2.8 with FMA, 3.06 without; Eigen's pexp 1.3, and 4.5 with AVX-512),
 // checked against std::exp in double by the stored arithmetic's tests: far below the roundings of

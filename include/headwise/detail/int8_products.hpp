@@ -207,10 +207,9 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
     // A tall sliver (prefill, a latent's heads: bound by its arithmetic) holds the loaded row in
     // registers for every row's product: left to itself GCC folds the load into each vpdpbusd, and
     // the load ports bound the products. A decoding step's short sliver leaves the loads folded:
-    // held, it ran 30% faster in cache (Zen 4, 4096 tokens: one layer's cache in L3) but 5-10%
-    // slower from memory (32768 and 131072 tokens, ten runs alternated), where a whole model's
-    // decoding reads every layer's cache from (Zen 5 measured it slower from memory too). Not with
-    // 16 vector registers (AVX-VNNI), whose accumulators fill them.
+    // held, it runs faster in cache but slower from memory, where a whole model's decoding reads
+    // every layer's cache from (bench/RESULTS.md, "Tuning constants"). Not with 16 vector registers (AVX-VNNI), whose
+    // accumulators fill them.
     if constexpr (sizeof...(r) > 4) asm("" : "+v"(p0), "+v"(p1));
 #endif
     const auto dot = [&](Index row) {
@@ -304,7 +303,7 @@ inline void int8_panel_sums(Index rows, Index quads, const std::uint8_t* a, Inde
     by_compiled_heights<static_cast<int>(TileShape<Scalar>::rows)>(rows, 0, [&](auto height, Index row) {
       constexpr Index rows_here = decltype(height)::value, chains = rows_here <= 2 ? 4 : rows_here <= 4 ? 2 : 1;
       // (the scores from registers for a short sliver only: with a tall one's accumulators GCC
-      // spilled them in the product's loop, the int8 latent's step 3.2 -> 4.4 ms)
+      // spills them in the product's loop)
       constexpr bool to_scores = Keys && rows_here <= pair_rows<Scalar>;
       const Int8ScoreScales<Scalar> these = scores ? scores->from_row(row) : Int8ScoreScales<Scalar>{};
       int8_panel_sums_of<Keys, chains, to_scores>(std::make_integer_sequence<Index, rows_here>{}, quads, a + row * lda, lda, panel,
@@ -359,8 +358,8 @@ inline void round_weights(const float* scaled, Index n, float largest, std::uint
   Index c = 0;
 #if defined(__AVX512BW__)
   // 64 at a time, narrowed by two saturating packs (in 128-bit lanes) and one permute of their
-  // 32-bit groups: the same bytes as the narrowing store below (which Zen 4 runs slowly: it took
-  // most of the weights' rounding) for every q below 32768 (the int16 pack's range); here q <= 255
+  // 32-bit groups: the same bytes as the narrowing store below (which some AVX-512 cores run
+  // slowly) for every q below 32768 (the int16 pack's range); here q <= 255
   // (`largest` is the largest of `scaled`) or INT_MIN (a NaN), 0 in both ways
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   for (; c + 64 <= n; c += 64) {

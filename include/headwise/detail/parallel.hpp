@@ -36,7 +36,7 @@
 #endif
 
 /// Keeps a function out of line: the start of a region is one call (each region's own code is a
-/// few lines; inlined, the team's code made a file that calls attend() 13% slower to compile).
+/// few lines; inlined, the team's code made every file that calls attend() slower to compile).
 #if defined(__GNUC__)
 #define HEADWISE_NOINLINE __attribute__((noinline))
 #elif defined(_MSC_VER)
@@ -67,8 +67,8 @@ inline int thread_count(int requested, const char* where) {
 #endif
 }
 
-/// Multiply-adds below which a call runs on the calling thread (about 0.1 ms on one core): waking
-/// another thread costs more than it saves there. Results do not depend on it (every kernel gives
+/// Multiply-adds below which a call runs on the calling thread: waking another thread costs more
+/// than it saves there. Results do not depend on it (every kernel gives
 /// the same bits on any thread count).
 inline constexpr double serial_work = 1 << 20;
 

@@ -15,10 +15,8 @@
 // the same weights multiplied both ways agree to rounding, not bit for bit.
 //
 // A decoding step (up to 4 rows of A) reads B one row at a time, both chains in registers: one
-// sequential stream per thread, which the hardware prefetchers follow best (Zen 5, one thread,
-// against the tiles of 6 rows of B this replaced: the product 1.11x for float, 1.39x for BF16; a
-// whole model's step 1.20x and 1.17x; bench/RESULTS.md). A row of BF16, F16 or FP8 weights is
-// also asked for 4 KiB ahead (decoding_prefetch_bytes: BF16's step 1.10-1.31x again).
+// sequential stream per thread, which the hardware prefetchers follow best (bench/RESULTS.md, "Tuning constants"). A row of BF16, F16
+// or FP8 weights is also asked for 4 KiB ahead (decoding_prefetch_bytes).
 //
 // A prefill's micro-tile: Ra rows of A by Rb rows of B by both chains in 2 Ra Rb accumulators
 // (2 x 6 x 2 with 32 vector registers, 1 x 6 x 2 with 16), each A packet used Rb times and each
@@ -74,8 +72,7 @@ struct RowDotShape {
   static constexpr Index b_rows = 6;                        // Rb: C Ra Rb accumulators + Ra + 1 registers
   static constexpr Index decoding_rows = 4;                 // rows of A read against one row of B at a time, at most
   // k per range (a multiple of P): a range of Rb rows of B stays in L1, 24 KiB of floats with
-  // AVX-512 (48 KiB L1s; 1.16x the speed of 512 at d_model 768 on the Xeon), 12 KiB otherwise
-  // (AVX2 parts with 32 KiB)
+  // AVX-512 (its CPUs' L1s are 48 KiB), 12 KiB otherwise (AVX2 parts with 32 KiB)
   static constexpr Index depth_block = registers >= 32 ? 1024 : 512;
   static constexpr Index rows_per_thread = 32;              // rows of A a thread needs before the threads split A, not B
   static constexpr Index row_block = 128;                   // rows of A per pass over B, at most: a float range of them in L2
@@ -84,11 +81,9 @@ struct RowDotShape {
 
 /// The bytes of A's rows a block holds at most (all their depth: each tile of B goes through all
 /// of them), which bounds the rows per block where rows are long (an MLP's down projection, depth
-/// 8192: each block is a pass over B, and a narrow B is widened once per block). On the Xeons,
-/// 1 MiB (the rows stay in L2): at depth 8192, 32 rows ran at 1.35x the speed of 128, whose 4 MiB
-/// came from their L3 for every tile. On AMD with AVX-512 (Zen 4 and 5; measured on Zen 5), 4 MiB:
-/// its L3 serves the rows fast enough that fewer passes win (Zen 5, depth 8192, 128 rows against
-/// 32: 1.20x for float B, 1.35x for BF16). The blocking changes no bit.
+/// 8192: each block is a pass over B, and a narrow B is widened once per block). On Intel, 1 MiB:
+/// the rows stay in L2, where its L3 is slow to serve them; on AMD with AVX-512, 4 MiB: its L3
+/// serves them fast enough that fewer passes win (bench/RESULTS.md, "Tuning constants"). The blocking changes no bit.
 inline Index a_block_bytes() {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && defined(EIGEN_VECTORIZE_AVX512)
   static const Index bytes = [] {
@@ -214,10 +209,8 @@ EIGEN_ALWAYS_INLINE void chain_step(std::integer_sequence<Index, chain...>, Pack
 }
 
 /// How far ahead of its reads a decoding step asks for each row of B, in bytes: 4 KiB for the
-/// narrow stored types, none for float. On Zen 5 (one thread, a Llama-3.2-1B-shaped model's
-/// matrices in BF16) the hint took the stream from 31 to 35 GB/s, the level of float, and the down
-/// projection (depth 8192, whose 32 KiB row of A competes with B for L1) from 22 to 31; 2 KiB gave
-/// 33, 8 KiB 34. Float gained nothing (its step reads two lines, and the prefetchers keep up).
+/// narrow stored types (their widening slows the stream below what the prefetchers follow), none
+/// for float (its step reads two lines a row, and the prefetchers keep up) (bench/RESULTS.md, "Tuning constants").
 template <class BStored>
 constexpr Index decoding_prefetch_bytes() {
   return sizeof(BStored) < sizeof(float) ? 4096 : 0;
@@ -322,8 +315,7 @@ void widen_rows(const BStored* b, Index ldb, const RowScales& s, Index rows, Dep
 }
 
 /// Whether every row of a float B starts at a multiple of the packet's size: each packet read is
-/// then within one cache line, not across two (unaligned, a prefill's products ran at 0.87-0.92 of
-/// their aligned speed on the Xeon with AVX-512).
+/// then within one cache line, not across two, and a prefill's products run faster (bench/RESULTS.md, "Tuning constants").
 template <class Scalar, class BStored>
 bool packet_aligned(const RowMajorView<const BStored>& b) {
   constexpr std::size_t bytes = sizeof(typename RowDotShape<Scalar>::Packet);

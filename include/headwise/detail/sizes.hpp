@@ -87,8 +87,7 @@ inline double physical_memory_bytes() {
 
 /// A KV store's buffers of at least this many bytes are asked for in transparent huge pages
 /// (Linux, where the system's setting is `madvise` or `always`): a decoding step streams them, and
-/// with 4 KiB pages its reads of keys and values miss the TLB (Zen 5, int8 at 131072 tokens, one
-/// thread: 16.5 ms a step with 4 KiB pages, 12.9 with 2 MiB ones). The memory a store touches then
+/// with 4 KiB pages its reads of keys and values miss the TLB (bench/RESULTS.md, "Tuning constants"). The memory a store touches then
 /// grows 2 MiB at a time.
 constexpr std::size_t huge_page_threshold = std::size_t(32) << 20, huge_page_bytes = std::size_t(2) << 20;
 

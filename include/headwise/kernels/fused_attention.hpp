@@ -65,18 +65,12 @@ namespace headwise {
 
 /// The key tile a call takes unless told otherwise (FusedTiles::keys), for keys and values stored
 /// as `format` says: 512 keys where the CPU has 32 vector registers (AVX-512, whose CPUs all have
-/// 1 MiB or more of L2 per core), 128 elsewhere. Measured on AMD EPYC (Zen 5), Llama 3 8B's heads,
-/// one thread (bench/RESULTS.md): a decoding step over 32768 tokens reads its keys and values in
-/// longer runs, 512 against 128 keys: float32 8.0 against 9.0 ms, BF16 under the stored arithmetic
-/// 4.2 against 5.3, int8 2.5 against 2.8; a 2048-token prefill 159 against 152 GFLOP/s. 128 is what
-/// was measured best on Zen 3 (AVX2, 512 KiB of L2), below. With AVX-512, keys and values of their
-/// own under the stored arithmetic take as many times more keys as share a 32-bit lane of their
-/// panels (StoreFormat::lane_entries): int8 2048, BF16 1024, the bytes of 512 keys in float32 (F16
-/// chains, one entry a lane, 1024 likewise: the bytes, unmeasured without AVX512-FP16). Zen 4,
-/// one thread, 32768 / 131072 tokens: int8 2.5-2.7 / 11.6-12.3 ms a step against 2.9-3.1 / 11.9-13.4
-/// at 512 (4096: 2.8-3.1 / 11.3-11.9), its prefill the same (264 GFLOP/s at 8192 tokens); BF16
-/// 5.7-6.4 / 24.5-24.8 against 5.7-6.6 / 25.0-28.8. A latent's values, inside its keys, keep 512: its
-/// 128 heads' scores over a tile are the tile's scratch.
+/// 1 MiB or more of L2 per core: a decoding step reads its keys and values in longer runs), 128
+/// elsewhere (AVX2 parts with 512 KiB). With AVX-512, keys and values of their own under the
+/// stored arithmetic take as many times more keys as share a 32-bit lane of their panels
+/// (StoreFormat::lane_entries): int8 2048, BF16 1024, the bytes of 512 keys in float32 (F16 chains,
+/// one entry a lane, 1024 likewise). A latent's values, inside its keys, keep 512: its 128 heads'
+/// scores over a tile are the tile's scratch. (bench/RESULTS.md, "Tuning constants")
 constexpr Index default_key_tile(const StoreFormat& format) {
   if (detail::TileShape<float>::registers < 32) return 128;
   if (format.values != ValueStorage::own) return 512;
@@ -84,10 +78,8 @@ constexpr Index default_key_tile(const StoreFormat& format) {
 }
 
 /// How the fused kernel cuts its work. Tiles: rows of queries and of keys per tile (the key tile
-/// is rounded up to a multiple of the micro-tile width). 128 x 128 measured best at d_head 64 on AMD EPYC
-/// (Zen 3), float32, n = 2048: 37 GFLOP/s against 33 for 64 x 64 and 26 for 32 x 32 (measured with
-/// Eigen tile products, bench/RESULTS.md); larger tiles amortise the per-tile work (packing the
-/// query tile, the online-softmax bookkeeping). With AVX-512 the key tile is 512 (default_key_tile;
+/// is rounded up to a multiple of the micro-tile width). 128 query rows: larger tiles amortise the
+/// per-tile work (packing the query tile, the online-softmax bookkeeping) (bench/RESULTS.md, "Tuning constants"). With AVX-512 the key tile is 512 (default_key_tile;
 /// 2048 for int8 multiplied as integers, 1024 for BF16 by pairs). A call's tiles are the same for its forward and its
 /// decoding steps (the same bits), so the default depends on how the keys are stored, not on the call.
 ///

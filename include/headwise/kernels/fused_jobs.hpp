@@ -168,8 +168,8 @@ std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads)
   });
   // Shrinking runs of consecutive jobs, each thread streaming consecutive shards of a head (handing
   // out single jobs shard-major was slower), shorter towards the end so that no thread is left
-  // with a long run while the other waits (fixed runs of an eighth of the jobs each: a batch of
-  // 64 long sequences 12% slower on two threads than its calls one by one).
+  // with a long run while the other waits (fixed runs leave a batch of long sequences slower on
+  // two threads than its calls one by one) (bench/RESULTS.md, "Tuning constants").
   parallel_for<Schedule::shrinking>(threads, n_jobs, [&](Index j) {
     const auto t = static_cast<std::size_t>(this_thread());
     run_batch_job<Stored>(batch, plan, plan.jobs[static_cast<std::size_t>(j)], scratch[t], clocks[t]);
@@ -207,8 +207,7 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   // next job mostly reads the keys and values its last one read (from its own cache); and thread
   // t starts on the key/value heads that PackedKeysValues::append gave thread t to pack (the same
   // split), so the packed keys and values it reads are in its own cache, not the other core's.
-  // Against one queue of jobs in tile-major order: n = 4096 10% faster; n = 512 on two threads
-  // 10% faster (bench/RESULTS.md).
+  // Faster than one queue of jobs in tile-major order (bench/RESULTS.md, "Tuning constants").
   const Index n_tiles = static_cast<Index>(tile_starts.size());
   JobRuns runs(call.kv.n_kv_heads(), call.group * n_tiles, threads);
   parallel_region(threads, [&](int t) {
