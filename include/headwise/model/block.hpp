@@ -98,4 +98,54 @@ struct Block {
   }
 };
 
+/// A hook of every block that has the part it sits in: its name after "blocks.L.", and whether a
+/// hook function may change it (the others the layer has used before a function could run).
+struct LayerHook {
+  enum class Part { every, attention, delta_net, dense_mlp, gated_mlp, sparse, shared_expert, per_layer_input, side_experts };
+  const char* name;
+  Part part;
+  bool writable;
+};
+
+/// The one table of a block's hooks: DecoderModel::hook_names lists them, a run refuses a function
+/// on a read-only one.
+inline const std::vector<LayerHook>& layer_hooks() {
+  using P = LayerHook::Part;
+  static const std::vector<LayerHook> table = {
+      {"hook_resid_pre", P::every, true}, {"attn_in", P::every, true}, {"attn.output", P::every, true}, {"hook_attn_out", P::every, true},
+      {"hook_resid_mid", P::every, true}, {"mlp_in", P::every, true}, {"mlp.output", P::every, true}, {"hook_mlp_out", P::every, true},
+      {"hook_resid_post", P::every, true},
+      {"attn.hook_q", P::attention, false}, {"attn.hook_k", P::attention, false}, {"attn.hook_v", P::attention, false},
+      {"attn.hook_pattern", P::attention, false}, {"attn.hook_z", P::attention, true}, {"attn.statistics", P::attention, false},
+      {"attn.logsumexp", P::attention, false},
+      {"linear_attn.hook_mixed_qkv", P::delta_net, false}, {"linear_attn.hook_conv_out", P::delta_net, false},
+      {"linear_attn.hook_q", P::delta_net, false}, {"linear_attn.hook_k", P::delta_net, false}, {"linear_attn.hook_v", P::delta_net, false},
+      {"linear_attn.hook_z", P::delta_net, false}, {"linear_attn.hook_beta", P::delta_net, false}, {"linear_attn.hook_g", P::delta_net, false},
+      {"linear_attn.hook_core_out", P::delta_net, false}, {"linear_attn.hook_pattern", P::delta_net, false},
+      {"linear_attn.hook_gated_out", P::delta_net, true},
+      {"mlp.hook_pre", P::dense_mlp, false}, {"mlp.hook_post", P::dense_mlp, false}, {"mlp.hook_pre_linear", P::gated_mlp, false},
+      {"mlp.routing", P::sparse, false}, {"mlp.shared_output", P::shared_expert, false},
+      {"per_layer.hook_gate", P::per_layer_input, false}, {"per_layer.hook_out", P::per_layer_input, true},
+      {"moe_in", P::side_experts, true}, {"moe.output", P::side_experts, true}, {"mlp.routing", P::side_experts, false}};
+  return table;
+}
+
+/// Whether block b has the part a hook sits in.
+template <class Scalar>
+bool has_part(const Block<Scalar>& b, LayerHook::Part part) {
+  using P = LayerHook::Part;
+  switch (part) {
+    case P::every: return true;
+    case P::attention: return !b.delta_net;
+    case P::delta_net: return b.delta_net.has_value();
+    case P::dense_mlp: return !b.experts && b.has_mlp();
+    case P::gated_mlp: return !b.experts && b.mlp.w_gate.rows() != 0;
+    case P::sparse: return b.experts.has_value();
+    case P::shared_expert: return b.experts && b.experts->shared_expert;
+    case P::per_layer_input: return b.per_layer_input.has_value();
+    case P::side_experts: return b.side_experts.has_value();
+  }
+  return false;
+}
+
 }  // namespace headwise::model

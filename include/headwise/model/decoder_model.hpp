@@ -526,12 +526,9 @@ class HEADWISE_ISA_TAG DecoderModel {
     for (const auto& [name, function] : options.hook_functions) {
       if (!is_known(name)) detail::invalid("DecoderModel::run", "no hook \"", name, "\" in this model (hook_names() lists them)");
       if (!function) detail::invalid("DecoderModel::run", "the hook function on ", name, " is empty");
-      for (const char* read_only : {"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.statistics", "attn.logsumexp",
-                                    "mlp.routing", "mlp.shared_output", "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post",
-                                    "linear_attn.hook_mixed_qkv", "linear_attn.hook_conv_out", "linear_attn.hook_q", "linear_attn.hook_k",
-                                    "linear_attn.hook_v", "linear_attn.hook_z", "linear_attn.hook_beta", "linear_attn.hook_g",
-                                    "linear_attn.hook_core_out", "linear_attn.hook_pattern", "per_layer.hook_gate"})
-        if (name.size() > std::strlen(read_only) && name.compare(name.size() - std::strlen(read_only), std::string::npos, read_only) == 0)
+      const std::size_t dot = name.rfind("blocks.", 0) == 0 ? name.find('.', 7) : std::string::npos;
+      for (const LayerHook& h : layer_hooks())
+        if (!h.writable && dot != std::string::npos && name.compare(dot + 1, std::string::npos, h.name) == 0)
           detail::invalid("DecoderModel::run", name, " is read-only: the layer used it before a hook function could change it ",
                           "(change attn_in, or a head's Z at attn.hook_z)");
     }
@@ -547,31 +544,10 @@ class HEADWISE_ISA_TAG DecoderModel {
 // against headwise::compiled (HEADWISE_COMPILED) does not instantiate them again.
 template <class Scalar>
 std::vector<std::string> DecoderModel<Scalar>::hook_names() const {
-  static const char* per_layer[] = {"hook_resid_pre", "attn_in", "attn.output", "hook_attn_out", "hook_resid_mid", "mlp_in",
-                                    "mlp.output", "hook_mlp_out", "hook_resid_post"};
-  static const char* attention[] = {"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.hook_z", "attn.statistics",
-                                    "attn.logsumexp"};
-  static const char* delta_net[] = {"linear_attn.hook_mixed_qkv", "linear_attn.hook_conv_out", "linear_attn.hook_q", "linear_attn.hook_k",
-                                    "linear_attn.hook_v", "linear_attn.hook_z", "linear_attn.hook_beta", "linear_attn.hook_g",
-                                    "linear_attn.hook_core_out", "linear_attn.hook_pattern", "linear_attn.hook_gated_out"};
   std::vector<std::string> out;
-  for (Index l = 0; l < n_layers(); ++l) {
-    const Block<Scalar>& b = blocks[static_cast<std::size_t>(l)];
-    for (const char* h : per_layer) out.push_back("blocks." + std::to_string(l) + "." + h);
-    if (b.delta_net)
-      for (const char* h : delta_net) out.push_back("blocks." + std::to_string(l) + "." + h);
-    else
-      for (const char* h : attention) out.push_back("blocks." + std::to_string(l) + "." + h);
-    if (b.per_layer_input)
-      for (const char* h : {"per_layer.hook_gate", "per_layer.hook_out"}) out.push_back("blocks." + std::to_string(l) + "." + h);
-    if (b.side_experts)
-      for (const char* h : {"moe_in", "moe.output", "mlp.routing"}) out.push_back("blocks." + std::to_string(l) + "." + h);
-    if (b.experts) out.push_back("blocks." + std::to_string(l) + ".mlp.routing");
-    if (b.experts && b.experts->shared_expert) out.push_back("blocks." + std::to_string(l) + ".mlp.shared_output");
-    if (!b.experts && b.has_mlp())
-      for (const char* h : {"mlp.hook_pre", "mlp.hook_post"}) out.push_back("blocks." + std::to_string(l) + "." + h);
-    if (!b.experts && b.mlp.w_gate.rows()) out.push_back("blocks." + std::to_string(l) + ".mlp.hook_pre_linear");
-  }
+  for (Index l = 0; l < n_layers(); ++l)
+    for (const LayerHook& h : layer_hooks())
+      if (has_part(blocks[static_cast<std::size_t>(l)], h.part)) out.push_back("blocks." + std::to_string(l) + "." + h.name);
   if (per_layer_embedding) out.push_back("hook_per_layer_inputs");
   out.push_back("ln_final.out");
   return out;
