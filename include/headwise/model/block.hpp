@@ -29,8 +29,8 @@ struct PerLayerInput {
 
   /// What is added to x (n, d_model); gate_act, if given, gets gelu_tanh(x W_gateᵀ) (n, p).
   Matrix<Scalar> forward(const Matrix<Scalar>& x, const Matrix<Scalar>& input, int threads, Matrix<Scalar>* gate_act = nullptr) const {
-    Matrix<Scalar> g = times<Scalar>(x, gate, threads).unaryExpr([](Scalar u) { return activate(Activation::gelu_tanh, u); });
-    const Matrix<Scalar> out = norm.apply(times<Scalar>(Matrix<Scalar>(g.cwiseProduct(input)), projection, threads));
+    Matrix<Scalar> g = times_transposed<Scalar>(x, gate, threads).unaryExpr([](Scalar u) { return activate(Activation::gelu_tanh, u); });
+    const Matrix<Scalar> out = norm.apply(times_transposed<Scalar>(Matrix<Scalar>(g.cwiseProduct(input)), projection, threads));
     if (gate_act) *gate_act = std::move(g);
     return out;
   }
@@ -47,7 +47,7 @@ struct PerLayerEmbedding {
   Index width = 0;          ///< p: hidden_size_per_layer_input
 
   Matrix<Scalar> of(const std::vector<Index>& ids, const Matrix<Scalar>& e, int threads) const {
-    const Matrix<Scalar> projected = times<Scalar>(e, projection, threads) * static_cast<Scalar>(1.0 / std::sqrt(double(e.cols())));
+    const Matrix<Scalar> projected = times_transposed<Scalar>(e, projection, threads) * static_cast<Scalar>(1.0 / std::sqrt(double(e.cols())));
     Matrix<Scalar> out(e.rows(), projection.rows());
     for (Index l = 0; l < out.cols() / width; ++l) out.middleCols(l * width, width) = norm.apply(projected.middleCols(l * width, width));
     const auto token_scale = static_cast<Scalar>(std::sqrt(double(width))), sum_scale = static_cast<Scalar>(std::sqrt(0.5));

@@ -295,7 +295,7 @@ class HEADWISE_ISA_TAG DecoderModel {
                       d_model(), " (vocab, d_model)");
     if (!(logit_softcap >= 0.0 && std::isfinite(logit_softcap)))
       detail::invalid("DecoderModel::run", "logit_softcap is ", logit_softcap, " (0: none, or a positive cap)");
-    Matrix<Scalar> logits = times<Scalar>(x, unembedding, threads);
+    Matrix<Scalar> logits = times_transposed<Scalar>(x, unembedding, threads);
     if (!detail::all_finite(logits, threads)) refuse_logits(x, logits);
     if (logit_softcap > 0.0) {
       const auto cap = static_cast<Scalar>(logit_softcap);

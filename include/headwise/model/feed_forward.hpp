@@ -15,13 +15,6 @@ namespace headwise::model {
 /// clamped SwiGLU (FeedForward::forward: two inputs, not one).
 enum class Activation { gelu_tanh, silu, clamped_swiglu };
 
-/// x Wᵀ with W kept as stored (stored_matrix.hpp: a row of the result never depends on the other
-/// rows, nor on the thread count: what decoding token by token needs to equal the forward bit for bit).
-template <class Scalar>
-Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& x, const StoredMatrix& w, int threads = 0) {
-  return times_transposed<Scalar>(x, w, threads);
-}
-
 template <class Scalar>
 Scalar activate(Activation a, Scalar u) {
   if (a == Activation::silu) return u / (Scalar(1) + std::exp(-u));
@@ -50,14 +43,14 @@ struct FeedForward {
   };
 
   Matrix<Scalar> forward(const Matrix<Scalar>& m, int threads = 0, Record* record = nullptr) const {
-    Matrix<Scalar> up = times<Scalar>(m, w_up, threads);
+    Matrix<Scalar> up = times_transposed<Scalar>(m, w_up, threads);
     if (b_up.size()) up.rowwise() += b_up;
     if (activation == Activation::clamped_swiglu) return clamped_swiglu(up, threads, record);
     const Activation a = activation;
     const auto act = [a](Scalar u) { return activate(a, u); };
-    Matrix<Scalar> pre = w_gate.rows() ? times<Scalar>(m, w_gate, threads) : Matrix<Scalar>();
+    Matrix<Scalar> pre = w_gate.rows() ? times_transposed<Scalar>(m, w_gate, threads) : Matrix<Scalar>();
     Matrix<Scalar> h = w_gate.rows() ? Matrix<Scalar>(pre.unaryExpr(act).array() * up.array()) : Matrix<Scalar>(up.unaryExpr(act));
-    Matrix<Scalar> out = times<Scalar>(h, w_down, threads);
+    Matrix<Scalar> out = times_transposed<Scalar>(h, w_down, threads);
     if (b_down.size()) out.rowwise() += b_down;
     if (record) {  // (moved, not copied)
       if (w_gate.rows()) record->pre = std::move(pre), record->pre_linear = std::move(up);
@@ -79,7 +72,7 @@ struct FeedForward {
         const Scalar gate = std::min(g(t, 2 * u), limit), up = std::clamp(g(t, 2 * u + 1), -limit, limit);
         h(t, u) = (up + Scalar(1)) * (gate / (Scalar(1) + std::exp(-alpha * gate)));
       }
-    Matrix<Scalar> out = times<Scalar>(h, w_down, threads);
+    Matrix<Scalar> out = times_transposed<Scalar>(h, w_down, threads);
     if (b_down.size()) out.rowwise() += b_down;
     if (record) {
       using Every2nd = Eigen::Map<const Matrix<Scalar>, 0, Eigen::Stride<Eigen::Dynamic, 2>>;

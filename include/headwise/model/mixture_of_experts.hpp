@@ -71,13 +71,13 @@ struct MixtureOfExperts {
   /// reads the residual stream, the experts a norm of it), else m.
   Matrix<Scalar> forward(const Matrix<Scalar>& m, Routing<Scalar>* routing = nullptr, int threads = 0,
                          const Matrix<Scalar>* router_input = nullptr) const {
-    Matrix<Scalar> logits = times<Scalar>(router_scale.size() ? scaled_for_router(router_input ? *router_input : m) : m, router, threads);
+    Matrix<Scalar> logits = times_transposed<Scalar>(router_scale.size() ? scaled_for_router(router_input ? *router_input : m) : m, router, threads);
     if (router_bias.size()) logits.rowwise() += router_bias;
     const Index n = m.rows();
     Matrix<Scalar> out = shared_expert ? shared_expert->forward(m, threads) : Matrix<Scalar>::Zero(n, m.cols());
     if (routing && shared_expert) routing->shared_output = out;
     if (shared_gate.rows()) {
-      const Matrix<Scalar> gate = times<Scalar>(m, shared_gate, threads);
+      const Matrix<Scalar> gate = times_transposed<Scalar>(m, shared_gate, threads);
       for (Index t = 0; t < n; ++t) out.row(t) *= Scalar(1) / (Scalar(1) + std::exp(-gate(t, 0)));
     }
     if (routing) routing->logits = logits, routing->experts.resize(n, top_k), routing->weights.resize(n, top_k);
