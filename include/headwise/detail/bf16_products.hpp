@@ -31,6 +31,7 @@
 
 #include <Eigen/Core>
 
+#include "headwise/detail/panel_layout.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
@@ -41,8 +42,6 @@
 
 namespace headwise::detail {
 
-/// Entries of a key (a column's tokens) that share one 32-bit lane.
-constexpr Index bf16_pair = 2;
 
 /// x[0, n) to BF16 bits at out, to nearest with ties to even (with AVX512-BF16: vcvtneps2bf16,
 /// which takes inputs below 2^-126 as zero; elsewhere Eigen's conversion, the stores' own).

@@ -32,6 +32,7 @@
 #include <limits>
 #include <utility>
 
+#include "headwise/detail/panel_layout.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
@@ -47,14 +48,7 @@
 
 namespace headwise::detail {
 
-/// Entries of a key (a column's tokens) that share one 32-bit lane.
-constexpr Index int8_quad = 4;
-/// The largest d_head the stored arithmetic takes: its integer sums, Σ (k + 128) q over d_head
-/// components of at most 255 x 127 each, stay below 2^31.
-constexpr Index max_int8_depth = 65536;
 
-/// An int8 key as the stored arithmetic's key panels hold it, k + 128 in a byte (and back).
-inline std::int8_t flip_sign(std::int8_t x) { return static_cast<std::int8_t>(static_cast<std::uint8_t>(x) ^ 0x80u); }
 
 /// One query row (d entries, scaled) to int8: out, its scale (NaN if the row is not finite; 0 if
 /// it is all zeros, or so small that its scale is) and the sum of its integers. Plain loops that

@@ -18,9 +18,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "headwise/detail/bf16_products.hpp"
 #include "headwise/detail/errors.hpp"
-#include "headwise/detail/int8_products.hpp"
+#include "headwise/detail/panel_layout.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/kv_storage.hpp"
 #include "headwise/types.hpp"
