@@ -87,9 +87,9 @@ namespace headwise::text {
 HEADWISE_TEXT_INLINE AddedTokens::AddedTokens(std::vector<std::pair<AddedToken, std::string>> tokens, const std::string& where) {
   std::vector<std::pair<std::string, std::int32_t>> plain, normalized;
   for (auto& [token, pattern] : tokens) {
-    if (pattern.empty()) throw TokenizerError("headwise: tokenizer: " + where + ": added token " + std::to_string(token.id) + " has empty content");
+    if (pattern.empty()) throw detail::tokenizer_error(where, "added token " + std::to_string(token.id) + " has empty content");
     if (pattern.size() > max_length)
-      throw TokenizerError("headwise: tokenizer: " + where + ": added token " + std::to_string(token.id) + " is " + std::to_string(pattern.size()) +
+      throw detail::tokenizer_error(where, "added token " + std::to_string(token.id) + " is " + std::to_string(pattern.size()) +
                            " bytes long (at most " + std::to_string(max_length) + ")");
     (token.normalized ? normalized : plain).emplace_back(std::move(pattern), static_cast<std::int32_t>(tokens_.size()));
     by_id_[token.id] = tokens_.size();

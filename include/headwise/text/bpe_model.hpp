@@ -119,7 +119,7 @@ class BpeModel {
 
 namespace headwise::text {
 
-HEADWISE_TEXT_INLINE void BpeModel::fail(const std::string& what) const { throw TokenizerError("headwise: tokenizer: " + where_ + ": " + what); }
+HEADWISE_TEXT_INLINE void BpeModel::fail(const std::string& what) const { throw detail::tokenizer_error(where_, what); }
 
 HEADWISE_TEXT_INLINE Index BpeModel::id(std::string_view token) const {
   const auto it = ids_.find(std::string(token));

@@ -89,14 +89,14 @@ HEADWISE_TEXT_INLINE void Decoder::add(const nlohmann::json& step, const std::st
   const std::string type = detail::type_of(step);
   Step s;
   if (type == "Sequence") {
-    if (!step.contains("decoders") || !step.at("decoders").is_array()) throw TokenizerError("headwise: tokenizer: " + where + ": a Sequence decoder without a \"decoders\" list");
+    if (!step.contains("decoders") || !step.at("decoders").is_array()) throw detail::tokenizer_error(where, "a Sequence decoder without a \"decoders\" list");
     for (const auto& d : step.at("decoders")) add(d, where);
     return;
   } else if (type == "ByteLevel") {
   } else if (type == "Replace") {
     const nlohmann::json& p = step.contains("pattern") ? step.at("pattern") : step;
     if (!p.is_object() || !p.contains("String") || !p.at("String").is_string() || p.at("String").get<std::string>().empty())
-      throw TokenizerError("headwise: tokenizer: " + where + ": decoder " + step.dump().substr(0, 120) + ": only a Replace of a {\"String\"} pattern is applied");
+      throw detail::tokenizer_error(where, "decoder " + step.dump().substr(0, 120) + ": only a Replace of a {\"String\"} pattern is applied");
     s.kind = Kind::replace, s.pattern = p.at("String").get<std::string>(), s.content = detail::string_field(step, "content", where);
   } else if (type == "ByteFallback") {
     s.kind = Kind::byte_fallback;
@@ -105,9 +105,9 @@ HEADWISE_TEXT_INLINE void Decoder::add(const nlohmann::json& step, const std::st
   } else if (type == "Strip") {
     s.kind = Kind::strip, s.content = detail::string_field(step, "content", where);
     if (first_invalid_utf8(s.content) != std::string::npos || s.content.empty() || code_point_at(s.content, 0).length != s.content.size())
-      throw TokenizerError("headwise: tokenizer: " + where + ": the Strip decoder's content is not one character");
+      throw detail::tokenizer_error(where, "the Strip decoder's content is not one character");
     const auto count = [&](const char* key) {
-      if (!step.contains(key) || !step.at(key).is_number_unsigned()) throw TokenizerError("headwise: tokenizer: " + where + ": the Strip decoder has no count \"" + key + "\"");
+      if (!step.contains(key) || !step.at(key).is_number_unsigned()) throw detail::tokenizer_error(where, std::string("the Strip decoder has no count \"") + key + "\"");
       return static_cast<std::size_t>(step.at(key).get<std::uint64_t>());
     };
     s.start = count("start"), s.stop = count("stop");
@@ -116,7 +116,7 @@ HEADWISE_TEXT_INLINE void Decoder::add(const nlohmann::json& step, const std::st
     const bool add_prefix_space = detail::flag_field(step, "add_prefix_space", true, where);
     s.prepend = detail::string_field(step, "prepend_scheme", where, add_prefix_space ? "always" : "never") != "never";
   } else {
-    throw TokenizerError("headwise: tokenizer: " + where + ": decoder " + step.dump().substr(0, 120) +
+    throw detail::tokenizer_error(where, "decoder " + step.dump().substr(0, 120) +
                          " is not one headwise applies (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence)");
   }
   steps_.push_back(std::move(s));

@@ -39,14 +39,14 @@ HEADWISE_TEXT_INLINE std::string string_field(const nlohmann::json& step, const 
   const bool absent = !step.is_object() || !step.contains(key) || step.at(key).is_null();
   if (absent && fallback) return *fallback;
   if (absent || !step.at(key).is_string())
-    throw TokenizerError("headwise: tokenizer: " + where + ": " + step.dump().substr(0, 120) + " has no string \"" + key + "\"");
+    throw detail::tokenizer_error(where, step.dump().substr(0, 120) + " has no string \"" + key + "\"");
   return step.at(key).get<std::string>();
 }
 
 HEADWISE_TEXT_INLINE bool flag_field(const nlohmann::json& step, const char* key, bool fallback, const std::string& where) {
   if (!step.is_object() || !step.contains(key) || step.at(key).is_null()) return fallback;
   if (!step.at(key).is_boolean())
-    throw TokenizerError("headwise: tokenizer: " + where + ": " + step.dump().substr(0, 120) + ": \"" + key + "\" is not true or false");
+    throw detail::tokenizer_error(where, step.dump().substr(0, 120) + ": \"" + key + "\" is not true or false");
   return step.at(key).get<bool>();
 }
 

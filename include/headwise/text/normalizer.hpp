@@ -52,7 +52,7 @@ namespace detail {
 
 /// A {"String": s} or {"Regex": r} pattern of a Replace or Split, as a Regex.
 HEADWISE_TEXT_INLINE text::Regex pattern_of(const nlohmann::json& step, const std::string& where) {
-  const auto bad = [&] { return TokenizerError("headwise: tokenizer: " + where + ": " + step.dump().substr(0, 120) + " has no {\"String\"} or {\"Regex\"} pattern"); };
+  const auto bad = [&] { return detail::tokenizer_error(where, step.dump().substr(0, 120) + " has no {\"String\"} or {\"Regex\"} pattern"); };
   if (!step.contains("pattern") || !step.at("pattern").is_object()) throw bad();
   const nlohmann::json& p = step.at("pattern");
   if (p.contains("String") && p.at("String").is_string()) return text::Regex::literal(p.at("String").get<std::string>(), where);
@@ -91,7 +91,7 @@ HEADWISE_TEXT_INLINE Normalizer Normalizer::from_json(const nlohmann::json& norm
 HEADWISE_TEXT_INLINE void Normalizer::add(const nlohmann::json& step, const std::string& where) {
   const std::string type = detail::type_of(step);
   if (type == "Sequence") {
-    if (!step.contains("normalizers") || !step.at("normalizers").is_array()) throw TokenizerError("headwise: tokenizer: " + where + ": a Sequence normalizer without a \"normalizers\" list");
+    if (!step.contains("normalizers") || !step.at("normalizers").is_array()) throw detail::tokenizer_error(where, "a Sequence normalizer without a \"normalizers\" list");
     for (const auto& s : step.at("normalizers")) add(s, where);
     return;
   }
@@ -110,7 +110,7 @@ HEADWISE_TEXT_INLINE void Normalizer::add(const nlohmann::json& step, const std:
   } else if (type == "Lowercase") {
     s.kind = Kind::lowercase;
   } else {
-    throw TokenizerError("headwise: tokenizer: " + where + ": normalizer " + step.dump().substr(0, 120) +
+    throw detail::tokenizer_error(where, "normalizer " + step.dump().substr(0, 120) +
                          " is not one headwise applies (NFC, NFD, NFKC, NFKD, Replace, Prepend, Strip, Lowercase, Sequence)");
   }
   steps_.push_back(std::move(s));

@@ -52,7 +52,7 @@ HEADWISE_TEXT_INLINE PostProcessor PostProcessor::from_json(const nlohmann::json
 }
 
 HEADWISE_TEXT_INLINE void PostProcessor::add(const nlohmann::json& step, const std::string& where) {
-  const auto fail = [&](const std::string& what) { return TokenizerError("headwise: tokenizer: " + where + ": post-processor " + what); };
+  const auto fail = [&](const std::string& what) { return detail::tokenizer_error(where, "post-processor " + what); };
   const std::string type = detail::type_of(step);
   if (type == "ByteLevel") return;
   if (type == "Sequence") {

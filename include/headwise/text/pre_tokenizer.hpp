@@ -121,7 +121,7 @@ HEADWISE_TEXT_INLINE SplitBehavior behavior_of(const nlohmann::json& step, const
   if (b == "MergedWithPrevious") return SplitBehavior::merged_with_previous;
   if (b == "MergedWithNext") return SplitBehavior::merged_with_next;
   if (b == "Contiguous") return SplitBehavior::contiguous;
-  throw TokenizerError("headwise: tokenizer: " + where + ": Split's behavior \"" + b +
+  throw detail::tokenizer_error(where, "Split's behavior \"" + b +
                        "\" is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
 }
 
@@ -137,7 +137,7 @@ HEADWISE_TEXT_INLINE void PreTokenizer::add(const nlohmann::json& step, const st
   const std::string type = detail::type_of(step);
   Step s;
   if (type == "Sequence") {
-    if (!step.contains("pretokenizers") || !step.at("pretokenizers").is_array()) throw TokenizerError("headwise: tokenizer: " + where + ": a Sequence pre-tokenizer without a \"pretokenizers\" list");
+    if (!step.contains("pretokenizers") || !step.at("pretokenizers").is_array()) throw detail::tokenizer_error(where, "a Sequence pre-tokenizer without a \"pretokenizers\" list");
     for (const auto& p : step.at("pretokenizers")) add(p, where);
     return;
   } else if (type == "Split") {
@@ -148,10 +148,10 @@ HEADWISE_TEXT_INLINE void PreTokenizer::add(const nlohmann::json& step, const st
   } else if (type == "Metaspace") {
     s.kind = Kind::metaspace, s.replacement = detail::string_field(step, "replacement", where), s.flag = detail::flag_field(step, "split", true, where);
     if (first_invalid_utf8(s.replacement) != std::string::npos || s.replacement.empty() || code_point_at(s.replacement, 0).length != s.replacement.size())
-      throw TokenizerError("headwise: tokenizer: " + where + ": Metaspace's replacement is not one character");
+      throw detail::tokenizer_error(where, "Metaspace's replacement is not one character");
     const bool add_prefix_space = detail::flag_field(step, "add_prefix_space", true, where);
     const std::string scheme = detail::string_field(step, "prepend_scheme", where, add_prefix_space ? "always" : "never");
-    if (scheme != "always" && scheme != "first" && scheme != "never") throw TokenizerError("headwise: tokenizer: " + where + ": Metaspace's prepend_scheme \"" + scheme + "\" is not always, first or never");
+    if (scheme != "always" && scheme != "first" && scheme != "never") throw detail::tokenizer_error(where, "Metaspace's prepend_scheme \"" + scheme + "\" is not always, first or never");
     s.prepend = scheme == "always" ? Step::Prepend::always : scheme == "first" ? Step::Prepend::first : Step::Prepend::never;
     s.pattern.push_back(Regex::literal(s.replacement, where));
   } else if (type == "Digits") {
@@ -161,7 +161,7 @@ HEADWISE_TEXT_INLINE void PreTokenizer::add(const nlohmann::json& step, const st
   } else if (type == "WhitespaceSplit") {
     s.kind = Kind::whitespace_split;
   } else {
-    throw TokenizerError("headwise: tokenizer: " + where + ": pre-tokenizer " + step.dump().substr(0, 120) +
+    throw detail::tokenizer_error(where, "pre-tokenizer " + step.dump().substr(0, 120) +
                          " is not one headwise applies (Split, ByteLevel, Metaspace, Digits, Whitespace, WhitespaceSplit, Sequence)");
   }
   steps_.push_back(std::move(s));

@@ -265,7 +265,7 @@ HEADWISE_TEXT_INLINE std::string pcre2_unicode_version() {
 // General_Category, an unterminated \p{ and \p without braces (Oniguruma reads \pL as the letters
 // pL) are refused by name.
 HEADWISE_TEXT_INLINE std::string spelled_for_pcre2(const std::string& pattern, const std::string& where, const std::string& pcre2_unicode) {
-  const auto refused = [&](const std::string& why) { return TokenizerError("headwise: tokenizer: " + where + ": the regex " + pattern + " " + why); };
+  const auto refused = [&](const std::string& why) { return detail::tokenizer_error(where, "the regex " + pattern + " " + why); };
   std::string out, class_body, class_properties;  // (an open class's literal members, PCRE2's \p{..} of
   CodeRanges class_ranges, class_added;           //  its escapes, their code points and those added since)
   bool in_class = false, class_negated = false, caseless = false;
@@ -407,7 +407,7 @@ HEADWISE_TEXT_INLINE Regex::Regex(const std::string& pattern, const std::string&
     std::size_t from = offset > 40 ? offset - 40 : 0, to = std::min(spelled.size(), std::size_t(offset) + 40);
     while (from > 0 && (static_cast<unsigned char>(spelled[from]) & 0xC0) == 0x80) --from;
     while (to < spelled.size() && (static_cast<unsigned char>(spelled[to]) & 0xC0) == 0x80) ++to;
-    throw TokenizerError("headwise: tokenizer: " + where + ": the regex " + pattern + " does not compile: " + reinterpret_cast<const char*>(message) +
+    throw detail::tokenizer_error(where, "the regex " + pattern + " does not compile: " + reinterpret_cast<const char*>(message) +
                          " (at offset " + std::to_string(offset) + " of the " + std::to_string(spelled.size()) + " bytes headwise gives PCRE2, its \\p{..}, \\d and \\s spelled by Unicode " + detail::unicode_version + ": ..." +
                          spelled.substr(from, to - from) + "..." +
                          (error == PCRE2_ERROR_PATTERN_TOO_LARGE ? "; a class of General_Categories as code points is hundreds of ranges, and PCRE2 built with a link size of 2 compiles at most 64 KiB)" : ")"));
@@ -465,7 +465,7 @@ HEADWISE_TEXT_INLINE std::vector<Match> Regex::find_matches(std::string_view tex
                               : rc == PCRE2_ERROR_HEAPLIMIT ? " (" + std::to_string(heap_limit_kib >> 10) + " MiB of heap)"
                               : rc == PCRE2_ERROR_JIT_STACKLIMIT ? " (a JIT stack of " + std::to_string(jit_stack_bytes >> 20) + " MiB)"
                                                                  : "";
-      throw TokenizerError("headwise: tokenizer: " + where_ + ": the regex " + pattern_ + " failed on a piece of " + std::to_string(text.size()) +
+      throw detail::tokenizer_error(where_, "the regex " + pattern_ + " failed on a piece of " + std::to_string(text.size()) +
                            " bytes: " + reinterpret_cast<const char*>(message) + why);
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.get());

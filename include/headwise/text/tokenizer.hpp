@@ -113,21 +113,21 @@ HEADWISE_TEXT_INLINE std::string read_text_file(const std::string& path) {
 
 }  // namespace detail
 
-HEADWISE_TEXT_INLINE void Tokenizer::fail(const std::string& what) const { throw TokenizerError("headwise: tokenizer: " + name_ + ": " + what); }
+HEADWISE_TEXT_INLINE void Tokenizer::fail(const std::string& what) const { throw detail::tokenizer_error(name_, what); }
 
 HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) { return from_tokenizer_json_text(detail::read_text_file(path), path); }
 
 HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json_text(const std::string& text, const std::string& name) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw TokenizerError("headwise: tokenizer: " + name + ": is not a JSON object");
+  if (j.is_discarded() || !j.is_object()) throw detail::tokenizer_error(name, "is not a JSON object");
   static const std::set<std::string> known = {"version", "truncation", "padding", "added_tokens", "normalizer",
                                               "pre_tokenizer", "post_processor", "decoder", "model"};
   for (const auto& item : j.items())
-    if (!known.count(item.key())) throw TokenizerError("headwise: tokenizer: " + name + ": the key \"" + item.key() + "\" is not one headwise knows");
+    if (!known.count(item.key())) throw detail::tokenizer_error(name, "the key \"" + item.key() + "\" is not one headwise knows");
   for (const char* key : {"truncation", "padding"})
     if (j.contains(key) && !j.at(key).is_null())
-      throw TokenizerError("headwise: tokenizer: " + name + ": \"" + key + "\" is set; headwise encodes one text whole (only null)");
-  if (!j.contains("model")) throw TokenizerError("headwise: tokenizer: " + name + ": no \"model\" object");
+      throw detail::tokenizer_error(name, std::string("\"") + key + "\" is set; headwise encodes one text whole (only null)");
+  if (!j.contains("model")) throw detail::tokenizer_error(name, "no \"model\" object");
   try {  // (each part checks the types of the fields it reads; this names any it missed)
     Tokenizer t(name, BpeModel::from_json(j.at("model"), name));
     const auto part = [&](const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
@@ -138,7 +138,7 @@ HEADWISE_TEXT_INLINE Tokenizer Tokenizer::from_tokenizer_json_text(const std::st
     t.read_added_tokens(j.contains("added_tokens") ? j.at("added_tokens") : nlohmann::json::array());
     return t;
   } catch (const nlohmann::json::exception& e) {
-    throw TokenizerError("headwise: tokenizer: " + name + ": a field has the wrong type (" + e.what() + ")");
+    throw detail::tokenizer_error(name, std::string("a field has the wrong type (") + e.what() + ")");
   }
 }
 

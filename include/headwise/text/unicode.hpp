@@ -25,6 +25,14 @@ class TokenizerError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+namespace detail {
+/// The one form of a tokenizer's errors: "headwise: tokenizer: <where>: <what>" (where: the file,
+/// and the step in it).
+inline TokenizerError tokenizer_error(const std::string& where, const std::string& what) {
+  return TokenizerError("headwise: tokenizer: " + where + ": " + what);
+}
+}  // namespace detail
+
 enum class NormalForm { nfc, nfd, nfkc, nfkd };
 
 /// The code point starting at text[at] (valid UTF-8 assumed) and its length in bytes.
