@@ -34,6 +34,8 @@
 #include "headwise/gated_delta_net.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/model/block.hpp"
+#include "headwise/model/hooks.hpp"
+#include "headwise/model/model_run.hpp"
 #include "headwise/model/layer_cache.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/multi_head_latent_attention.hpp"
@@ -56,107 +58,6 @@ struct CheckpointNames {
   bool output_bias = false;                       ///< o_proj's bias in the checkpoint (attention_bias: true; GPT-2 always)
   std::string mlp = "mlp";                        ///< the MLP's module: Llama 4's is feed_forward
 };
-
-/// Where a hook function is called: the hook's name, and how many heads lie side by side in its
-/// value's columns (the per-head hooks: attn.hook_q, hook_k, hook_v, hook_z, hook_pattern; 0
-/// elsewhere).
-struct HookPoint {
-  std::string name;
-  Index heads = 0;
-  Index first = 0;  ///< the position of the value's row 0 (a resumed run's first new token; RunOptions::first_position)
-  /// Head h's columns of a per-head value ((n, d) of the (n, heads d) side by side: TransformerLens's
-  /// [pos, head, d] at head h; the pattern's (n, n) of head h).
-  template <class M>
-  auto head(M& value, Index h) const {
-    if (heads <= 0 || h < 0 || h >= heads)
-      headwise::detail::invalid("HookPoint::head", "head ", h, " of ", name, ", which holds ", heads, " heads side by side");
-    const Index width = value.cols() / heads;
-    return value.middleCols(h * width, width);
-  }
-};
-
-/// A hook function: called with the value at its hook point, which it may read or change in place
-/// (TransformerLens's hook functions); the run goes on with what it leaves there (of the same shape).
-template <class Scalar>
-using HookFunction = std::function<void(Matrix<Scalar>& value, const HookPoint& at)>;
-
-/// A hook function replacing the value by `value` (activation patching: another run's stream).
-template <class Scalar>
-HookFunction<Scalar> replace_with(Matrix<Scalar> value) {
-  return [value = std::move(value)](Matrix<Scalar>& at_hook, const HookPoint&) { at_hook = value; };
-}
-
-/// A hook function for blocks.L.attn.hook_z: `interventions` on the layer's heads (ablations,
-/// gates, patches of one head's Z: head_interventions.hpp), applied inside the W_O sum.
-template <class Scalar>
-HookFunction<Scalar> intervene(HeadInterventions<Scalar> interventions) {
-  return [iv = std::move(interventions)](Matrix<Scalar>& z, const HookPoint& at) {
-    if (iv.n_heads() != at.heads)
-      headwise::detail::invalid("DecoderModel::run", "interventions for ", iv.n_heads(), " heads on ", at.name, ", which holds ", at.heads);
-    iv.apply(z);
-  };
-}
-
-/// What a run records and changes, and where it starts.
-template <class Scalar>
-struct RunOptions {
-  /// Hook names to record (DecoderModel::hook_names lists them), each after any hook function on it.
-  std::set<std::string> hooks;
-  /// Hook functions by hook name: each reads or changes the value there in place. The q, k, v,
-  /// pattern, statistics and routing hooks are read-only (the attention or the router has used them).
-  std::map<std::string, HookFunction<Scalar>> hook_functions;
-  /// The ids sit at positions first_position .. (learned positions, rotary angles, windows), with
-  /// no earlier keys: the tokens from there of a longer text whose earlier tokens are not attended.
-  Index first_position = 0;
-  int threads = 0;  ///< threads for every product and attention call; 0: the default (detail::thread_count)
-  /// Called with each layer's attention record, its queries, keys, values, logsumexp and row
-  /// statistics kept (O(n d) a layer, freed after the call): a reader of every head's pattern rows
-  /// (ForwardRecord::pattern) that never holds an (n, n) pattern (interpret/model_head_scores.hpp).
-  std::function<void(Index layer, const ForwardRecord<Scalar>& record)> read_attention;
-  /// Logits for the last this many tokens only (0: every token), as Hugging Face's logits_to_keep:
-  /// generation needs the last one, and the LM head is a fifth of a small model's prefill.
-  Index logits_to_keep = 0;
-};
-
-template <class Scalar>
-struct ModelRun {
-  Matrix<Scalar> logits;                         ///< (n, vocab), or the last RunOptions::logits_to_keep rows
-  std::map<std::string, Matrix<Scalar>> hooks;   ///< what RunOptions::hooks asked for
-  std::map<std::string, Index> heads;            ///< per recorded per-head hook, its heads side by side
-  std::map<Index, Routing<Scalar>> routing;      ///< sparse blocks, when "blocks.L.mlp.routing" is asked for
-  std::map<Index, RowStatistics<Scalar>> statistics;  ///< per layer, the fused kernel's, when "blocks.L.attn.statistics" is asked for
-  /// Per layer, (n_heads, n): each row's log-sum-exp of its scaled scores (a pattern row is
-  /// exp(score - logsumexp)), when "blocks.L.attn.logsumexp" is asked for.
-  std::map<Index, Matrix<Scalar>> logsumexp;
-
-  /// Head h's part of a recorded per-head hook: (n, d) of q, k, v (key/value head h), z; (n, n) of
-  /// the pattern.
-  Matrix<Scalar> head(const std::string& name, Index h) const {
-    const auto value = hooks.find(name);
-    const auto count = heads.find(name);
-    if (value == hooks.end() || count == heads.end())
-      headwise::detail::invalid("ModelRun::head", name, " was not recorded, or holds no heads (a per-head hook: attn.hook_q, hook_k, ",
-                                "hook_v, hook_z, hook_pattern)");
-    return HookPoint{name, count->second}.head(value->second, h);
-  }
-};
-
-/// The mean cross-entropy of next tokens (nats): row t of logits (n, vocab) predicts ids[t + 1],
-/// -log softmax(logits_t)[ids[t + 1]] averaged over t < n - 1 (the loss a language model trains on).
-template <class Scalar>
-double next_token_loss(const Matrix<Scalar>& logits, const std::vector<Index>& ids) {
-  if (logits.rows() != static_cast<Index>(ids.size()) || ids.size() < 2)
-    detail::invalid("next_token_loss", "logits for ", logits.rows(), " tokens and ", ids.size(), " ids (at least 2, one row each)");
-  double total = 0;
-  for (Index t = 0; t + 1 < logits.rows(); ++t) {
-    const Index next = ids[static_cast<std::size_t>(t) + 1];
-    if (next < 0 || next >= logits.cols()) detail::invalid("next_token_loss", "id ", next, " is not in [0, ", logits.cols(), ")");
-    const double top = double(logits.row(t).maxCoeff());
-    const double lse = top + std::log((logits.row(t).template cast<double>().array() - top).exp().sum());
-    total += lse - double(logits(t, next));
-  }
-  return total / double(logits.rows() - 1);
-}
 
 template <class Scalar>
 class HEADWISE_ISA_TAG DecoderModel {
