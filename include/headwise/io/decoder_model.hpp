@@ -1,14 +1,11 @@
 // Loading whole decoder models (model/decoder_model.hpp) from Hugging Face checkpoint folders:
-// GPT-2 (GPT2LMHeadModel), and from the attention loader's table (io/llama_config.hpp, Family::model) the
-// families whose blocks headwise has: llama, qwen2, qwen3, qwen3_moe, gpt_oss, llama4_text, mistral, ministral,
-// ministral3, smollm3, phi3 (SwiGLU; Qwen3-MoE's and gpt-oss's sparse blocks; Phi-3's fused gate_up_proj),
-// gemma2 and gemma3_text (GeGLU, four norms, the embedding scale, Gemma 2's final soft-cap) and
-// olmo2 (norms after attention and MLP only). The attention layers come from io/gpt2.hpp and
-// io/llama.hpp; here the embeddings, norms, MLPs and the LM head. A family, an activation or a
-// setting the model code does not cover is refused by name (gemma4_text and qwen3_next say what
-// they lack). gpt_oss: its experts (the biased router, the clamped SwiGLU), dense or in MXFP4 as
-// released, kept as stored; llama4_text: its sparse blocks (sigmoid scores on the experts' inputs,
-// the shared expert) on the layers its config names, dense MLPs between.
+// GPT-2 (GPT2LMHeadModel), and every family of the attention loader's table (io/llama_config.hpp,
+// Family::model says how its blocks are arranged). The attention layers come from io/gpt2.hpp,
+// io/llama.hpp and io/latent_attention.hpp; here the embeddings, norms, MLPs and experts (each
+// family's routing: Qwen3-MoE's, gpt-oss's dense or MXFP4, Llama 4's, DeepSeek-V3's, Qwen3-Next's,
+// Gemma 4's beside the MLP), Qwen3-Next's Gated DeltaNet layers, Gemma 4's per-layer inputs and
+// layer scalars, and the LM head. An activation or a setting the model code does not cover is
+// refused by name.
 #pragma once
 
 #include <algorithm>
