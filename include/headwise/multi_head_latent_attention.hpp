@@ -185,10 +185,7 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   }
   /// w x / sqrt(mean(x²) + eps), row by row (Hugging Face's DeepseekV3RMSNorm).
   Matrix<Scalar> rms_norm(Matrix<Scalar> x, const RowVector<Scalar>& weight) const {
-    for (Index t = 0; t < x.rows(); ++t) {  // (norms.hpp: summed in index order, the same bits alone or among rows)
-      const double inverse = detail::row_moments(x.row(t).data(), x.cols(), /*centred=*/false, config_.norm_eps).inverse;
-      for (Index c = 0; c < x.cols(); ++c) x(t, c) = static_cast<Scalar>(double(x(t, c)) * inverse * double(weight(c)));
-    }
+    apply_norm<Scalar>(RmsNorm{RmsNorm::Over::projection, config_.norm_eps, weight.template cast<double>().transpose(), false}, x, x.cols());
     return x;
   }
   /// RoPE on every head of `part` (m, heads rope) at positions first .. first + m - 1, its

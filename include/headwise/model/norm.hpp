@@ -19,15 +19,19 @@ struct Norm {
   RowVector<Scalar> weight, bias;  ///< (1, d); bias: LayerNorm only
 
   /// Row by row, from each row's moments (norms.hpp: summed in index order, so a row gets the same
-  /// bits alone as among others).
+  /// bits alone as among others). The RMS norms are norms.hpp's one rule (apply_norm), as the
+  /// QK-norms' and the latent attention's.
   Matrix<Scalar> apply(const Matrix<Scalar>& x) const {
-    Matrix<Scalar> y(x.rows(), x.cols());
+    Matrix<Scalar> y = x;
+    if (kind != Kind::layer_norm) {
+      const RmsNorm rms{RmsNorm::Over::projection, eps, weight.template cast<double>().transpose(), kind == Kind::rms_offset};
+      apply_norm<Scalar>(rms, y, y.cols());
+      return y;
+    }
     for (Index t = 0; t < x.rows(); ++t) {
-      const headwise::detail::RowMoments m = headwise::detail::row_moments(x.row(t).data(), x.cols(), kind == Kind::layer_norm, eps);
-      for (Index c = 0; c < x.cols(); ++c) {
-        const double w = double(weight(c)) + (kind == Kind::rms_offset ? 1.0 : 0.0);
-        y(t, c) = static_cast<Scalar>((double(x(t, c)) - m.mean) * m.inverse * w + (bias.size() ? double(bias(c)) : 0.0));
-      }
+      const headwise::detail::RowMoments m = headwise::detail::row_moments(x.row(t).data(), x.cols(), /*centred=*/true, eps);
+      for (Index c = 0; c < x.cols(); ++c)
+        y(t, c) = static_cast<Scalar>((double(x(t, c)) - m.mean) * m.inverse * double(weight(c)) + (bias.size() ? double(bias(c)) : 0.0));
     }
     return y;
   }
