@@ -4,6 +4,7 @@
 #include "headwise/attend_backward.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/paged_kv_cache.hpp"
+#include "headwise/stored_matrix.hpp"
 
 namespace headwise {
 HEADWISE_ATTEND_INSTANTIATIONS(, float)
@@ -12,4 +13,6 @@ HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(, float)
 HEADWISE_PAGED_KV_CACHE_INSTANTIATIONS(, float)
 HEADWISE_KV_CACHE_INSTANTIATIONS(, float)
 HEADWISE_SCORE_RULE_INSTANTIATIONS(, float)
+HEADWISE_PRODUCT_INSTANTIATIONS(, float)
+HEADWISE_STORED_MATRIX_INSTANTIATIONS(, float)
 }  // namespace headwise

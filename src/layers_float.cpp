@@ -1,9 +1,12 @@
 // headwise::compiled: the float attention layers (multi-head with grouped-query heads, and latent
-// attention). See include/headwise/detail/compiled.hpp.
+// attention, the gated delta rule and Gated DeltaNet). See include/headwise/detail/compiled.hpp.
+#include "headwise/gated_delta_net.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/multi_head_latent_attention.hpp"
 
 namespace headwise {
 HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(, float)
 HEADWISE_LATENT_ATTENTION_INSTANTIATIONS(, float)
+HEADWISE_DELTA_RULE_INSTANTIATIONS(, float)
+HEADWISE_GATED_DELTA_NET_INSTANTIATIONS(, float)
 }  // namespace headwise

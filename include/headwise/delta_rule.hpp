@@ -25,6 +25,7 @@
 #include <cmath>
 #include <vector>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
@@ -86,7 +87,7 @@ struct DeltaRuleScratch {
 /// in panels of W columns (d_k rows of W each, one after the other), the layout its products read:
 /// a decoding step streams it from memory in order.
 template <class Scalar>
-class DeltaRuleState {
+class HEADWISE_ISA_TAG DeltaRuleState {  // (its panels are W columns wide: the instruction set's)
   static constexpr Index W = detail::TileShape<Scalar>::lanes;
 
  public:
@@ -208,5 +209,14 @@ class DeltaRuleState {
   std::vector<Scalar> cumulative_;  // their G
   Index rows_ = 0;
 };
+
+/// The compiled mode's instantiations (detail/compiled.hpp).
+#define HEADWISE_DELTA_RULE_INSTANTIATIONS(PREFIX, S)                                                   \
+  PREFIX template Matrix<S> recurrent_delta_rule<S>(const DeltaRuleInputs<S>&, Matrix<S>&); \
+  PREFIX template class DeltaRuleState<S>;
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_DELTA_RULE_INSTANTIATIONS(extern, float)
+HEADWISE_DELTA_RULE_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise

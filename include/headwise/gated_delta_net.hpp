@@ -62,7 +62,7 @@ struct GatedDeltaNetRecord {
 };
 
 template <class Scalar>
-class GatedDeltaNet {
+class HEADWISE_ISA_TAG GatedDeltaNet {
  public:
   GatedDeltaNetShape shape;
   StoredMatrix in_qkvz;  ///< [2 n_k d_k + 2 n_v d_v, d_model], grouped by key head
@@ -226,5 +226,12 @@ class GatedDeltaNet {
     return gated;
   }
 };
+
+/// The compiled mode's instantiations (detail/compiled.hpp).
+#define HEADWISE_GATED_DELTA_NET_INSTANTIATIONS(PREFIX, S) PREFIX template class GatedDeltaNet<S>;
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_GATED_DELTA_NET_INSTANTIATIONS(extern, float)
+HEADWISE_GATED_DELTA_NET_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise

@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/mxfp4_products.hpp"
 #include "headwise/detail/row_dot_product.hpp"
@@ -397,5 +398,13 @@ Matrix<Scalar> times_transposed(const Eigen::Ref<const Matrix<Scalar>>& x, const
   }
   return y;
 }
+
+/// The compiled mode's instantiations (detail/compiled.hpp): the product by stored weights.
+#define HEADWISE_STORED_MATRIX_INSTANTIATIONS(PREFIX, S) \
+  PREFIX template Matrix<S> times_transposed<S>(const Eigen::Ref<const Matrix<S>>&, const StoredMatrix&, int);
+#if HEADWISE_EXTERN_TEMPLATES
+HEADWISE_STORED_MATRIX_INSTANTIATIONS(extern, float)
+HEADWISE_STORED_MATRIX_INSTANTIATIONS(extern, double)
+#endif
 
 }  // namespace headwise
