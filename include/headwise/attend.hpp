@@ -533,9 +533,6 @@ AttentionResult<Scalar> attend(const Eigen::Ref<const Matrix<Scalar>>& q, const 
                                                                const Eigen::Ref<const Matrix<S>>&,                   \
                                                                const Eigen::Ref<const Matrix<S>>&, const AttentionCall&, const char*); \
   PREFIX template std::vector<AttentionResult<S>> detail::attend_batch<S>(const AttentionBatch<S>&, const AttentionCall&, const char*);
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_ATTEND_INSTANTIATIONS(extern, float)
-HEADWISE_ATTEND_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_ATTEND_INSTANTIATIONS)
 
 }  // namespace headwise

@@ -105,9 +105,6 @@ AttentionGradients<Scalar> attend_backward(const Eigen::Ref<const Matrix<Scalar>
 /// The compiled mode's instantiations of the fused backward (detail/compiled.hpp).
 #define HEADWISE_BACKWARD_INSTANTIATIONS(PREFIX, S) \
   PREFIX template AttentionGradients<S> detail::backward_of_attend<S>(const Eigen::Ref<const Matrix<S>>&, const Eigen::Ref<const Matrix<S>>&, const Eigen::Ref<const Matrix<S>>&, const AttentionResult<S>&, const Eigen::Ref<const Matrix<S>>&, const AttentionCall&, const char*);
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_BACKWARD_INSTANTIATIONS(extern, float)
-HEADWISE_BACKWARD_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_BACKWARD_INSTANTIATIONS)
 
 }  // namespace headwise

@@ -214,9 +214,6 @@ class HEADWISE_ISA_TAG DeltaRuleState {  // (its panels are W columns wide: the 
 #define HEADWISE_DELTA_RULE_INSTANTIATIONS(PREFIX, S)                                                   \
   PREFIX template Matrix<S> recurrent_delta_rule<S>(const DeltaRuleInputs<S>&, Matrix<S>&); \
   PREFIX template class DeltaRuleState<S>;
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_DELTA_RULE_INSTANTIATIONS(extern, float)
-HEADWISE_DELTA_RULE_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_DELTA_RULE_INSTANTIATIONS)
 
 }  // namespace headwise

@@ -229,9 +229,6 @@ class HEADWISE_ISA_TAG GatedDeltaNet {
 
 /// The compiled mode's instantiations (detail/compiled.hpp).
 #define HEADWISE_GATED_DELTA_NET_INSTANTIATIONS(PREFIX, S) PREFIX template class GatedDeltaNet<S>;
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_GATED_DELTA_NET_INSTANTIATIONS(extern, float)
-HEADWISE_GATED_DELTA_NET_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_GATED_DELTA_NET_INSTANTIATIONS)
 
 }  // namespace headwise

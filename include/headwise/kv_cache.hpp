@@ -169,9 +169,6 @@ class HEADWISE_ISA_TAG KvCache {
 /// The compiled mode's instantiations of the cache (detail/compiled.hpp).
 #define HEADWISE_KV_CACHE_INSTANTIATIONS(PREFIX, S) \
   PREFIX template class KvCache<S>;
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_KV_CACHE_INSTANTIATIONS(extern, float)
-HEADWISE_KV_CACHE_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_KV_CACHE_INSTANTIATIONS)
 
 }  // namespace headwise

@@ -607,9 +607,6 @@ namespace headwise {
 /// The compiled mode's instantiations of the layer (detail/compiled.hpp).
 #define HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(PREFIX, S) \
   PREFIX template class MultiHeadAttention<S>;
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(extern, float)
-HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS)
 
 }  // namespace headwise

@@ -497,9 +497,6 @@ Matrix<Scalar> MultiHeadLatentAttention<Scalar>::project_heads(const Eigen::Ref<
 /// The compiled mode's instantiations of the latent-attention layer (detail/compiled.hpp).
 #define HEADWISE_LATENT_ATTENTION_INSTANTIATIONS(PREFIX, S) \
   PREFIX template class MultiHeadLatentAttention<S>;
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_LATENT_ATTENTION_INSTANTIATIONS(extern, float)
-HEADWISE_LATENT_ATTENTION_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_LATENT_ATTENTION_INSTANTIATIONS)
 
 }  // namespace headwise

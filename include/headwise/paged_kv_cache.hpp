@@ -423,9 +423,6 @@ struct PagedSequence {
 /// The compiled mode's instantiations of the paged pool (detail/compiled.hpp).
 #define HEADWISE_PAGED_KV_CACHE_INSTANTIATIONS(PREFIX, S) \
   PREFIX template class PagedKvCache<S>;
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_PAGED_KV_CACHE_INSTANTIATIONS(extern, float)
-HEADWISE_PAGED_KV_CACHE_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_PAGED_KV_CACHE_INSTANTIATIONS)
 
 }  // namespace headwise

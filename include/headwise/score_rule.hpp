@@ -302,9 +302,6 @@ Matrix<Scalar> masked_scores(const Matrix<Scalar>& scaled, const ScoreRule<Scala
 /// The compiled mode's instantiations of the score rule (detail/compiled.hpp).
 #define HEADWISE_SCORE_RULE_INSTANTIATIONS(PREFIX, S) \
   PREFIX template class ScoreRule<S>;
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_SCORE_RULE_INSTANTIATIONS(extern, float)
-HEADWISE_SCORE_RULE_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_SCORE_RULE_INSTANTIATIONS)
 
 }  // namespace headwise

@@ -402,9 +402,6 @@ Matrix<Scalar> times_transposed(const Eigen::Ref<const Matrix<Scalar>>& x, const
 /// The compiled mode's instantiations (detail/compiled.hpp): the product by stored weights.
 #define HEADWISE_STORED_MATRIX_INSTANTIATIONS(PREFIX, S) \
   PREFIX template Matrix<S> times_transposed<S>(const Eigen::Ref<const Matrix<S>>&, const StoredMatrix&, int);
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_STORED_MATRIX_INSTANTIATIONS(extern, float)
-HEADWISE_STORED_MATRIX_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_STORED_MATRIX_INSTANTIATIONS)
 
 }  // namespace headwise

@@ -4,13 +4,16 @@
 // instantiations `extern template`: the kernel, the layers, the caches and the loaders are then
 // compiled once, in the library, not in every file that calls them.
 //
-// HEADWISE_EXTERN_TEMPLATES is true where those declarations are made. Each header lists its
-// instantiations once, in a macro taking the prefix (extern, or nothing in the library's own
-// source that defines them) and the scalar:
+// Each header lists its instantiations once, in a macro taking the prefix (extern, or nothing in
+// the library's own source that defines them) and the scalar, and hands it to
+// HEADWISE_EXTERN_INSTANTIATIONS, which declares both scalars' extern in compiled mode and
+// nothing header-only:
 //   #define HEADWISE_ATTEND_INSTANTIATIONS(PREFIX, S) PREFIX template class Thing<S>;
-//   #if HEADWISE_EXTERN_TEMPLATES
-//   HEADWISE_ATTEND_INSTANTIATIONS(extern, float) HEADWISE_ATTEND_INSTANTIATIONS(extern, double)
-//   #endif
+//   HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_ATTEND_INSTANTIATIONS)
+// (src/kernel_float.cpp: HEADWISE_ATTEND_INSTANTIATIONS(, float)). A function template the
+// library compiles is declared there too even where it is a detail: otherwise a file that calls it
+// compiles its own copy, and at link time a copy from a file built without optimisation (a test,
+// a user's debug build) can stand in for the library's everywhere.
 //
 // The readers' and the tokenizer's own code, which is not templated on a scalar, is kept out of a
 // compiled-mode file the way fmt keeps its own (FMT_HEADER_ONLY): each header declares what a
@@ -29,9 +32,9 @@
 #include <Eigen/Core>
 
 #ifdef HEADWISE_COMPILED
-#define HEADWISE_EXTERN_TEMPLATES 1
+#define HEADWISE_EXTERN_INSTANTIATIONS(INSTANTIATIONS) INSTANTIATIONS(extern, float) INSTANTIATIONS(extern, double)
 #else
-#define HEADWISE_EXTERN_TEMPLATES 0
+#define HEADWISE_EXTERN_INSTANTIATIONS(INSTANTIATIONS)
 #endif
 
 #if defined(HEADWISE_COMPILED) && !defined(HEADWISE_COMPILED_IO)

@@ -405,18 +405,13 @@ void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const M
 }
 
 /// The compiled mode's instantiations (detail/compiled.hpp): the product the step-by-step path,
-/// the backward and the latent layer call. Declared here so that a file calling it does not
-/// compile its own copy: at link time a copy from a file built without optimisation (a test, a
-/// user's debug build) would stand in for the library's everywhere.
+/// the backward and the latent layer call.
 #define HEADWISE_PRODUCT_INSTANTIATIONS(PREFIX, S)                                                                   \
   PREFIX template void detail::product<S>(const Eigen::Ref<const Matrix<S>>&, const Eigen::Ref<const Matrix<S>>&, \
                                           Matrix<S>&, int, bool);
 
 }  // namespace headwise::detail
 
-#if HEADWISE_EXTERN_TEMPLATES
 namespace headwise {
-HEADWISE_PRODUCT_INSTANTIATIONS(extern, float)
-HEADWISE_PRODUCT_INSTANTIATIONS(extern, double)
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_PRODUCT_INSTANTIATIONS)
 }  // namespace headwise
-#endif

@@ -409,9 +409,6 @@ model::DecoderModel<Scalar> load_decoder_model(const std::string& folder) {
 /// The compiled mode's instantiations of the whole-model loader (detail/compiled.hpp).
 #define HEADWISE_MODEL_LOADER_INSTANTIATIONS(PREFIX, S) \
   PREFIX template model::DecoderModel<S> load_decoder_model<S>(const std::string&);
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_MODEL_LOADER_INSTANTIATIONS(extern, float)
-HEADWISE_MODEL_LOADER_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_MODEL_LOADER_INSTANTIATIONS)
 
 }  // namespace headwise::io

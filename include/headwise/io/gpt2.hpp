@@ -132,9 +132,6 @@ MultiHeadAttention<Scalar> load_gpt2_attention(const std::string& folder, Index 
   PREFIX template std::vector<MultiHeadAttention<S>> load_gpt2_attention_layers<S>(const SafetensorsFile&, const Gpt2Config&); \
   PREFIX template std::vector<MultiHeadAttention<S>> load_gpt2_attention_layers<S>(const std::string&); \
   PREFIX template MultiHeadAttention<S> load_gpt2_attention<S>(const std::string&, Index);
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_GPT2_LOADER_INSTANTIATIONS(extern, float)
-HEADWISE_GPT2_LOADER_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_GPT2_LOADER_INSTANTIATIONS)
 
 }  // namespace headwise::io

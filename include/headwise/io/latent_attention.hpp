@@ -83,9 +83,6 @@ std::vector<MultiHeadLatentAttention<Scalar>> load_latent_attention_layers(const
 #define HEADWISE_LATENT_LOADER_INSTANTIATIONS(PREFIX, S) \
   PREFIX template MultiHeadLatentAttention<S> load_latent_attention<S>(const Checkpoint&, const LlamaConfig&, Index); \
   PREFIX template std::vector<MultiHeadLatentAttention<S>> load_latent_attention_layers<S>(const std::string&);
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_LATENT_LOADER_INSTANTIATIONS(extern, float)
-HEADWISE_LATENT_LOADER_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_LATENT_LOADER_INSTANTIATIONS)
 
 }  // namespace headwise::io

@@ -194,9 +194,6 @@ MultiHeadAttention<Scalar> load_llama_attention(const std::string& folder, Index
   PREFIX template MultiHeadAttention<S> load_llama_attention<S>(const Checkpoint&, const LlamaConfig&, Index); \
   PREFIX template std::vector<MultiHeadAttention<S>> load_llama_attention_layers<S>(const std::string&); \
   PREFIX template MultiHeadAttention<S> load_llama_attention<S>(const std::string&, Index);
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_LLAMA_LOADER_INSTANTIATIONS(extern, float)
-HEADWISE_LLAMA_LOADER_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_LLAMA_LOADER_INSTANTIATIONS)
 
 }  // namespace headwise::io

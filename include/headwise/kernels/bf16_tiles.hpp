@@ -1,16 +1,17 @@
-// The fused kernel's score and value tiles for BF16 keys and values under the stored arithmetic
-// (KvArithmetic::stored): the pair products of detail/bf16_products.hpp, which says what is
-// rounded. kernels/fused_attention.hpp calls these in place of its widened score_tile and
-// value_tile when the kernel's stored type is detail::Bf16Products; the loop around them (masks,
-// the online softmax, shards, merges) is the same.
+// The BF16 arithmetic of the fused kernel (TileArithmetic<Bf16Products>: BF16 keys and values under
+// KvArithmetic::stored): the pair products of detail/bf16_products.hpp, which says what is rounded,
+// over the panels kernels/panel_tiles.hpp walks. The loop around them (kernels/fused_attention.hpp:
+// masks, the online softmax, shards, merges) is every arithmetic's.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "headwise/detail/bf16_products.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/kernels/decoding_prefetch.hpp"
+#include "headwise/kernels/fused_call.hpp"
 #include "headwise/kernels/panel_tiles.hpp"
 #include "headwise/types.hpp"
 
@@ -53,5 +54,38 @@ void bf16_value_tile(const Call& call, Scratch& w, const State& st, Index rows, 
                                                                                 prefetch, st.acc + r0 * dv_padded + c0, dv_padded);
                    });
 }
+
+/// BF16 keys and values multiplied by pairs: the query tile and each sliver's weights rounded to
+/// BF16; exp_nonpositive.
+template <>
+struct TileArithmetic<Bf16Products> {
+  static constexpr bool short_exp = true;
+  static constexpr bool scores_may_overflow = false;  // (pairs summed in float: a float's range)
+
+  template <class Scalar>
+  struct Scratch {
+    std::vector<std::uint16_t> q16, p16;  // the query tile and a sliver's weights in BF16
+    void allocate(const FusedCall<Scalar>& call, Index rows) {
+      constexpr const char* where = "attend";
+      detail::allocate(q16, checked_size<Scalar>(where, "a query tile", rows, call.kv.d_head()), std::uint16_t(0), where, "a query tile");
+      detail::allocate(p16, checked_size<Scalar>(where, "a score tile", TileShape<Scalar>::rows, call.tk), std::uint16_t(0), where,
+                       "a score tile");
+    }
+  };
+
+  template <class Scalar, class Scratch>
+  static void load_query(const FusedCall<Scalar>& call, Scratch& w, Index rows) {
+    const Index d_head = call.kv.d_head();
+    for (Index r = 0; r < rows; ++r) round_to_bf16(w.scaled.row(r).data(), d_head, w.q16.data() + r * d_head);
+  }
+  template <class Scalar, class Scratch>
+  static void score_tile(const FusedCall<Scalar>& call, Scratch& w, Index rows, Index j0, Index cols, Index g) {
+    bf16_score_tile(call, w, rows, j0, cols, g);
+  }
+  template <class Scalar, class Scratch, class State>
+  static void value_tile(const FusedCall<Scalar>& call, Scratch& w, const State& st, Index rows, Index j0, Index, Index g) {
+    bf16_value_tile(call, w, st, rows, j0, g);
+  }
+};
 
 }  // namespace headwise::detail

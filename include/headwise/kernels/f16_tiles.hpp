@@ -1,16 +1,17 @@
-// The fused kernel's score and value tiles for F16 keys and values under the stored arithmetic
-// (KvArithmetic::stored): the F16 chains of detail/f16_products.hpp, which says what is rounded.
-// kernels/fused_attention.hpp calls these in place of its widened score_tile and value_tile when
-// the kernel's stored type is detail::F16Products; the loop around them (masks, the online
-// softmax, shards, merges) is the same. The panels are the widened F16 store's.
+// The F16 arithmetic of the fused kernel (TileArithmetic<F16Products>: F16 keys and values under
+// KvArithmetic::stored): the F16 chains of detail/f16_products.hpp, which says what is rounded,
+// over the panels kernels/panel_tiles.hpp walks (the widened F16 store's). The loop around them
+// (kernels/fused_attention.hpp: masks, the online softmax, shards, merges) is every arithmetic's.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "headwise/detail/f16_products.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/kernels/decoding_prefetch.hpp"
+#include "headwise/kernels/fused_call.hpp"
 #include "headwise/kernels/panel_tiles.hpp"
 #include "headwise/types.hpp"
 
@@ -51,5 +52,41 @@ void f16_value_tile(const Call& call, Scratch& w, const State& st, Index rows, I
                                                                     w.h16.data() + c0, dv_padded, st.acc + r0 * dv_padded + c0, dv_padded);
                    });
 }
+
+/// F16 keys and values multiplied in chains of F16: the query tile and each sliver's weights
+/// rounded to F16; exp_nonpositive. A score chain can leave F16's range (beyond 65504) where the
+/// float scores would not: the loop notes it (check_overflow refuses the call).
+template <>
+struct TileArithmetic<F16Products> {
+  static constexpr bool short_exp = true;
+  static constexpr bool scores_may_overflow = true;
+
+  template <class Scalar>
+  struct Scratch {
+    // The query tile and a sliver's weights in F16; the value chains carried from one run to the next.
+    std::vector<std::uint16_t> q16, p16, h16;
+    void allocate(const FusedCall<Scalar>& call, Index rows) {
+      constexpr const char* where = "attend";
+      constexpr Index R = TileShape<Scalar>::rows;
+      detail::allocate(q16, checked_size<Scalar>(where, "a query tile", rows, call.kv.d_head()), std::uint16_t(0), where, "a query tile");
+      detail::allocate(p16, checked_size<Scalar>(where, "a score tile", R, call.tk), std::uint16_t(0), where, "a score tile");
+      detail::allocate(h16, checked_size<Scalar>(where, "a value tile", R, call.dv_padded()), std::uint16_t(0), where, "a value tile");
+    }
+  };
+
+  template <class Scalar, class Scratch>
+  static void load_query(const FusedCall<Scalar>& call, Scratch& w, Index rows) {
+    const Index d_head = call.kv.d_head();
+    for (Index r = 0; r < rows; ++r) round_to_f16(w.scaled.row(r).data(), d_head, w.q16.data() + r * d_head);
+  }
+  template <class Scalar, class Scratch>
+  static void score_tile(const FusedCall<Scalar>& call, Scratch& w, Index rows, Index j0, Index cols, Index g) {
+    f16_score_tile(call, w, rows, j0, cols, g);
+  }
+  template <class Scalar, class Scratch, class State>
+  static void value_tile(const FusedCall<Scalar>& call, Scratch& w, const State& st, Index rows, Index j0, Index, Index g) {
+    f16_value_tile(call, w, st, rows, j0, g);
+  }
+};
 
 }  // namespace headwise::detail

@@ -1,14 +1,16 @@
 // The fused attention kernel: the same function as attention_core.hpp, computed tile by tile with
 // an online softmax, so that no (n, n) matrix is ever held and key tiles that no query of a tile
 // sees (above the diagonal, outside a window or a packed sequence, wholly masked) are never
-// touched. Multi-threaded (detail/parallel.hpp) over (head, query tile) pairs, or, for a call of one query
-// tile (decoding), over (key shard, key/value head) pairs. Which keys each query sees and
-// what happens to a score come from the call's ScoreRule (score_rule.hpp). The type keys and
-// values are stored in is the kernel's one compile-time choice (Stored: chosen once per call by
-// run_fused, widened as the products load it); whether the rule modifies scores is a branch per
-// row and key tile (the plain causal loop calls no modifier and tests no score for -inf). The jobs
-// that run the loop on threads, and run_fused,
-// are in kernels/fused_jobs.hpp; the public way in is attend() (attend.hpp).
+// touched. Multi-threaded (detail/parallel.hpp) over (head, query tile) pairs, or, for a call of
+// one query tile (decoding), over (key shard, key/value head) pairs. Which keys each query sees and
+// what happens to a score come from the call's ScoreRule (score_rule.hpp). The kernel's one
+// compile-time choice is its stored type (Stored: chosen once per call by run_fused), whose
+// arithmetic (TileArithmetic<Stored>, kernels/tile_arithmetics.hpp) rounds the query tile and
+// computes the score and value tiles: this loop is every arithmetic's. Whether the rule modifies
+// scores is a branch per row and key tile (the plain causal loop calls no modifier and tests no
+// score for -inf). The call and the scratch are kernels/fused_call.hpp's; the jobs that run the
+// loop on threads, and run_fused, kernels/fused_jobs.hpp's; the public way in is attend()
+// (attend.hpp).
 //
 // For each head h and tile of queries [i0, i0 + tq):
 //   pass 1  scale the query tile once: Qs = Q[i0:, h] / divisor
@@ -41,191 +43,18 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <optional>
-#include <string>
 #include <vector>
 
-#include "headwise/detail/errors.hpp"
 #include "headwise/detail/exp_nonpositive.hpp"
-#include "headwise/detail/parallel.hpp"
-#include "headwise/detail/sizes.hpp"
 #include "headwise/detail/tile_product.hpp"
-#include "headwise/kernels/bf16_tiles.hpp"
-#include "headwise/kernels/decoding_prefetch.hpp"
-#include "headwise/kernels/f16_tiles.hpp"
-#include "headwise/kernels/int8_tiles.hpp"
-#include "headwise/kernels/kv_blocks.hpp"
+#include "headwise/kernels/fused_call.hpp"
 #include "headwise/kernels/online_softmax_state.hpp"
-#include "headwise/kernels/row_statistics.hpp"
-#include "headwise/options.hpp"
+#include "headwise/kernels/tile_arithmetics.hpp"
 #include "headwise/score_rule.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
-
-/// The key tile a call takes unless told otherwise (FusedTiles::keys), for keys and values stored
-/// as `format` says: 512 keys where the CPU has 32 vector registers (AVX-512, whose CPUs all have
-/// 1 MiB or more of L2 per core: a decoding step reads its keys and values in longer runs), 128
-/// elsewhere (AVX2 parts with 512 KiB). With AVX-512, keys and values of their own under the
-/// stored arithmetic take as many times more keys as share a 32-bit lane of their panels
-/// (StoreFormat::lane_entries): int8 2048, BF16 1024, the bytes of 512 keys in float32 (F16 chains,
-/// one entry a lane, 1024 likewise). A latent's values, inside its keys, keep 512: its 128 heads'
-/// scores over a tile are the tile's scratch. (bench/RESULTS.md, "Tuning constants")
-constexpr Index default_key_tile(const StoreFormat& format) {
-  if (detail::TileShape<float>::registers < 32) return 128;
-  if (format.values != ValueStorage::own) return 512;
-  return 512 * (format.f16_products() ? 2 : format.lane_entries());
-}
-
-/// How the fused kernel cuts its work. Tiles: rows of queries and of keys per tile (the key tile
-/// is rounded up to a multiple of the micro-tile width). 128 query rows: larger tiles amortise the
-/// per-tile work (packing the query tile, the online-softmax bookkeeping) (bench/RESULTS.md, "Tuning constants"). With AVX-512 the key tile is 512 (default_key_tile;
-/// 2048 for int8 multiplied as integers, 1024 for BF16 by pairs). A call's tiles are the same for its forward and its
-/// decoding steps (the same bits), so the default depends on how the keys are stored, not on the call.
-///
-/// A query row's keys are attended in shards of `key_shard` keys (rounded up to whole key tiles;
-/// boundaries at fixed multiples of it), each from a fresh online-softmax state, and the shards'
-/// states merged in key order (online_softmax_state.hpp). A call with a single query tile (a
-/// decoding step, a short chunk) runs its shards as parallel jobs, each key/value head's shard read
-/// once for all the query heads that share it, and merges them afterwards (split-key decoding);
-/// longer calls run each (head, query tile) job through its shards in turn. The merges are the
-/// same either way, so the bits depend on neither the thread count nor `split_keys`. 1024 keys
-/// keep a shard's keys and values (512 KiB at d_head 64, float) in a core's L2 cache while the
-/// query heads of a group read them; a shard is rounded up to whole key tiles (2048 keys for int8
-/// under the stored arithmetic with AVX-512: half as many split-key jobs, and a shared prefix
-/// attended once only in whole shards of 2048).
-struct FusedTiles {
-  Index queries = 128;
-  std::optional<Index> keys;  ///< unset: default_key_tile of the keys' store format
-  Index key_shard = 1024;
-  bool split_keys = true;  ///< false: a one-tile call runs its shards in turn (bench_decode's baseline)
-};
-
 namespace detail {
-/// Throws unless the tiles asked for are positive (the key tile, where it is set).
-inline void check_tiles(const char* where, const FusedTiles& tiles) {
-  if (tiles.queries <= 0 || (tiles.keys && *tiles.keys <= 0) || tiles.key_shard <= 0)
-    invalid(where, "tile sizes must be > 0, got ", tiles.queries, " queries, ",
-            tiles.keys ? std::to_string(*tiles.keys) : std::string("the default"), " keys and shards of ", tiles.key_shard, " keys");
-}
-}  // namespace detail
-
-/// The phases of a fused job, in the order of the passes at the top of this file.
-enum class FusedPhase { query, scores, softmax, values, normalise };
-constexpr int fused_phase_count = 5;
-
-/// An observer of the fused kernel: each thread's observer is told every phase its jobs enter,
-/// to measure where the time goes (BM_CorePhases in bench/bench_attention.cpp; attend.hpp takes
-/// one per thread). Any type with enter(FusedPhase) will do; the library's own calls use this
-/// one, which does nothing and which the compiler removes, as Eigen's tensor contractions take
-/// NoOpOutputKernel.
-struct NoPhaseObserver {
-  void enter(FusedPhase) {}
-};
-
-namespace detail {
-
-/// Query tiles of n_q rows, later tiles first: under a causal mask they see the most keys, and
-/// longest job first balances the triangle across threads (without one the order is free).
-inline std::vector<Index> query_tiles_by_cost(Index n_q, Index tile) {
-  std::vector<Index> starts;
-  for (Index i0 = 0; i0 < n_q; i0 += tile) starts.push_back(i0);
-  std::reverse(starts.begin(), starts.end());
-  return starts;
-}
-
-/// One call of the kernel: what every (head, query tile) job reads and writes. Made in one place,
-/// attend() (attend.hpp), from checked arguments and the tiles tiles_for gives.
-template <class Scalar>
-struct FusedCall {
-  FusedCall(const Eigen::Ref<const Matrix<Scalar>>& queries, const KvBlocks<Scalar>& keys_values,
-            Eigen::Ref<Matrix<Scalar>>& output, const ScoreRule<Scalar>& score_rule, const FusedTiles& tiles,
-            Scalar inverse_divisor)
-      : q(queries), kv(keys_values), z(output), n_heads(queries.cols() / keys_values.d_head()),
-        group(n_heads / keys_values.n_kv_heads()), tq(tiles.queries), tk(*tiles.keys), shard(tiles.key_shard),
-        rule(score_rule), inv_divisor(inverse_divisor) {}
-
-  const Eigen::Ref<const Matrix<Scalar>>& q;  // (n_q, n_heads d_head)
-  KvBlocks<Scalar> kv;                        // n_k keys and values of n_kv_heads heads, block by block
-  Eigen::Ref<Matrix<Scalar>>& z;              // (n_q, n_heads d_v)
-  Matrix<Scalar>* logsumexp = nullptr;        // (n_heads, n_q), or null
-  RowStatistics<Scalar>* statistics = nullptr;  // (n_heads, n_q) each, or null (then the policy records none)
-  Index n_heads, group;                       // query heads; query heads per key/value head
-  Index tq, tk;                               // query and key tile sizes (tk a multiple of W)
-  Index shard;                                // keys per shard (a multiple of tk)
-  Index first_key = 0;                        // keys before it are another call's (a shared prefix: attend_batch)
-  const ScoreRule<Scalar>& rule;              // which keys each query sees, what a score becomes
-  Scalar inv_divisor;
-  // Set where a call left a range the result needs (check_overflow): a row's value sum beyond the
-  // type's largest number, its scores finite (normalise_rows), or, under F16 chains, a score a row
-  // sees beyond F16's (online_softmax_tile, before any rule could hide it).
-  std::atomic<bool>* overflow = nullptr;
-
-  Index n_q() const { return q.rows(); }
-  Index n_k() const { return kv.size(); }
-  /// The call's multiply-adds at most (every query against every key): what decides its threads.
-  double work() const { return double(n_q()) * double(n_k()) * double(n_heads) * double(kv.d_head() + kv.d_v()); }
-  /// The keys rows i0 .. i0 + rows - 1 see, from first_key on: what their shards cover.
-  KeyRange seen(Index i0, Index rows) const;
-  Index dv_padded() const { return (kv.d_v() + TileShape<Scalar>::lanes - 1) / TileShape<Scalar>::lanes * TileShape<Scalar>::lanes; }
-  /// The keys query row i may see.
-  const KeyRange& keys(Index i) const { return rule.keys(i); }
-};
-
-/// Per-thread scratch of the kernel, allocated once per call (before the parallel loop, sized by
-/// the tiles there are, not by the tile sizes asked for) and reused across the thread's jobs.
-template <class Scalar>
-struct FusedScratch {
-  Matrix<Scalar> scaled;          // (tq, d_head): the query tile divided by the divisor
-  std::vector<Scalar> q;          // the scaled query tile, packed (detail::pack_a)
-  std::vector<Scalar> s;          // (tq, tk): scores, then P = exp(scores - max), row r at r tk
-  std::vector<KeyRange> spans;    // (tq / R): the keys of the current key tile each sliver sees
-  std::vector<Scalar> raw;        // statistics only: one row of scaled scores, kept before exp
-  std::vector<Scalar> v;          // values that are the keys' (PackedKeysValues::values_are_keys): a key tile's, as value panels
-  RowStateStore<Scalar> states;   // 0: the rows' state over the shards so far, 1: the current shard's
-  // int8 under the stored arithmetic (kernels/int8_tiles.hpp): the query tile in int8, its rows'
-  // scales and sums; a sliver's integer sums over a panel (a block's, and the tile's); its weights
-  // in uint8, their scales, and one row of them as floats on the way.
-  std::vector<std::int8_t> q8;
-  std::vector<float> q_scale, p_scale, weights;
-  std::vector<std::int32_t> q_sum, sums;
-  std::vector<std::uint8_t> p8;
-  std::vector<std::int8_t> v8;  // int8 values that are the keys': a key tile's, as value panels
-  // BF16 and F16 under the stored arithmetic (kernels/bf16_tiles.hpp, kernels/f16_tiles.hpp): the
-  // query tile and a sliver's weights in BF16 or F16; F16's value chains carried between runs.
-  std::vector<std::uint16_t> q16, p16, h16;
-
-  /// Allocates for tiles of up to `rows` query rows (a multiple of R) and tk keys; throws
-  /// std::invalid_argument naming the sizes if they do not fit or cannot be allocated.
-  void allocate(const FusedCall<Scalar>& call, Index rows) {
-    constexpr const char* where = "attend";
-    const Index d_head = call.kv.d_head();
-    const Index tile = checked_size<Scalar>(where, "a score tile", rows, call.tk);
-    detail::allocate(q, checked_size<Scalar>(where, "a query tile", rows, d_head), Scalar(0), where, "a query tile");
-    detail::allocate(s, tile, Scalar(0), where, "a score tile");
-    spans.resize(static_cast<std::size_t>(rows / TileShape<Scalar>::rows + 1));
-    scaled.resize(rows, d_head);
-    states.allocate(2, rows, call.dv_padded(), call.statistics != nullptr, where);
-    if (call.statistics) detail::allocate(raw, std::max(rows, call.tk), Scalar(0), where, "row statistics");
-    if (call.kv.values_are_keys() && call.kv.storage() == KvStorage::as_computed)
-      detail::allocate(v, checked_size<Scalar>(where, "a value tile", call.tk, call.dv_padded()), Scalar(0), where, "a value tile");
-    constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-    if (call.kv.format().lane_entries() == bf16_pair || call.kv.format().f16_products()) {
-      detail::allocate(q16, checked_size<Scalar>(where, "a query tile", rows, d_head), std::uint16_t(0), where, "a query tile");
-      detail::allocate(p16, checked_size<Scalar>(where, "a score tile", R, call.tk), std::uint16_t(0), where, "a score tile");
-    }
-    if (call.kv.format().f16_products())
-      detail::allocate(h16, checked_size<Scalar>(where, "a value tile", R, call.dv_padded()), std::uint16_t(0), where, "a value tile");
-    if (call.kv.format().lane_entries() != int8_quad) return;
-    detail::allocate(q8, checked_size<Scalar>(where, "a query tile", rows, d_head), std::int8_t(0), where, "a query tile");
-    detail::allocate(q_scale, rows, 0.0f, where, "a query tile"), detail::allocate(q_sum, rows, std::int32_t(0), where, "a query tile");
-    detail::allocate(sums, 2 * R * W, std::int32_t(0), where, "a score tile"), detail::allocate(p_scale, R, 0.0f, where, "a score tile");
-    detail::allocate(weights, call.tk, 0.0f, where, "a score tile");
-    detail::allocate(p8, checked_size<Scalar>(where, "a score tile", R, call.tk + int8_quad), std::uint8_t(0), where, "a score tile");
-    if (call.kv.values_are_keys())
-      detail::allocate(v8, checked_size<Scalar>(where, "a value tile", call.tk, call.dv_padded()), std::int8_t(0), where, "a value tile");
-  }
-};
 
 /// max(start, row[0, visible)): whole packets first, then the ragged end one entry at a time.
 template <class Scalar>
@@ -302,89 +131,10 @@ inline void scale_row(Scalar* acc, Index width, Scalar factor) {
   for (Index c = 0; c < width; c += P) pstoreu(acc + c, pmul(ploadu<Packet>(acc + c), f));
 }
 
-/// The keys of the key tile [j0, j0 + cols) that query row i may see, counted from j0.
-template <class Scalar>
-inline KeyRange keys_in_tile(const ScoreRule<Scalar>& rule, Index i, Index j0, Index cols) {
-  const KeyRange keys = rule.keys(i).within(j0, j0 + cols);
-  return keys.empty() ? KeyRange{0, 0} : KeyRange{keys.begin - j0, keys.end - j0};
-}
-
-/// The keys of the tile that any of the rows i .. i + rows - 1 sees (the span of their ranges),
-/// counted from j0: what a sliver's products cover.
-template <class Scalar>
-inline KeyRange sliver_keys(const ScoreRule<Scalar>& rule, Index i, Index rows, Index j0, Index cols) {
-  KeyRange span{cols, 0};
-  for (Index r = 0; r < rows; ++r) {
-    const KeyRange keys = keys_in_tile(rule, i + r, j0, cols);
-    if (!keys.empty()) span = {std::min(span.begin, keys.begin), std::max(span.end, keys.end)};
-  }
-  return span.empty() ? KeyRange{0, 0} : span;
-}
-
-template <class Scalar>
-KeyRange FusedCall<Scalar>::seen(Index i0, Index rows) const {
-  const KeyRange keys = sliver_keys(rule, i0, rows, 0, n_k());
-  return keys.end > first_key ? KeyRange{std::max(keys.begin, first_key), keys.end} : KeyRange{0, 0};
-}
-
-/// Keys stored in int8 (its scale per token): s[r][c] *= scale[c] for the nr rows of a sliver
-/// over one key panel, W entries from `scales`.
-template <class Scalar>
-inline void scale_columns(Scalar* s, Index nr, Index ld, const float* scales) {
-  using namespace Eigen::internal;
-  using Packet = typename TileShape<Scalar>::Packet;
-  constexpr Index P = TileShape<Scalar>::packet, W = TileShape<Scalar>::lanes;
-  for (Index p = 0; p < W; p += P) {
-    Packet f;
-    if constexpr (std::is_same_v<Scalar, float>) f = ploadu<Packet>(scales + p);
-    else f = pset1<Packet>(Scalar(0));  // (a float64 store is never int8)
-    for (Index r = 0; r < nr; ++r) pstoreu(s + r * ld + p, pmul(ploadu<Packet>(s + r * ld + p), f));
-  }
-}
-
-/// S = Qs K[j0 : j0 + cols]ᵀ for the tile's rows, sliver by sliver of R rows, each only over the
-/// key panels its rows see (w.spans): the part of a diagonal tile above the diagonal (or
-/// before a window) is never computed. Row r of S at w.s + r tk. Each panel's product is its own
-/// (a panel never crosses a block).
-template <class Stored, class Scalar>
-void widened_score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
-  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const Index d_head = call.kv.d_head();
-  if (rows <= pair_rows<Scalar>) {  // one short sliver (a decoding step): two panels at a time where both are seen, in one block
-    const KeyRange span = w.spans[0];
-    const Index first = span.begin / W * W, products = (span.end - first + 2 * W - 1) / (2 * W);
-    for (Index c0 = first, step; c0 < span.end; c0 += step) {
-      const bool pair = c0 + W < span.end && j0 + c0 + W < call.kv.block_end(j0 + c0);
-      const Stored* panel = call.kv.template key_panel<Stored>(g, j0 + c0);
-      Scalar* s = w.s.data() + c0;
-      const char* next_phase =  // (the values: this tile's, read next)
-          score_phase_prefetch<Stored>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / (2 * W), products).next_phase;
-      if (pair) micro_kernel_pair<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, call.kv.key_panel_stride(), s, call.tk, next_phase);
-      else micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, s, call.tk);
-      step = pair ? 2 * W : W;
-      if constexpr (std::is_same_v<Stored, std::int8_t>)
-        for (Index p = 0; p < step; p += W) scale_columns(s + p, rows, call.tk, call.kv.key_scales(g, j0 + c0 + p));
-    }
-    return;
-  }
-  // Panel by panel (a panel of keys stays in L1 while every sliver that sees it is multiplied).
-  for (Index c0 = 0; c0 < cols; c0 += W)
-    for (Index r0 = 0; r0 < rows; r0 += R) {
-      const Index nr = std::min(R, rows - r0);
-      const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
-      if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
-      micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, d_head, w.q.data() + r0 * d_head, 0,
-                                                                        call.kv.template key_panel<Stored>(g, j0 + c0), W,
-                                                                        w.s.data() + r0 * call.tk + c0, call.tk);
-      if constexpr (std::is_same_v<Stored, std::int8_t>)
-        scale_columns(w.s.data() + r0 * call.tk + c0, nr, call.tk, call.kv.key_scales(g, j0 + c0));
-    }
-}
-
 /// Statistics, before exp: the scores of the first key, of the key before the query and the
 /// largest (first if tied), and a copy of the visible scores for record_dot.
-template <class Scalar>
-void record_scores(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
+template <class Scalar, class Scratch>
+void record_scores(const FusedCall<Scalar>& call, Scratch& w, const RowState<Scalar>& st, Index i0,
                    Index r, Index j0, KeyRange keys) {
   const Scalar* row = w.s.data() + r * call.tk;
   const Index previous = call.rule.position(i0 + r) - call.rule.first_key() - 1 - j0;  // the key before the query
@@ -398,8 +148,8 @@ void record_scores(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const
 /// Statistics, after exp: dot = Σ_j exp(s_j - max) (s_j - max), shifted by the running max like the
 /// sum, so that the entropy log(sum) - dot / sum does not cancel when it is near 0. Call before
 /// the row's sum and maximum are updated.
-template <class Scalar>
-void record_dot(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index r,
+template <class Scalar, class Scratch>
+void record_dot(const FusedCall<Scalar>& call, const Scratch& w, const RowState<Scalar>& st, Index r,
                 KeyRange keys, Scalar correction, Scalar new_max) {
   const Scalar* row = w.s.data() + r * call.tk + keys.begin;
   Scalar dot = 0;
@@ -416,7 +166,7 @@ void record_dot(const FusedCall<Scalar>& call, const FusedScratch<Scalar>& w, co
 /// row sees the whole tile (ScoreRule::sees_whole), so no row's range is looked up. A rule that
 /// modifies scores may hide a key (-inf): exp sends it to an exact 0, and a row may see nothing yet.
 template <class Stored, class Scalar>
-void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
+void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar, Stored>& w, const RowState<Scalar>& st, Index i0,
                          Index rows, Index j0, Index cols, Index h, bool whole) {
   constexpr Index R = TileShape<Scalar>::rows;
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
@@ -427,7 +177,7 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
     if (r % R == 0) span = w.spans[static_cast<std::size_t>(r / R)];  // what P V reads
     const KeyRange keys = whole ? KeyRange{0, cols} : keys_in_tile(call.rule, i0 + r, j0, cols);
     Scalar* row = w.s.data() + r * call.tk;
-    if constexpr (std::is_same_v<Stored, F16Products>)  // (before a rule could hide it: an F16 chain beyond 65504)
+    if constexpr (TileArithmetic<Stored>::scores_may_overflow)  // (before a rule could hide it)
       if (call.overflow && !all_finite(Eigen::Map<const RowVector<Scalar>>(row + keys.begin, keys.size())))
         call.overflow->store(true, std::memory_order_relaxed);
     if (modifies) call.rule.apply(h, i0 + r, j0, row, keys.begin, keys.end);
@@ -440,8 +190,7 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
     if (statistics) record_scores(call, w, st, i0, r, j0, keys);  // before exp overwrites them
     std::fill(row + span.begin, row + keys.begin, Scalar(0));
     const Index visible = keys.size(), end = span.end - keys.begin, capacity = call.tk - keys.begin;
-    constexpr bool short_exp =
-        std::is_same_v<Stored, Int8Products> || std::is_same_v<Stored, Bf16Products> || std::is_same_v<Stored, F16Products>;
+    constexpr bool short_exp = TileArithmetic<Stored>::short_exp;
     const Scalar tile_sum = modifies ? exp_and_sum<true, short_exp>(row + keys.begin, visible, end, capacity, new_max)
                                      : exp_and_sum<false, short_exp>(row + keys.begin, visible, end, capacity, new_max);
     if (statistics) record_dot(call, w, st, r, keys, correction, new_max);
@@ -449,87 +198,6 @@ void online_softmax_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w,
     if (correction != Scalar(1)) scale_row(st.acc + r * dv_padded, dv_padded, correction);
     st.max[r] = new_max;
   }
-}
-
-/// Where the values are the keys' first d_v components: the values of keys [j0, j0 + cols) of
-/// head g, out of the key panels score_tile has just read (from cache, not memory), into w.v in
-/// the value panels' layout (panel c / W, row j - j0, lane c % W; zero past d_v). A W x W block
-/// transposed per key panel and value panel (by register blocks): 1 / rows of the P V product's work.
-template <class Scalar>
-void values_from_keys(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index j0, Index cols, Index g) {
-  constexpr Index W = TileShape<Scalar>::lanes;
-  using Block = Eigen::Map<Eigen::Matrix<Scalar, W, W, Eigen::RowMajor>>;
-  using ConstBlock = Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, W, Eigen::RowMajor>>;
-  const Index dv = call.kv.d_v(), stride = call.tk * W;
-  for (Index p = std::max<Index>(0, call.kv.first_kept() - j0) / W; p * W < cols; ++p) {  // (no panel before the kept keys is read)
-    const Scalar* panel = call.kv.template key_panel<Scalar>(g, j0 + p * W);  // row c: component c of W keys
-    for (Index c0 = 0; c0 < dv; c0 += W) {
-      Block out(w.v.data() + c0 / W * stride + p * W * W);  // row: a key, column: a component
-      const Index valid = std::min(W, dv - c0);
-      if (valid == W) {  // by P x P blocks in registers (an entry at a time cost the latent step 12-16%)
-        transpose_panel(W, panel + c0 * W, W, out.data());
-        continue;
-      }
-      out.leftCols(valid) = ConstBlock(panel + c0 * W, valid, W).transpose();
-      out.rightCols(W - valid).setZero();
-    }
-  }
-}
-
-/// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver, each over the keys its rows
-/// see (w.spans), P read in place from w.s (rows of tk), V from its packed panels (or, where the
-/// values are the keys', from w.v). A sliver's keys that lie in two blocks are two runs of one
-/// product, the second continuing the first's chains: the bits of one run.
-template <class Stored, class Scalar>
-void widened_value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
-                Index cols, Index g) {
-  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const bool own = !call.kv.values_are_keys();
-  if constexpr (std::is_same_v<Stored, Scalar>)  // (values inside the keys are stored as computed)
-    if (!own) values_from_keys(call, w, j0, cols, g);
-  const Index dv_padded = call.dv_padded(), stride = own ? call.kv.value_panel_stride() : call.tk * W;
-  for (Index r0 = 0; r0 < rows; r0 += R) {
-    const Index nr = std::min(R, rows - r0);
-    const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
-    for (Index a = span.begin, b; a < span.end; a = b) {  // run by run of keys in one block
-      b = own ? std::min(span.end, call.kv.block_end(j0 + a) - j0) : span.end;
-      const Stored* values = own ? call.kv.template value_row<Stored>(g, j0 + a) : reinterpret_cast<const Stored*>(w.v.data() + a * W);
-      Scalar* p = w.s.data() + r0 * call.tk + a;
-      if constexpr (std::is_same_v<Stored, std::int8_t>) {  // int8 values: each key's scale folded into its column of P
-        const float* scale = call.kv.value_scales(g, j0 + a);
-        for (Index r = 0; r < nr; ++r)
-          for (Index j = 0; j < b - a; ++j) p[r * call.tk + j] *= static_cast<Scalar>(scale[j]);
-      }
-      const bool decoding = own && rows <= pair_rows<Scalar> && a == span.begin;  // (the next tile's keys, read next)
-      Index c0 = 0;
-      if (nr <= pair_rows<Scalar>)  // a decoding step: two value panels at a time
-        for (; c0 + W < dv_padded; c0 += 2 * W)
-          micro_kernel_pair<Scalar, ALayout::rows, /*Accumulate=*/true>(
-              nr, b - a, p, call.tk, values + c0 / W * stride, W, stride, st.acc + r0 * dv_padded + c0, dv_padded,
-              decoding ? value_phase_prefetch<Stored>(call, g, j0, c0 / (2 * W), (dv_padded / W + 1) / 2).next_phase : nullptr);
-      for (; c0 < dv_padded; c0 += W)
-        micro_kernel_rows<Scalar, ALayout::rows>(nr, b - a, p, call.tk, values + c0 / W * stride, W, st.acc + r0 * dv_padded + c0,
-                                                 dv_padded);
-    }
-  }
-}
-
-/// The score and value tiles of the kernel's stored type: widened, int8 as integers, BF16 by pairs
-/// or F16 by chains.
-template <class Stored, class Scalar>
-void score_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index rows, Index j0, Index cols, Index g) {
-  if constexpr (std::is_same_v<Stored, Int8Products>) int8_score_tile(call, w, rows, j0, g);
-  else if constexpr (std::is_same_v<Stored, Bf16Products>) bf16_score_tile(call, w, rows, j0, cols, g);
-  else if constexpr (std::is_same_v<Stored, F16Products>) f16_score_tile(call, w, rows, j0, cols, g);
-  else widened_score_tile<Stored>(call, w, rows, j0, cols, g);
-}
-template <class Stored, class Scalar>
-void value_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index rows, Index j0,
-                Index cols, Index g) {
-  if constexpr (std::is_same_v<Stored, Int8Products>) int8_value_tile(call, w, st, rows, j0, cols, g);
-  else if constexpr (std::is_same_v<Stored, Bf16Products>) bf16_value_tile(call, w, st, rows, j0, g);
-  else if constexpr (std::is_same_v<Stored, F16Products>) f16_value_tile(call, w, st, rows, j0, g);
-  else widened_value_tile<Stored>(call, w, st, rows, j0, cols, g);
 }
 
 /// The statistics of row i (state row r) from its running values: p = exp(s - lse); exp(-inf -
@@ -598,25 +266,14 @@ bool tile_seen(const ScoreRule<Scalar>& rule, Index i0, Index rows, Index j0, In
   return false;
 }
 
-/// Pass 1: the query tile of head h (rows i0 .. i0 + rows - 1), scaled once and packed for the
-/// score product.
-template <class Scalar, class Clock>
-void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index rows, Index h, Clock& clock) {
+/// Pass 1: the query tile of head h (rows i0 .. i0 + rows - 1), scaled once, then made what the
+/// arithmetic's score products read.
+template <class Stored, class Scalar, class Clock>
+void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar, Stored>& w, Index i0, Index rows, Index h, Clock& clock) {
   const Index d_head = call.kv.d_head();
   clock.enter(FusedPhase::query);
-  auto scaled = w.scaled.topRows(rows);
-  scaled.noalias() = call.q.block(i0, h * d_head, rows, d_head) * call.inv_divisor;
-  const Index entries = call.kv.format().lane_entries();  // (the stored arithmetic: int8, BF16 or F16 rows)
-  if (entries == int8_quad) return quantize_query_tile(w, rows, d_head);
-  if (entries == bf16_pair || call.kv.format().f16_products()) {  // (BF16 pairs, F16 chains: the rows rounded to 16 bits)
-    for (Index r = 0; r < rows; ++r) {
-      std::uint16_t* rounded = w.q16.data() + r * d_head;
-      if (entries == bf16_pair) round_to_bf16(w.scaled.row(r).data(), d_head, rounded);
-      else round_to_f16(w.scaled.row(r).data(), d_head, rounded);
-    }
-    return;
-  }
-  pack_a<Scalar>(rows, d_head, {w.scaled.data(), d_head}, w.q.data());
+  w.scaled.topRows(rows).noalias() = call.q.block(i0, h * d_head, rows, d_head) * call.inv_divisor;
+  TileArithmetic<Stored>::load_query(call, w, rows);
 }
 
 /// Pass 2 over the keys `keys` of one shard (what the tile sees of it), from a fresh state st:
@@ -626,7 +283,7 @@ void load_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Ind
 /// and ranges they would compute are the whole tile, so the bits are the same. The query tile is
 /// loaded.
 template <class Stored, class Scalar, class Clock>
-void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& st, Index i0,
+void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar, Stored>& w, const RowState<Scalar>& st, Index i0,
                       Index rows, Index h, KeyRange keys, Clock& clock) {
   constexpr Index R = TileShape<Scalar>::rows;
   const Index g = h / call.group;
@@ -639,11 +296,11 @@ void attend_key_shard(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, co
     for (Index r0 = 0; r0 < rows; r0 += R)  // what each sliver's products cover in this key tile
       w.spans[static_cast<std::size_t>(r0 / R)] =
           whole ? KeyRange{0, cols} : sliver_keys(call.rule, i0 + r0, std::min(R, rows - r0), j0, cols);
-    score_tile<Stored>(call, w, rows, j0, cols, g);
+    TileArithmetic<Stored>::score_tile(call, w, rows, j0, cols, g);
     clock.enter(FusedPhase::softmax);
     online_softmax_tile<Stored>(call, w, st, i0, rows, j0, cols, h, whole);
     clock.enter(FusedPhase::values);
-    value_tile<Stored>(call, w, st, rows, j0, cols, g);
+    TileArithmetic<Stored>::value_tile(call, w, st, rows, j0, cols, g);
   }
 }
 
@@ -673,7 +330,7 @@ RowState<Scalar> rows_from(const RowState<Scalar>& st, Index r, Index dv_padded)
 /// merged holds the rows' state over earlier keys, a shared prefix's, and every shard is merged
 /// into it: the same fold of states as when the prefix's shards come first in one call).
 template <class Stored, class Scalar, class Clock>
-void attend_shards(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const RowState<Scalar>& merged, bool continues,
+void attend_shards(const FusedCall<Scalar>& call, FusedScratch<Scalar, Stored>& w, const RowState<Scalar>& merged, bool continues,
                    Index i0, Index rows, Index h, Clock& clock) {
   const KeyRange seen = call.seen(i0, rows);
   const ShardSpan shards = shards_of(call, seen);
@@ -691,10 +348,10 @@ void attend_shards(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, const
 /// keys shard by shard, each shard's state merged into the first's (or, given `start`, into the
 /// rows' state over a shared prefix).
 template <class Stored, class Scalar, class Clock>
-void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar>& w, Index i0, Index h, Clock& clock,
+void attend_query_tile(const FusedCall<Scalar>& call, FusedScratch<Scalar, Stored>& w, Index i0, Index h, Clock& clock,
                        const RowState<Scalar>* start = nullptr) {
   const Index rows = std::min(call.tq, call.n_q() - i0);
-  load_query_tile(call, w, i0, rows, h, clock);
+  load_query_tile<Stored>(call, w, i0, rows, h, clock);
   const RowState<Scalar> merged = start ? *start : w.states[0];
   attend_shards<Stored>(call, w, merged, start != nullptr, i0, rows, h, clock);
   clock.enter(FusedPhase::normalise);  // pass 3

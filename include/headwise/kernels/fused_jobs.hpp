@@ -111,7 +111,7 @@ struct BatchPlan {
 /// A job of the batch's second phase: a (head, query tile) through its shards in turn (from the
 /// prefix's state where the call shares it), or a (key/value head, shard) of a split call.
 template <class Stored, class Scalar, class Clock>
-void run_batch_job(const FusedBatch<Scalar>& batch, BatchPlan<Scalar>& plan, const BatchJob& job, FusedScratch<Scalar>& w,
+void run_batch_job(const FusedBatch<Scalar>& batch, BatchPlan<Scalar>& plan, const BatchJob& job, FusedScratch<Scalar, Stored>& w,
                    Clock& clock) {
   const FusedCall<Scalar>& call = *batch.calls[static_cast<std::size_t>(job.call)];
   const ShardSpan shards = plan.split[static_cast<std::size_t>(job.call)];
@@ -121,7 +121,7 @@ void run_batch_job(const FusedBatch<Scalar>& batch, BatchPlan<Scalar>& plan, con
   }
   const KeyRange seen = call.seen(0, call.n_q());
   for (Index h = job.head * call.group; h < (job.head + 1) * call.group; ++h) {
-    load_query_tile(call, w, 0, call.n_q(), h, clock);
+    load_query_tile<Stored>(call, w, 0, call.n_q(), h, clock);
     attend_key_shard<Stored>(call, w, plan.partial[static_cast<std::size_t>(job.call)][h * shards.count + job.shard], 0, call.n_q(),
                              h, shard_keys(call, seen, shards.first + job.shard), clock);
   }
@@ -152,7 +152,7 @@ std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads)
   double work = batch.prefix ? batch.prefix->work() : 0.0;
   for (const FusedCall<Scalar>* call : batch.calls) work += call->work();
   threads = static_cast<int>(std::clamp<Index>(std::max(n_jobs, n_prefix), 1, threads_for(work, threads)));
-  std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
+  std::vector<FusedScratch<Scalar, Stored>> scratch(static_cast<std::size_t>(threads));
   if (plan.widest) for (auto& w : scratch) w.allocate(*plan.widest, (plan.rows + R - 1) / R * R);
   std::vector<Clock> clocks(static_cast<std::size_t>(threads));
   parallel_for<Schedule::next_free>(threads, n_prefix, [&](Index j) {
@@ -161,7 +161,7 @@ std::vector<Clock> run_fused_batch(const FusedBatch<Scalar>& batch, int threads)
     const BatchJob job = plan.prefix_jobs[static_cast<std::size_t>(j)];
     const Index n = std::min(prefix.tq, prefix.n_q() - job.first_row);
     for (Index h = job.head * prefix.group; h < (job.head + 1) * prefix.group; ++h) {
-      load_query_tile(prefix, scratch[t], job.first_row, n, h, clocks[t]);
+      load_query_tile<Stored>(prefix, scratch[t], job.first_row, n, h, clocks[t]);
       const RowState<Scalar> into = rows_from(plan.prefix_states[h], job.first_row, prefix.dv_padded());
       attend_shards<Stored>(prefix, scratch[t], into, /*continues=*/false, job.first_row, n, h, clocks[t]);
     }
@@ -199,7 +199,7 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   const std::vector<Index> tile_starts = query_tiles_by_cost(call.n_q(), call.tq);
   const Index n_jobs = static_cast<Index>(tile_starts.size()) * call.n_heads;
   threads = static_cast<int>(std::clamp<Index>(n_jobs, 1, threads_for(call.work(), threads)));
-  std::vector<FusedScratch<Scalar>> scratch(static_cast<std::size_t>(threads));
+  std::vector<FusedScratch<Scalar, Stored>> scratch(static_cast<std::size_t>(threads));
   for (auto& w : scratch) w.allocate(call, (call.tq + R - 1) / R * R);
   std::vector<Clock> clocks(static_cast<std::size_t>(threads));
 

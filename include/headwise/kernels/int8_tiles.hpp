@@ -1,8 +1,7 @@
-// The fused kernel's score and value tiles for int8 keys and values under the stored arithmetic
-// (KvArithmetic::stored): the integer products of detail/int8_products.hpp, which says what is
-// rounded. kernels/fused_attention.hpp calls these in place of its widened score_tile and
-// value_tile when the kernel's stored type is detail::Int8Products; the loop around them (masks,
-// the online softmax, shards, merges) is the same.
+// The int8 arithmetic of the fused kernel (TileArithmetic<Int8Products>: int8 keys and values under
+// KvArithmetic::stored): the integer products of detail/int8_products.hpp, which says what is
+// rounded, and the scratch they need. The loop around them (kernels/fused_attention.hpp: masks, the
+// online softmax, shards, merges) is every arithmetic's.
 #pragma once
 
 #include <algorithm>
@@ -10,10 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <vector>
 
 #include "headwise/detail/int8_products.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/kernels/decoding_prefetch.hpp"
+#include "headwise/kernels/fused_call.hpp"
 #include "headwise/types.hpp"
 
 #if defined(__SSSE3__)
@@ -172,5 +173,49 @@ void int8_value_tile(const Call& call, Scratch& w, const State& st, Index rows, 
     }
   }
 }
+
+/// Int8 keys and values multiplied as integers: the query tile and each sliver's weights rounded
+/// to int8 / uint8 with their scales, integer sums rescaled once a run; exp_nonpositive.
+template <>
+struct TileArithmetic<Int8Products> {
+  static constexpr bool short_exp = true;
+  static constexpr bool scores_may_overflow = false;  // (integer sums times float scales: a float's range)
+
+  template <class Scalar>
+  struct Scratch {
+    // The query tile in int8, its rows' scales and sums; a sliver's integer sums over a panel (a
+    // block's, and the tile's); its weights in uint8, their scales, and one row of them as floats
+    // on the way; where the values are the keys', a key tile's values as value panels.
+    std::vector<std::int8_t> q8;
+    std::vector<float> q_scale, p_scale, weights;
+    std::vector<std::int32_t> q_sum, sums;
+    std::vector<std::uint8_t> p8;
+    std::vector<std::int8_t> v8;
+    void allocate(const FusedCall<Scalar>& call, Index rows) {
+      constexpr const char* where = "attend";
+      constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
+      detail::allocate(q8, checked_size<Scalar>(where, "a query tile", rows, call.kv.d_head()), std::int8_t(0), where, "a query tile");
+      detail::allocate(q_scale, rows, 0.0f, where, "a query tile"), detail::allocate(q_sum, rows, std::int32_t(0), where, "a query tile");
+      detail::allocate(sums, 2 * R * W, std::int32_t(0), where, "a score tile"), detail::allocate(p_scale, R, 0.0f, where, "a score tile");
+      detail::allocate(weights, call.tk, 0.0f, where, "a score tile");
+      detail::allocate(p8, checked_size<Scalar>(where, "a score tile", R, call.tk + int8_quad), std::uint8_t(0), where, "a score tile");
+      if (call.kv.values_are_keys())
+        detail::allocate(v8, checked_size<Scalar>(where, "a value tile", call.tk, call.dv_padded()), std::int8_t(0), where, "a value tile");
+    }
+  };
+
+  template <class Scalar, class Scratch>
+  static void load_query(const FusedCall<Scalar>& call, Scratch& w, Index rows) {
+    quantize_query_tile(w, rows, call.kv.d_head());
+  }
+  template <class Scalar, class Scratch>
+  static void score_tile(const FusedCall<Scalar>& call, Scratch& w, Index rows, Index j0, Index, Index g) {
+    int8_score_tile(call, w, rows, j0, g);
+  }
+  template <class Scalar, class Scratch, class State>
+  static void value_tile(const FusedCall<Scalar>& call, Scratch& w, const State& st, Index rows, Index j0, Index cols, Index g) {
+    int8_value_tile(call, w, st, rows, j0, cols, g);
+  }
+};
 
 }  // namespace headwise::detail

@@ -395,9 +395,6 @@ PackedKeysValues<Scalar>::PackedKeysValues(Index capacity, Index n_kv_heads, Ind
 #define HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(PREFIX, S) \
   PREFIX template class PackedKeysValues<S>;                  \
   PREFIX template void PackedKeysValues<S>::append<detail::AnyStorage>(const Eigen::Ref<const Matrix<S>>&, const Eigen::Ref<const Matrix<S>>&, int);
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(extern, float)
-HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS)
 
 }  // namespace headwise

@@ -595,9 +595,6 @@ Matrix<Scalar> DecoderModel<Scalar>::embed(const std::vector<Index>& ids, Index 
 /// The compiled mode's instantiations of the whole model (detail/compiled.hpp).
 #define HEADWISE_DECODER_MODEL_INSTANTIATIONS(PREFIX, S) \
   PREFIX template class DecoderModel<S>;
-#if HEADWISE_EXTERN_TEMPLATES
-HEADWISE_DECODER_MODEL_INSTANTIATIONS(extern, float)
-HEADWISE_DECODER_MODEL_INSTANTIATIONS(extern, double)
-#endif
+HEADWISE_EXTERN_INSTANTIATIONS(HEADWISE_DECODER_MODEL_INSTANTIATIONS)
 
 }  // namespace headwise::model
