@@ -23,10 +23,11 @@ void f16_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index co
   using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
   constexpr Index W = TileShape<Scalar>::lanes;
   const Index d = call.kv.d_head(), stride = call.kv.key_panel_stride();
-  panel_score_tile(call, w, rows, j0, cols, g,
-                   [&](auto panels, Index nr, Index r0, const std::uint16_t* panel, const PanelPrefetch& prefetch, Scalar* s) {
-                     f16_score_products<W, decltype(panels)::value>(nr, d, w.q16.data() + r0 * d, d, panel, stride, prefetch, s, call.tk);
-                   });
+  panel_score_tile<std::uint16_t>(
+      call, w, rows, j0, cols, g, [&](auto panels, Index nr, Index r0, Index c0, const std::uint16_t* panel, const PanelPrefetch& prefetch) {
+        f16_score_products<W, decltype(panels)::value>(nr, d, w.q16.data() + r0 * d, d, panel, stride, prefetch,
+                                                       w.s.data() + r0 * call.tk + c0, call.tk);
+      });
 }
 
 /// acc += P V[j0 : j0 + cols] by F16 chains for the tile's rows, over the keys each sliver sees
@@ -43,7 +44,7 @@ void f16_value_tile(const Call& call, Scratch& w, const State& st, Index rows, I
       round_to_f16(w.s.data() + (r0 + r) * call.tk + span.begin, span.size(), w.p16.data() + r * call.tk + span.begin);
     return span;
   };
-  panel_value_tile(call, w, rows, j0, g, keys,
+  panel_value_tile<std::uint16_t>(call, w, rows, j0, g, keys,
                    [&](auto panels, Index nr, Index r0, KeyRange run, KeyRange covered, const std::uint16_t* values,
                        const PanelPrefetch& prefetch, Index c0) {
                      const F16Run chains{run.size(), run.begin % f16_chain, run.begin != covered.begin && run.begin % f16_chain != 0,

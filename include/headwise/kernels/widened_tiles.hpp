@@ -1,7 +1,8 @@
 // The widened arithmetic of the fused kernel (the primary TileArithmetic): keys and values read in
 // the type they are stored in (Scalar; for float also BF16, F16, or int8 with a scale per token)
 // and widened to Scalar as the products load them, every product and sum in Scalar. The score
-// and value tiles are the micro-kernel's (detail/tile_product.hpp) over the packed panels.
+// and value tiles are the micro-kernel's products (detail/tile_product.hpp) in the panel loops
+// (kernels/panel_tiles.hpp).
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/kernels/decoding_prefetch.hpp"
 #include "headwise/kernels/fused_call.hpp"
+#include "headwise/kernels/panel_tiles.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::detail {
@@ -30,43 +32,23 @@ inline void scale_columns(Scalar* s, Index nr, Index ld, const float* scales) {
   }
 }
 
-/// S = Qs K[j0 : j0 + cols]ᵀ for the tile's rows, sliver by sliver of R rows, each only over the
-/// key panels its rows see (w.spans): the part of a diagonal tile above the diagonal (or
-/// before a window) is never computed. Row r of S at w.s + r tk. Each panel's product is its own
-/// (a panel never crosses a block).
+/// S = Qs K[j0 : j0 + cols]ᵀ for the tile's rows over the key panels each sliver sees
+/// (panel_score_tile), by the micro-kernel; int8 keys' scales applied to their columns after.
 template <class Stored, class Scalar, class Scratch>
 void widened_score_tile(const FusedCall<Scalar>& call, Scratch& w, Index rows, Index j0, Index cols, Index g) {
-  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const Index d_head = call.kv.d_head();
-  if (rows <= pair_rows<Scalar>) {  // one short sliver (a decoding step): two panels at a time where both are seen, in one block
-    const KeyRange span = w.spans[0];
-    const Index first = span.begin / W * W, products = (span.end - first + 2 * W - 1) / (2 * W);
-    for (Index c0 = first, step; c0 < span.end; c0 += step) {
-      const bool pair = c0 + W < span.end && j0 + c0 + W < call.kv.block_end(j0 + c0);
-      const Stored* panel = call.kv.template key_panel<Stored>(g, j0 + c0);
-      Scalar* s = w.s.data() + c0;
-      const char* next_phase =  // (the values: this tile's, read next)
-          score_phase_prefetch<Stored>(call, g, {j0 + first, j0 + span.end}, (c0 - first) / (2 * W), products).next_phase;
-      if (pair) micro_kernel_pair<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, call.kv.key_panel_stride(), s, call.tk, next_phase);
-      else micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(rows, d_head, w.q.data(), 0, panel, W, s, call.tk);
-      step = pair ? 2 * W : W;
-      if constexpr (std::is_same_v<Stored, std::int8_t>)
-        for (Index p = 0; p < step; p += W) scale_columns(s + p, rows, call.tk, call.kv.key_scales(g, j0 + c0 + p));
-    }
-    return;
-  }
-  // Panel by panel (a panel of keys stays in L1 while every sliver that sees it is multiplied).
-  for (Index c0 = 0; c0 < cols; c0 += W)
-    for (Index r0 = 0; r0 < rows; r0 += R) {
-      const Index nr = std::min(R, rows - r0);
-      const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
-      if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
-      micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, d_head, w.q.data() + r0 * d_head, 0,
-                                                                        call.kv.template key_panel<Stored>(g, j0 + c0), W,
-                                                                        w.s.data() + r0 * call.tk + c0, call.tk);
-      if constexpr (std::is_same_v<Stored, std::int8_t>)
-        scale_columns(w.s.data() + r0 * call.tk + c0, nr, call.tk, call.kv.key_scales(g, j0 + c0));
-    }
+  constexpr Index W = TileShape<Scalar>::lanes;
+  const Index d = call.kv.d_head(), stride = call.kv.key_panel_stride();
+  panel_score_tile<Stored>(
+      call, w, rows, j0, cols, g, [&](auto panels, Index nr, Index r0, Index c0, const Stored* panel, const PanelPrefetch& prefetch) {
+        constexpr Index n = decltype(panels)::value;
+        const Scalar* q = w.q.data() + r0 * d;
+        Scalar* s = w.s.data() + r0 * call.tk + c0;
+        if constexpr (n == 2)
+          micro_kernel_pair<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, d, q, 0, panel, W, stride, s, call.tk, prefetch.next_phase);
+        else micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, d, q, 0, panel, W, s, call.tk);
+        if constexpr (std::is_same_v<Stored, std::int8_t>)
+          for (Index p = 0; p < n * W; p += W) scale_columns(s + p, nr, call.tk, call.kv.key_scales(g, j0 + c0 + p));
+      });
 }
 
 /// Where the values are the keys' first d_v components: the values of keys [j0, j0 + cols) of
@@ -94,42 +76,41 @@ void values_from_keys(const FusedCall<Scalar>& call, Scratch& w, Index j0, Index
   }
 }
 
-/// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver, each over the keys its rows
-/// see (w.spans), P read in place from w.s (rows of tk), V from its packed panels (or, where the
-/// values are the keys', from w.v). A sliver's keys that lie in two blocks are two runs of one
-/// product, the second continuing the first's chains: the bits of one run.
+/// acc += P V[j0 : j0 + cols] for the tile's rows over the keys each sliver sees
+/// (panel_value_tile), by the micro-kernel, P read in place from w.s (rows of tk); int8 values'
+/// scales folded into their columns of P first, block by block. Where the values are the keys',
+/// they come from the key panels score_tile has just read (values_from_keys).
 template <class Stored, class Scalar, class Scratch>
 void widened_value_tile(const FusedCall<Scalar>& call, Scratch& w, const RowState<Scalar>& st, Index rows, Index j0,
-                Index cols, Index g) {
-  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const bool own = !call.kv.values_are_keys();
-  if constexpr (std::is_same_v<Stored, Scalar>)  // (values inside the keys are stored as computed)
-    if (!own) values_from_keys(call, w, j0, cols, g);
-  const Index dv_padded = call.dv_padded(), stride = own ? call.kv.value_panel_stride() : call.tk * W;
-  for (Index r0 = 0; r0 < rows; r0 += R) {
-    const Index nr = std::min(R, rows - r0);
-    const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
-    for (Index a = span.begin, b; a < span.end; a = b) {  // run by run of keys in one block
-      b = own ? std::min(span.end, call.kv.block_end(j0 + a) - j0) : span.end;
-      const Stored* values = own ? call.kv.template value_row<Stored>(g, j0 + a) : reinterpret_cast<const Stored*>(w.v.data() + a * W);
-      Scalar* p = w.s.data() + r0 * call.tk + a;
-      if constexpr (std::is_same_v<Stored, std::int8_t>) {  // int8 values: each key's scale folded into its column of P
+                        Index cols, Index g) {
+  constexpr Index W = TileShape<Scalar>::lanes;
+  const Stored* tile_values = nullptr;  // (values inside the keys are stored as computed)
+  if constexpr (std::is_same_v<Stored, Scalar>)
+    if (call.kv.values_are_keys()) values_from_keys(call, w, j0, cols, g), tile_values = w.v.data();
+  const Index dv_padded = call.dv_padded(), stride = tile_values ? call.tk * W : call.kv.value_panel_stride();
+  const auto keys = [&](Index r0, Index nr, KeyRange span) {
+    if constexpr (std::is_same_v<Stored, std::int8_t>)
+      for (Index a = span.begin, b; a < span.end; a = b) {
+        b = std::min(span.end, call.kv.block_end(j0 + a) - j0);
         const float* scale = call.kv.value_scales(g, j0 + a);
-        for (Index r = 0; r < nr; ++r)
-          for (Index j = 0; j < b - a; ++j) p[r * call.tk + j] *= static_cast<Scalar>(scale[j]);
+        for (Index r = r0; r < r0 + nr; ++r) {
+          Scalar* p = w.s.data() + r * call.tk;
+          for (Index j = a; j < b; ++j) p[j] *= static_cast<Scalar>(scale[j - a]);
+        }
       }
-      const bool decoding = own && rows <= pair_rows<Scalar> && a == span.begin;  // (the next tile's keys, read next)
-      Index c0 = 0;
-      if (nr <= pair_rows<Scalar>)  // a decoding step: two value panels at a time
-        for (; c0 + W < dv_padded; c0 += 2 * W)
-          micro_kernel_pair<Scalar, ALayout::rows, /*Accumulate=*/true>(
-              nr, b - a, p, call.tk, values + c0 / W * stride, W, stride, st.acc + r0 * dv_padded + c0, dv_padded,
-              decoding ? value_phase_prefetch<Stored>(call, g, j0, c0 / (2 * W), (dv_padded / W + 1) / 2).next_phase : nullptr);
-      for (; c0 < dv_padded; c0 += W)
-        micro_kernel_rows<Scalar, ALayout::rows>(nr, b - a, p, call.tk, values + c0 / W * stride, W, st.acc + r0 * dv_padded + c0,
-                                                 dv_padded);
-    }
-  }
+    return span;
+  };
+  panel_value_tile<Stored>(
+      call, w, rows, j0, g, keys,
+      [&](auto panels, Index nr, Index r0, KeyRange run, KeyRange, const Stored* values, const PanelPrefetch& prefetch, Index c0) {
+        const Scalar* p = w.s.data() + r0 * call.tk + run.begin;
+        Scalar* acc = st.acc + r0 * dv_padded + c0;
+        if constexpr (decltype(panels)::value == 2)
+          micro_kernel_pair<Scalar, ALayout::rows, /*Accumulate=*/true>(nr, run.size(), p, call.tk, values, W, stride, acc, dv_padded,
+                                                                        prefetch.next_phase);
+        else micro_kernel_rows<Scalar, ALayout::rows>(nr, run.size(), p, call.tk, values, W, acc, dv_padded);
+      },
+      tile_values);
 }
 
 /// The widened arithmetic: the scaled query tile packed for the micro-kernel, keys and values
