@@ -68,6 +68,24 @@ void check_differentiable(const MultiHeadAttention<Scalar>& layer, const Attenti
   if (options.first_key_position != 0 || options.first_query_position)
     invalid(where, "the backward runs the layer from position 0: first_key_position and first_query_position must be unset");
 }
+
+/// Throws unless dy is (n, d_model), like the layer's output, and finite (one NaN would reach every
+/// token's dx, across the mask).
+template <class Scalar>
+void check_output_gradient(const MultiHeadAttention<Scalar>& layer, const Matrix<Scalar>& dy, Index n, const char* where) {
+  if (dy.rows() != n || dy.cols() != layer.d_model())
+    invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", n, "x", layer.d_model(), " (like the output)");
+  require_finite(where, "dy", dy);
+}
+
+/// dX and the query, key and value parts of the fused projection's gradients, into grads.
+template <class Scalar>
+void take_projection_gradients(MultiHeadGradients<Scalar>& grads, LinearGradients<Scalar>&& projection, const QkvLayout& l) {
+  grads.dx = std::move(projection.dx);
+  grads.dw_q = l.part(projection.dw, QkvPart::query), grads.db_q = l.part(projection.db, QkvPart::query);
+  grads.dw_k = l.part(projection.dw, QkvPart::key), grads.db_k = l.part(projection.db, QkvPart::key);
+  grads.dw_v = l.part(projection.dw, QkvPart::value), grads.db_v = l.part(projection.db, QkvPart::value);
+}
 }  // namespace detail
 
 /// The layer's forward, step by step, then its backward from dy (n, d_model) = ∂L/∂Y at x
@@ -78,9 +96,7 @@ MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar
   constexpr const char* where = "backward_step_by_step";
   detail::check_differentiable(layer, options, where);
   const Index H = layer.n_heads(), d = layer.d_head(), n = x.rows();
-  if (dy.rows() != n || dy.cols() != layer.d_model())
-    detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", n, "x", layer.d_model(), " (like the output)");
-  detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask
+  detail::check_output_gradient(layer, dy, n, where);
   const AttentionOptions all = layer.options_for(options);
   const double divisor = resolve_divisor<Scalar>(all, d, where);
   const QkvLayout l = layer.layout();
@@ -129,11 +145,7 @@ MultiHeadGradients<Scalar> backward_step_by_step(const MultiHeadAttention<Scalar
     grads.heads.push_back(std::move(hg));
   }
   if (layer.rope()) layer.rope()->template rotate_gradient<Scalar>(l.queries_and_keys(d_qkv), 0);
-  LinearGradients<Scalar> from_projection = projection.backward(x, d_qkv);
-  grads.dx = std::move(from_projection.dx);
-  grads.dw_q = l.part(from_projection.dw, Q), grads.db_q = l.part(from_projection.db, Q);
-  grads.dw_k = l.part(from_projection.dw, K), grads.db_k = l.part(from_projection.db, K);
-  grads.dw_v = l.part(from_projection.dw, V), grads.db_v = l.part(from_projection.db, V);
+  detail::take_projection_gradients(grads, projection.backward(x, d_qkv), l);
   return grads;
 }
 
@@ -252,9 +264,7 @@ MultiHeadGradients<Scalar> layer_backward(const MultiHeadAttention<Scalar>& laye
                                           const ForwardRecord<Scalar>* record = nullptr) {
   constexpr const char* where = "layer_backward";
   detail::check_differentiable(layer, options, where, true);
-  if (dy.rows() != x.rows() || dy.cols() != layer.d_model())
-    detail::invalid(where, "dy is ", dy.rows(), "x", dy.cols(), ", expected ", x.rows(), "x", layer.d_model(), " (like the output)");
-  detail::require_finite(where, "dy", dy);  // one NaN would reach every token's dx, across the mask
+  detail::check_output_gradient(layer, dy, x.rows(), where);
   ForwardRecord<Scalar> recomputed;
   if (!record) forward_for_backward(layer, x, recomputed, options), record = &recomputed;
   const int threads = detail::thread_count(options.threads, where);

@@ -77,6 +77,19 @@ Matrix<Scalar> receiver_z(const MultiHeadAttention<Scalar>& layer, const model::
   return attend<Scalar>(q, k, v, call).z;
 }
 
+/// Throws unless the model's layers are all attention layers whose heads' outputs are not gated
+/// (the receiver is recomputed from its Z), and the two runs have the same length (> 0).
+template <class Scalar>
+void check_path_patching(const model::DecoderModel<Scalar>& model, const std::vector<Index>& ids, const std::vector<Index>& source,
+                         const char* where) {
+  model.check_attention_layers(where);
+  if (ids.size() != source.size() || ids.empty())
+    invalid(where, "the runs have ", ids.size(), " and ", source.size(), " tokens: two runs of the same length (> 0)");
+  for (std::size_t l = 0; l < model.blocks.size(); ++l)
+    if (model.blocks[l].attention.gated())
+      invalid(where, "layer ", l, " gates its heads' outputs, which the path's receiver does not recompute");
+}
+
 }  // namespace headwise::detail
 
 namespace headwise::interpret {
@@ -88,15 +101,10 @@ template <class Scalar>
 PatchingTable path_patching(const model::DecoderModel<Scalar>& model, const std::vector<Index>& ids, const std::vector<Index>& source,
                             const model::Metric<Scalar>& metric, const PathPatchingOptions& options = {}) {
   constexpr const char* where = "path_patching";
-  model.check_attention_layers(where);
-  if (ids.size() != source.size() || ids.empty())
-    headwise::detail::invalid(where, "the runs have ", ids.size(), " and ", source.size(), " tokens: two runs of the same length (> 0)");
+  detail::check_path_patching(model, ids, source, where);
   const Index L = model.n_layers(), H = L ? model.blocks.front().attention.n_heads() : 0;
   const Index R = options.receiver == Receiver::query || options.per_query_head ? H : L ? model.blocks.front().attention.n_kv_heads() : 0;
   const auto at = [](Index l, const char* hook) { return "blocks." + std::to_string(l) + "." + hook; };
-  for (Index l = 0; l < L; ++l)
-    if (model.blocks[std::size_t(l)].attention.gated())
-      headwise::detail::invalid(where, "layer ", l, " gates its heads' outputs, which the path's receiver does not recompute");
   model::RunOptions<Scalar> o;
   o.threads = options.threads;
   for (Index l = 0; l < L; ++l)

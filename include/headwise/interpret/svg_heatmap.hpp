@@ -70,18 +70,13 @@ inline std::string heatmap_cell_fill(double w, const Shading& shading, double li
   return fill.str();
 }
 
-/// A heatmap of weights (rows, cols), with a label per row (query) and column (key), shaded as
-/// `shading` says (default: weights in [0, 1]). Masked entries (exact 0 above the diagonal) show
-/// white. Values printed with 2 decimals (3 significant digits on the diverging scale). A value
-/// that is not finite is refused, naming its cell.
+/// The |value| a heatmap's shading reaches full colour at (Shading::limit, or the largest |value|),
+/// after checking the labels' counts against the weights and every value and the limit finite.
 template <class Scalar>
-std::string svg_heatmap(const Matrix<Scalar>& weights, const std::vector<std::string>& row_labels,
-                        const std::vector<std::string>& col_labels, const std::string& title, int cell = 34,
-                        const Shading& shading = {}) {
-  if (static_cast<Index>(row_labels.size()) != weights.rows() || static_cast<Index>(col_labels.size()) != weights.cols())
-    detail::invalid("svg_heatmap", "labels for ", row_labels.size(), " rows and ", col_labels.size(),
-                    " columns, the weights are ", weights.rows(), "x", weights.cols());
-  if (cell <= 0) detail::invalid("svg_heatmap", "cell size must be > 0, got ", cell);
+double heatmap_limit(const Matrix<Scalar>& weights, std::size_t row_labels, std::size_t col_labels, const Shading& shading) {
+  if (static_cast<Index>(row_labels) != weights.rows() || static_cast<Index>(col_labels) != weights.cols())
+    detail::invalid("svg_heatmap", "labels for ", row_labels, " rows and ", col_labels, " columns, the weights are ", weights.rows(), "x",
+                    weights.cols());
   if (!(shading.limit >= 0.0 && std::isfinite(shading.limit)))
     detail::invalid("svg_heatmap", "the shading's limit is ", shading.limit, " (0: the largest |value|, or a positive bound)");
   double largest = 0;
@@ -91,8 +86,20 @@ std::string svg_heatmap(const Matrix<Scalar>& weights, const std::vector<std::st
       if (!std::isfinite(w)) detail::invalid("svg_heatmap", "the value at row ", i, ", column ", j, " is ", w, " (not finite)");
       largest = std::max(largest, std::abs(w));
     }
+  return shading.limit > 0 ? shading.limit : largest;
+}
+
+/// A heatmap of weights (rows, cols), with a label per row (query) and column (key), shaded as
+/// `shading` says (default: weights in [0, 1]). Masked entries (exact 0 above the diagonal) show
+/// white. Values printed with 2 decimals (3 significant digits on the diverging scale). A value
+/// that is not finite is refused, naming its cell.
+template <class Scalar>
+std::string svg_heatmap(const Matrix<Scalar>& weights, const std::vector<std::string>& row_labels,
+                        const std::vector<std::string>& col_labels, const std::string& title, int cell = 34,
+                        const Shading& shading = {}) {
+  if (cell <= 0) detail::invalid("svg_heatmap", "cell size must be > 0, got ", cell);
   const bool diverging = shading.scale == Shading::Scale::diverging;
-  const double limit = shading.limit > 0 ? shading.limit : largest;
+  const double limit = heatmap_limit(weights, row_labels.size(), col_labels.size(), shading);
   const int left = 90, top = 110, pad = 10;
   const int width = left + cell * int(weights.cols()) + pad, height = top + cell * int(weights.rows()) + pad;
   std::ostringstream svg;

@@ -412,6 +412,10 @@ class SafetensorsFile {
 
   void parse();
 
+  /// Throws unless the tensors' byte ranges tile the data section of `data_size` bytes: each starts
+  /// where the previous one ended and holds its shape times its dtype's size.
+  void check_tiling(std::uint64_t data_size) const;
+
   void read_metadata(const nlohmann::json& value);
 
   std::uint64_t read_unsigned(const std::string& tensor, const char* field, const nlohmann::json& v) const;
@@ -489,7 +493,6 @@ HEADWISE_IO_INLINE void SafetensorsFile::parse() {
   if (header.is_discarded()) fail("header is not valid JSON");
   if (!header.is_object()) fail("header is JSON but not an object");
 
-  std::vector<const TensorInfo*> by_offset;
   for (const auto& item : header.items()) {
     if (item.key() == "__metadata__") {
       read_metadata(item.value());
@@ -498,6 +501,11 @@ HEADWISE_IO_INLINE void SafetensorsFile::parse() {
     TensorInfo t = read_entry(item.key(), item.value());
     tensors_.emplace(t.name, std::move(t));
   }
+  check_tiling(data_size);
+}
+
+HEADWISE_IO_INLINE void SafetensorsFile::check_tiling(std::uint64_t data_size) const {
+  std::vector<const TensorInfo*> by_offset;
   for (const auto& entry : tensors_) by_offset.push_back(&entry.second);
   std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -28,15 +29,34 @@ class Decoder {
   std::string apply(std::vector<std::string> tokens) const;
 
  private:
-  enum class Kind { byte_level, replace, byte_fallback, fuse, strip, metaspace };
-  struct Step {
-    Kind kind = Kind::byte_level;
-    std::string pattern, content;   // Replace's (a string pattern); Strip's and Metaspace's character
-    std::size_t start = 0, stop = 0;  // Strip's counts
-    bool prepend = true;            // Metaspace: a prepend_scheme other than never
+  // The steps, one type each (as Hugging Face's decoders are): each maps the token strings to new ones.
+  struct ByteLevel {  // GPT-2's byte characters back to bytes, one string
+    std::vector<std::string> operator()(std::vector<std::string> tokens) const;
   };
+  struct Replace {  // a string pattern replaced by content, in each token
+    std::string pattern, content;
+    std::vector<std::string> operator()(std::vector<std::string> tokens) const;
+  };
+  struct ByteFallback {  // runs of <0xXX> tokens back to bytes (U+FFFD each if they are not UTF-8)
+    std::vector<std::string> operator()(std::vector<std::string> tokens) const;
+  };
+  struct Fuse {  // one string
+    std::vector<std::string> operator()(std::vector<std::string> tokens) const;
+  };
+  struct Strip {  // up to start copies of one character off each token's front, stop off its end
+    std::string content;
+    std::size_t start = 0, stop = 0;
+    std::vector<std::string> operator()(std::vector<std::string> tokens) const;
+  };
+  struct Metaspace {  // the replacement character back to a space (dropped at the start with prepend)
+    std::string replacement;
+    bool prepend = true;  // a prepend_scheme other than never
+    std::vector<std::string> operator()(std::vector<std::string> tokens) const;
+  };
+  using Step = std::variant<ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace>;
+
   void add(const nlohmann::json& step, const std::string& where);
-  static std::vector<std::string> apply_step(const Step& step, std::vector<std::string> tokens);
+  static Strip strip_of(const nlohmann::json& step, const std::string& where);
   std::vector<Step> steps_;
 };
 
@@ -87,39 +107,42 @@ HEADWISE_TEXT_INLINE Decoder Decoder::from_json(const nlohmann::json& decoder, c
 
 HEADWISE_TEXT_INLINE void Decoder::add(const nlohmann::json& step, const std::string& where) {
   const std::string type = detail::type_of(step);
-  Step s;
   if (type == "Sequence") {
     if (!step.contains("decoders") || !step.at("decoders").is_array()) throw detail::tokenizer_error(where, "a Sequence decoder without a \"decoders\" list");
     for (const auto& d : step.at("decoders")) add(d, where);
-    return;
   } else if (type == "ByteLevel") {
+    steps_.push_back(ByteLevel{});
   } else if (type == "Replace") {
     const nlohmann::json& p = step.contains("pattern") ? step.at("pattern") : step;
     if (!p.is_object() || !p.contains("String") || !p.at("String").is_string() || p.at("String").get<std::string>().empty())
       throw detail::tokenizer_error(where, "decoder " + step.dump().substr(0, 120) + ": only a Replace of a {\"String\"} pattern is applied");
-    s.kind = Kind::replace, s.pattern = p.at("String").get<std::string>(), s.content = detail::string_field(step, "content", where);
+    steps_.push_back(Replace{p.at("String").get<std::string>(), detail::string_field(step, "content", where)});
   } else if (type == "ByteFallback") {
-    s.kind = Kind::byte_fallback;
+    steps_.push_back(ByteFallback{});
   } else if (type == "Fuse") {
-    s.kind = Kind::fuse;
+    steps_.push_back(Fuse{});
   } else if (type == "Strip") {
-    s.kind = Kind::strip, s.content = detail::string_field(step, "content", where);
-    if (first_invalid_utf8(s.content) != std::string::npos || s.content.empty() || code_point_at(s.content, 0).length != s.content.size())
-      throw detail::tokenizer_error(where, "the Strip decoder's content is not one character");
-    const auto count = [&](const char* key) {
-      if (!step.contains(key) || !step.at(key).is_number_unsigned()) throw detail::tokenizer_error(where, std::string("the Strip decoder has no count \"") + key + "\"");
-      return static_cast<std::size_t>(step.at(key).get<std::uint64_t>());
-    };
-    s.start = count("start"), s.stop = count("stop");
+    steps_.push_back(strip_of(step, where));
   } else if (type == "Metaspace") {
-    s.kind = Kind::metaspace, s.content = detail::string_field(step, "replacement", where);
+    const std::string replacement = detail::string_field(step, "replacement", where);
     const bool add_prefix_space = detail::flag_field(step, "add_prefix_space", true, where);
-    s.prepend = detail::string_field(step, "prepend_scheme", where, add_prefix_space ? "always" : "never") != "never";
+    steps_.push_back(Metaspace{replacement, detail::string_field(step, "prepend_scheme", where, add_prefix_space ? "always" : "never") != "never"});
   } else {
     throw detail::tokenizer_error(where, "decoder " + step.dump().substr(0, 120) +
                          " is not one headwise applies (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence)");
   }
-  steps_.push_back(std::move(s));
+}
+
+HEADWISE_TEXT_INLINE Decoder::Strip Decoder::strip_of(const nlohmann::json& step, const std::string& where) {
+  Strip s{detail::string_field(step, "content", where)};
+  if (first_invalid_utf8(s.content) != std::string::npos || s.content.empty() || code_point_at(s.content, 0).length != s.content.size())
+    throw detail::tokenizer_error(where, "the Strip decoder's content is not one character");
+  const auto count = [&](const char* key) {
+    if (!step.contains(key) || !step.at(key).is_number_unsigned()) throw detail::tokenizer_error(where, std::string("the Strip decoder has no count \"") + key + "\"");
+    return static_cast<std::size_t>(step.at(key).get<std::uint64_t>());
+  };
+  s.start = count("start"), s.stop = count("stop");
+  return s;
 }
 
 HEADWISE_TEXT_INLINE std::string Decoder::apply(std::vector<std::string> tokens) const {
@@ -128,80 +151,82 @@ HEADWISE_TEXT_INLINE std::string Decoder::apply(std::vector<std::string> tokens)
     for (std::size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
     return out;
   }
-  for (const Step& s : steps_) tokens = apply_step(s, std::move(tokens));
+  for (const Step& s : steps_) tokens = std::visit([&](const auto& step) { return step(std::move(tokens)); }, s);
   std::string out;
   for (const std::string& t : tokens) out += t;
   return out;
 }
 
-HEADWISE_TEXT_INLINE std::vector<std::string> Decoder::apply_step(const Step& step, std::vector<std::string> tokens) {
-  std::vector<std::string> out;
-  switch (step.kind) {
-    case Kind::byte_level: {  // one string: each token's byte characters as bytes (a token with another character: its own bytes)
-      static const auto byte_of = [] {
-        std::unordered_map<std::string, unsigned char> m;
-        for (int b = 0; b < 256; ++b) m[byte_characters()[static_cast<std::size_t>(b)]] = static_cast<unsigned char>(b);
-        return m;
-      }();
-      std::string bytes;
-      for (const std::string& t : tokens) {
-        std::string mine;
-        bool all = true;
-        for (std::size_t c = 0; c < t.size() && all;) {
-          const std::size_t n = utf8_length(static_cast<unsigned char>(t[c]));
-          const auto b = byte_of.find(t.substr(c, n));
-          all = b != byte_of.end();
-          if (all) mine += char(b->second);
-          c += n;
-        }
-        bytes += all ? mine : t;
-      }
-      return {detail::lossy_utf8(bytes)};
+/// (a token with a character that is not a byte character stays as it is)
+HEADWISE_TEXT_INLINE std::vector<std::string> Decoder::ByteLevel::operator()(std::vector<std::string> tokens) const {
+  static const auto byte_of = [] {
+    std::unordered_map<std::string, unsigned char> m;
+    for (int b = 0; b < 256; ++b) m[byte_characters()[static_cast<std::size_t>(b)]] = static_cast<unsigned char>(b);
+    return m;
+  }();
+  std::string bytes;
+  for (const std::string& t : tokens) {
+    std::string mine;
+    bool all = true;
+    for (std::size_t c = 0; c < t.size() && all;) {
+      const std::size_t n = utf8_length(static_cast<unsigned char>(t[c]));
+      const auto b = byte_of.find(t.substr(c, n));
+      all = b != byte_of.end();
+      if (all) mine += char(b->second);
+      c += n;
     }
-    case Kind::replace:
-      for (std::string& t : tokens) t = detail::replace_literal(t, step.pattern, step.content);
-      return tokens;
-    case Kind::byte_fallback: {
-      std::string bytes;
-      std::size_t count = 0;
-      const auto flush = [&] {
-        if (count == 0) return;
-        if (first_invalid_utf8(bytes) == std::string::npos) out.push_back(bytes);
-        else for (std::size_t k = 0; k < count; ++k) out.emplace_back("\xEF\xBF\xBD");
-        bytes.clear(), count = 0;
-      };
-      for (std::string& t : tokens) {
-        const auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); };
-        if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hex(t[3]) && hex(t[4])) {
-          bytes += char(std::stoi(t.substr(3, 2), nullptr, 16)), ++count;
-        } else {
-          flush(), out.push_back(std::move(t));
-        }
-      }
-      flush();
-      return out;
-    }
-    case Kind::fuse: {
-      std::string all;
-      for (const std::string& t : tokens) all += t;
-      return {all};
-    }
-    case Kind::strip:
-      for (std::string& t : tokens) {
-        std::size_t begin = 0, end = t.size();
-        for (std::size_t k = 0; k < step.start && t.compare(begin, step.content.size(), step.content) == 0 && begin < end; ++k) begin += step.content.size();
-        for (std::size_t k = 0; k < step.stop && end >= begin + step.content.size() && t.compare(end - step.content.size(), step.content.size(), step.content) == 0; ++k)
-          end -= step.content.size();
-        t = t.substr(begin, end - begin);
-      }
-      return tokens;
-    case Kind::metaspace:
-      for (std::size_t i = 0; i < tokens.size(); ++i) {
-        // (the first token's replacement characters are dropped, as Hugging Face drops them, not only the first)
-        out.push_back(detail::replace_literal(tokens[i], step.content, i == 0 && step.prepend ? "" : " "));
-      }
-      return out;
+    bytes += all ? mine : t;
   }
+  return {detail::lossy_utf8(bytes)};
+}
+
+HEADWISE_TEXT_INLINE std::vector<std::string> Decoder::Replace::operator()(std::vector<std::string> tokens) const {
+  for (std::string& t : tokens) t = detail::replace_literal(t, pattern, content);
+  return tokens;
+}
+
+HEADWISE_TEXT_INLINE std::vector<std::string> Decoder::ByteFallback::operator()(std::vector<std::string> tokens) const {
+  std::vector<std::string> out;
+  std::string bytes;
+  std::size_t count = 0;
+  const auto flush = [&] {
+    if (count == 0) return;
+    if (first_invalid_utf8(bytes) == std::string::npos) out.push_back(bytes);
+    else for (std::size_t k = 0; k < count; ++k) out.emplace_back("\xEF\xBF\xBD");
+    bytes.clear(), count = 0;
+  };
+  for (std::string& t : tokens) {
+    const auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); };
+    if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hex(t[3]) && hex(t[4])) {
+      bytes += char(std::stoi(t.substr(3, 2), nullptr, 16)), ++count;
+    } else {
+      flush(), out.push_back(std::move(t));
+    }
+  }
+  flush();
+  return out;
+}
+
+HEADWISE_TEXT_INLINE std::vector<std::string> Decoder::Fuse::operator()(std::vector<std::string> tokens) const {
+  std::string all;
+  for (const std::string& t : tokens) all += t;
+  return {all};
+}
+
+HEADWISE_TEXT_INLINE std::vector<std::string> Decoder::Strip::operator()(std::vector<std::string> tokens) const {
+  for (std::string& t : tokens) {
+    std::size_t begin = 0, end = t.size();
+    for (std::size_t k = 0; k < start && t.compare(begin, content.size(), content) == 0 && begin < end; ++k) begin += content.size();
+    for (std::size_t k = 0; k < stop && end >= begin + content.size() && t.compare(end - content.size(), content.size(), content) == 0; ++k)
+      end -= content.size();
+    t = t.substr(begin, end - begin);
+  }
+  return tokens;
+}
+
+/// (the first token's replacement characters are dropped, as Hugging Face drops them, not only the first)
+HEADWISE_TEXT_INLINE std::vector<std::string> Decoder::Metaspace::operator()(std::vector<std::string> tokens) const {
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = detail::replace_literal(tokens[i], replacement, i == 0 && prepend ? "" : " ");
   return tokens;
 }
 

@@ -253,6 +253,164 @@ HEADWISE_TEXT_INLINE std::string pcre2_unicode_version() {
   return version;
 }
 
+/// The set an escape names: \s's code points, or the categories of \d or \p{..}; negated for \S,
+/// \D, \P{..} and \p{^..}; `property` for \p and \P.
+struct NamedSet {
+  CodeRanges ranges;
+  std::uint32_t set = 0;
+  bool negated = false, property = false;
+};
+
+/// spelled_for_pcre2's walk over a pattern: what it has written, and an open class's parts (its
+/// literal members, PCRE2's \p{..} of its escapes, their code points and those added since).
+struct Pcre2Spelling {
+  const std::string &pattern, &where, &pcre2_unicode;
+  std::string out = {}, class_body = {}, class_properties = {};
+  CodeRanges class_ranges = {}, class_added = {};
+  bool in_class = false, class_negated = false, caseless = false;
+  std::vector<bool> caseless_outside = {};  // (one per open group)
+
+  TokenizerError refused(const std::string& why) const { return tokenizer_error(where, "the regex " + pattern + " " + why); }
+
+  std::string spelled() {
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+      const char c = pattern[i];
+      if (c == '\\' && i + 1 < pattern.size()) i = escape(i + 1);
+      else if (in_class) i = class_character(i);
+      else if (c == '[') i = open_class(i);
+      else if (c == '(') i = open_group(i);
+      else {
+        if (c == ')' && !caseless_outside.empty()) caseless = caseless_outside.back(), caseless_outside.pop_back();
+        out += c;
+      }
+    }
+    if (in_class) out += "[" + std::string(class_negated ? "^" : "") + class_body;  // (unterminated: PCRE2 says so)
+    return out;
+  }
+
+  /// The \p{..} or \P{..} whose letter is at pattern[i]: its categories; i moved to its }.
+  NamedSet property(std::size_t& i) const {
+    const char e = pattern[i];
+    const std::size_t close = pattern.find('}', i);
+    if (i + 1 >= pattern.size() || pattern[i + 1] != '{')
+      throw refused(std::string("has \\") + e + " without braces, which Oniguruma (Hugging Face's regex engine) reads as the letter " + e + ": write \\" + e + "{...}");
+    if (close == std::string::npos) throw refused(std::string("has \\") + e + "{ without its closing }");
+    std::string name = pattern.substr(i + 2, close - i - 2);
+    NamedSet named{{}, 0, e == 'P', true};
+    if (!name.empty() && name.front() == '^') named.negated = !named.negated, name.erase(0, 1);
+    named.set = category_set(name);
+    if (named.set == 0)
+      throw refused("names the property " + pattern.substr(i - 1, close - i + 2) + ", which headwise does not spell: it knows the General_Category "
+                    "names of Unicode " + unicode_version + " (L, LC, Lu, Ll, Lt, Lm, Lo, M, Mn, Mc, Me, N, Nd, Nl, No, P, Pc, Pd, Ps, Pe, Pi, Pf, Po, S, "
+                    "Sm, Sc, Sk, So, Z, Zs, Zl, Zp, C, Cc, Cf, Cs, Co, Cn and their long names), no scripts or other properties");
+    i = close;
+    return named;
+  }
+
+  /// The escape whose letter is at pattern[i]; returns the index of its last character.
+  std::size_t escape(std::size_t i) {
+    std::string& sink = in_class ? class_body : out;
+    const char e = pattern[i];
+    NamedSet named;
+    if (e == 's' || e == 'S') named = {white_space_ranges(), 0, e == 'S', false};
+    else if (e == 'd' || e == 'D') named = {{}, category_bit(GeneralCategory::Nd), e == 'D', false};
+    else if (e == 'p' || e == 'P') named = property(i);
+    else if (e == 'Q') {  // \Q...\E: literal
+      const std::size_t end = pattern.find("\\E", i + 1);
+      const std::size_t stop = end == std::string::npos ? pattern.size() : end + 2;
+      sink += pattern.substr(i - 1, stop - (i - 1));
+      return stop - 1;
+    } else {
+      sink += '\\', sink += e;
+      if (e == 'c' && i + 1 < pattern.size()) sink += pattern[++i];  // (\cX: X is the escape's own)
+      return i;
+    }
+    write(named);
+    return i;
+  }
+
+  /// A named set where it stands: inside a class, PCRE2's \p{..} (with the code points added
+  /// since) or code points; outside, one character of it (one_character).
+  void write(const NamedSet& named) {
+    if (in_class && named.set != 0 && !named.negated && !caseless) {
+      const SpelledSet spelled = spelled_set(named.set, pcre2_unicode);
+      class_properties += spelled.properties;
+      class_ranges.insert(class_ranges.end(), spelled.ranges.begin(), spelled.ranges.end());
+      class_added.insert(class_added.end(), spelled.added.begin(), spelled.added.end());
+    } else if (in_class) {
+      const CodeRanges members = named.set != 0 ? category_ranges(named.set) : named.ranges;
+      const CodeRanges add = named.negated ? complement(merged(members)) : members;
+      class_ranges.insert(class_ranges.end(), add.begin(), add.end());
+    } else {
+      const SpelledSet spelled = named.set != 0 ? spelled_set(named.set, pcre2_unicode) : SpelledSet{"", named.ranges, {}};
+      const std::string one = one_character(spelled.properties + class_members(spelled.ranges), spelled.added, named.negated);
+      out += named.property && caseless ? "(?-i:" + one + ")" : one;
+    }
+  }
+
+  /// A character of an open class at pattern[i] (not an escape); returns the index of its last.
+  std::size_t class_character(std::size_t i) {
+    const char c = pattern[i];
+    if (c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {  // [:alpha:] (PCRE2's, under PCRE2_UCP)
+      if (const std::size_t close = pattern.find(":]", i + 2); close != std::string::npos) {
+        class_body += pattern.substr(i, close + 2 - i);
+        return close + 1;
+      }
+    }
+    if (c != ']') {
+      class_body += c;
+      return i;
+    }
+    // The class closes: its literal members, then its escapes' properties and code points.
+    in_class = false;
+    std::size_t backslashes = 0;  // (before a closing -: an odd number escape it)
+    while (class_body.size() >= backslashes + 2 && class_body[class_body.size() - 2 - backslashes] == '\\') ++backslashes;
+    if (!class_body.empty() && class_body.back() == '-' && backslashes % 2 == 0)
+      class_body.insert(class_body.size() - 1, "\\");  // (a - before an escape was a literal -)
+    out += one_character(class_body + class_properties + class_members(class_ranges), class_added, class_negated);
+    return i;
+  }
+
+  /// The [ at pattern[i] opens a class; returns the index of the last character read.
+  std::size_t open_class(std::size_t i) {
+    in_class = true, class_body.clear(), class_properties.clear(), class_ranges.clear(), class_added.clear();
+    class_negated = i + 1 < pattern.size() && pattern[i + 1] == '^';
+    if (class_negated) ++i;
+    if (i + 1 < pattern.size() && pattern[i + 1] == ']') class_body += "\\]", ++i;  // (a leading ] is a member)
+    return i;
+  }
+
+  /// The ( at pattern[i]: a comment, options, or a group; returns the index of the last character
+  /// read. Options: (?i) holds to the end of the group around it, (?i:...) inside its own.
+  std::size_t open_group(std::size_t i) {
+    if (pattern.compare(i, 3, "(?#") == 0) {  // a comment, copied as it is
+      const std::size_t close = pattern.find(')', i);
+      const std::size_t stop = close == std::string::npos ? pattern.size() : close + 1;
+      out += pattern.substr(i, stop - i);
+      return stop - 1;
+    }
+    bool options = false, now = caseless;
+    std::size_t k = i + 1;
+    if (pattern.compare(i, 2, "(?") == 0) {
+      bool on = true;
+      for (k = i + 2; k < pattern.size() && (std::isalpha(static_cast<unsigned char>(pattern[k])) || pattern[k] == '-' || pattern[k] == '^'); ++k) {
+        if (pattern[k] == '-') on = false;
+        else if (pattern[k] == '^') now = false;
+        else if (pattern[k] == 'i') now = on;
+      }
+      options = k > i + 2 && k < pattern.size() && (pattern[k] == ':' || pattern[k] == ')');
+    }
+    if (options && pattern[k] == ')') {
+      caseless = now, out += pattern.substr(i, k + 1 - i);
+      return k;
+    }
+    caseless_outside.push_back(caseless);
+    if (options) caseless = now;
+    out += '(';
+    return i;
+  }
+};
+
 // pattern as headwise gives it to PCRE2, whose tables are of Unicode pcre2_unicode: every \p{X}
 // and \P{X} (\p{^X}) and \d and \D (Nd) by Unicode 16.0.0 (spelled_set: PCRE2's own \p{X} and
 // the code points Unicode 16 added to X, or X's code points), and \s and \S (White_Space, as
@@ -265,124 +423,7 @@ HEADWISE_TEXT_INLINE std::string pcre2_unicode_version() {
 // General_Category, an unterminated \p{ and \p without braces (Oniguruma reads \pL as the letters
 // pL) are refused by name.
 HEADWISE_TEXT_INLINE std::string spelled_for_pcre2(const std::string& pattern, const std::string& where, const std::string& pcre2_unicode) {
-  const auto refused = [&](const std::string& why) { return detail::tokenizer_error(where, "the regex " + pattern + " " + why); };
-  std::string out, class_body, class_properties;  // (an open class's literal members, PCRE2's \p{..} of
-  CodeRanges class_ranges, class_added;           //  its escapes, their code points and those added since)
-  bool in_class = false, class_negated = false, caseless = false;
-  std::vector<bool> caseless_outside;          // (one per open group)
-  for (std::size_t i = 0; i < pattern.size(); ++i) {
-    const char c = pattern[i];
-    std::string& sink = in_class ? class_body : out;
-    if (c == '\\' && i + 1 < pattern.size()) {
-      const char e = pattern[++i];
-      CodeRanges named;     // (\s's code points, or
-      std::uint32_t set = 0;  //  the categories \d or \p{..} names)
-      bool negated = false, property = false;
-      if (e == 's' || e == 'S') {
-        named = white_space_ranges(), negated = e == 'S';
-      } else if (e == 'd' || e == 'D') {
-        set = category_bit(GeneralCategory::Nd), negated = e == 'D';
-      } else if (e == 'p' || e == 'P') {
-        const std::size_t close = pattern.find('}', i);
-        if (i + 1 >= pattern.size() || pattern[i + 1] != '{')
-          throw refused(std::string("has \\") + e + " without braces, which Oniguruma (Hugging Face's regex engine) reads as the letter " + e + ": write \\" + e + "{...}");
-        if (close == std::string::npos) throw refused(std::string("has \\") + e + "{ without its closing }");
-        std::string name = pattern.substr(i + 2, close - i - 2);
-        negated = e == 'P';
-        if (!name.empty() && name.front() == '^') negated = !negated, name.erase(0, 1);
-        set = category_set(name);
-        if (set == 0)
-          throw refused("names the property " + pattern.substr(i - 1, close - i + 2) + ", which headwise does not spell: it knows the General_Category "
-                        "names of Unicode " + unicode_version + " (L, LC, Lu, Ll, Lt, Lm, Lo, M, Mn, Mc, Me, N, Nd, Nl, No, P, Pc, Pd, Ps, Pe, Pi, Pf, Po, S, "
-                        "Sm, Sc, Sk, So, Z, Zs, Zl, Zp, C, Cc, Cf, Cs, Co, Cn and their long names), no scripts or other properties");
-        property = true, i = close;
-      } else if (e == 'Q') {  // \Q...\E: literal
-        const std::size_t end = pattern.find("\\E", i + 1);
-        const std::size_t stop = end == std::string::npos ? pattern.size() : end + 2;
-        sink += pattern.substr(i - 1, stop - (i - 1)), i = stop - 1;
-        continue;
-      } else {
-        sink += c, sink += e;
-        if (e == 'c' && i + 1 < pattern.size()) sink += pattern[++i];  // (\cX: X is the escape's own)
-        continue;
-      }
-      if (in_class && set != 0 && !negated && !caseless) {
-        const SpelledSet spelled = spelled_set(set, pcre2_unicode);
-        class_properties += spelled.properties;
-        class_ranges.insert(class_ranges.end(), spelled.ranges.begin(), spelled.ranges.end());
-        class_added.insert(class_added.end(), spelled.added.begin(), spelled.added.end());
-      } else if (in_class) {
-        if (set != 0) named = category_ranges(set);
-        const CodeRanges add = negated ? complement(merged(named)) : named;
-        class_ranges.insert(class_ranges.end(), add.begin(), add.end());
-      } else {
-        const SpelledSet spelled = set != 0 ? spelled_set(set, pcre2_unicode) : SpelledSet{"", named, {}};
-        const std::string one = one_character(spelled.properties + class_members(spelled.ranges), spelled.added, negated);
-        out += property && caseless ? "(?-i:" + one + ")" : one;
-      }
-      continue;
-    }
-    if (in_class) {
-      if (c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {  // [:alpha:] (PCRE2's, under PCRE2_UCP)
-        const std::size_t close = pattern.find(":]", i + 2);
-        if (close != std::string::npos) {
-          class_body += pattern.substr(i, close + 2 - i), i = close + 1;
-          continue;
-        }
-      }
-      if (c != ']') {
-        class_body += c;
-        continue;
-      }
-      // The class closes: its literal members, then its escapes' properties and code points.
-      in_class = false;
-      std::size_t backslashes = 0;  // (before a closing -: an odd number escape it)
-      while (class_body.size() >= backslashes + 2 && class_body[class_body.size() - 2 - backslashes] == '\\') ++backslashes;
-      if (!class_body.empty() && class_body.back() == '-' && backslashes % 2 == 0)
-        class_body.insert(class_body.size() - 1, "\\");  // (a - before an escape was a literal -)
-      out += one_character(class_body + class_properties + class_members(class_ranges), class_added, class_negated);
-      continue;
-    }
-    if (c == '[') {
-      in_class = true, class_body.clear(), class_properties.clear(), class_ranges.clear(), class_added.clear();
-      class_negated = i + 1 < pattern.size() && pattern[i + 1] == '^';
-      if (class_negated) ++i;
-      if (i + 1 < pattern.size() && pattern[i + 1] == ']') class_body += "\\]", ++i;  // (a leading ] is a member)
-      continue;
-    }
-    if (c == '(') {
-      if (pattern.compare(i, 3, "(?#") == 0) {  // a comment, copied as it is
-        const std::size_t close = pattern.find(')', i);
-        const std::size_t stop = close == std::string::npos ? pattern.size() : close + 1;
-        out += pattern.substr(i, stop - i), i = stop - 1;
-        continue;
-      }
-      // Options: (?i) holds to the end of the group around it, (?i:...) inside its own.
-      bool options = false, now = caseless;
-      std::size_t k = i + 1;
-      if (pattern.compare(i, 2, "(?") == 0) {
-        bool on = true;
-        for (k = i + 2; k < pattern.size() && (std::isalpha(static_cast<unsigned char>(pattern[k])) || pattern[k] == '-' || pattern[k] == '^'); ++k) {
-          if (pattern[k] == '-') on = false;
-          else if (pattern[k] == '^') now = false;
-          else if (pattern[k] == 'i') now = on;
-        }
-        options = k > i + 2 && k < pattern.size() && (pattern[k] == ':' || pattern[k] == ')');
-      }
-      if (options && pattern[k] == ')') {
-        caseless = now, out += pattern.substr(i, k + 1 - i), i = k;
-        continue;
-      }
-      caseless_outside.push_back(caseless);
-      if (options) caseless = now;
-      out += c;
-      continue;
-    }
-    if (c == ')' && !caseless_outside.empty()) caseless = caseless_outside.back(), caseless_outside.pop_back();
-    out += c;
-  }
-  if (in_class) out += "[" + std::string(class_negated ? "^" : "") + class_body;  // (unterminated: PCRE2 says so)
-  return out;
+  return Pcre2Spelling{pattern, where, pcre2_unicode}.spelled();
 }
 
 }  // namespace detail
