@@ -175,14 +175,6 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   Index rope() const { return config_.qk_rope_head_dim; }
   Index v() const { return config_.v_head_dim; }
 
-  /// a b by the deterministic product: a row of the result never depends on the other rows (so
-  /// decoding token by token gives the forward's bits).
-  static Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b,
-                              int threads = 1) {
-    Matrix<Scalar> c;
-    detail::product<Scalar>(a, b, c, threads);
-    return c;
-  }
   /// w x / sqrt(mean(x²) + eps), row by row (Hugging Face's DeepseekV3RMSNorm).
   Matrix<Scalar> rms_norm(Matrix<Scalar> x, const RowVector<Scalar>& weight) const {
     apply_norm<Scalar>(RmsNorm{RmsNorm::Over::projection, config_.norm_eps, weight.template cast<double>().transpose(), false}, x, x.cols());
@@ -204,17 +196,17 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   Projected project(const Eigen::Ref<const Matrix<Scalar>>& x, Index first, int threads) const {
     Projected p;
     if (w_.w_q.size()) {
-      p.q = times(x, w_.w_q, threads);
+      p.q = detail::product_of<Scalar>(x, w_.w_q, threads);
     } else {
-      p.c_q = rms_norm(times(x, w_.w_q_a, threads), w_.q_a_norm);
-      p.q = times(p.c_q, w_.w_q_b, threads);
+      p.c_q = rms_norm(detail::product_of<Scalar>(x, w_.w_q_a, threads), w_.q_a_norm);
+      p.q = detail::product_of<Scalar>(p.c_q, w_.w_q_b, threads);
     }
     p.q_unrotated = p.q;
     Matrix<Scalar> q_pe(x.rows(), n_heads() * rope());
     for (Index h = 0; h < n_heads(); ++h) q_pe.middleCols(h * rope(), rope()) = p.q.middleCols(h * (nope() + rope()) + nope(), rope());
     rotate(q_pe, first, threads);
     for (Index h = 0; h < n_heads(); ++h) p.q.middleCols(h * (nope() + rope()) + nope(), rope()) = q_pe.middleCols(h * rope(), rope());
-    p.latent = times(x, w_.w_kv_a, threads);
+    p.latent = detail::product_of<Scalar>(x, w_.w_kv_a, threads);
     p.latent.leftCols(kv_lora_rank()) = rms_norm(p.latent.leftCols(kv_lora_rank()), w_.kv_a_norm);
     p.k_pe_unrotated = p.latent.rightCols(rope());
     Matrix<Scalar> k_pe = p.k_pe_unrotated;
@@ -233,7 +225,7 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
     Matrix<Scalar> folded(n * H, L);
     for (Index h = 0; h < H; ++h) {
       Strided rows(folded.data() + h * L, n, L, Eigen::OuterStride<>(H * L));  // token t's row of head h
-      rows.leftCols(R) = times(p.q.middleCols(h * (nope() + rope()), nope()), w_uk_[static_cast<std::size_t>(h)]);
+      rows.leftCols(R) = detail::product_of<Scalar>(p.q.middleCols(h * (nope() + rope()), nope()), w_uk_[static_cast<std::size_t>(h)]);
       rows.rightCols(rope()) = p.q.middleCols(h * (nope() + rope()) + nope(), rope());
     }
     AttentionOptions all = options_for(options);
@@ -245,8 +237,10 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
     AttentionResult<Scalar> latent = detail::attend_packed<Scalar>(folded, kv.blocks(), call, where);
     AttentionResult<Scalar> out;
     out.z.resize(n, H * v());
-    for (Index h = 0; h < H; ++h)
-      out.z.middleCols(h * v(), v()) = times(Strided(latent.z.data() + h * R, n, R, Eigen::OuterStride<>(H * R)), w_uv_[static_cast<std::size_t>(h)]);
+    for (Index h = 0; h < H; ++h) {
+      const Strided head_latent(latent.z.data() + h * R, n, R, Eigen::OuterStride<>(H * R));
+      out.z.middleCols(h * v(), v()) = detail::product_of<Scalar>(head_latent, w_uv_[static_cast<std::size_t>(h)]);
+    }
     if (call.logsumexp) out.logsumexp = unfold(latent.logsumexp);
     if (call.statistics) unfold_statistics(latent.statistics, out.statistics);
     if (record && record->keep_queries) {
@@ -292,7 +286,7 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
         detail::invalid(where, "interventions for ", interventions->n_heads(), " heads, the layer has ", n_heads());
       interventions->apply(z);
     }
-    Matrix<Scalar> out = times(z, w_.w_o);
+    Matrix<Scalar> out = detail::product_of<Scalar>(z, w_.w_o);
     if (w_.b_o.size()) out.rowwise() += w_.b_o;
     if (!detail::all_finite(out, 1))
       detail::invalid(where, "the output is not finite: the scores or the output projection overflowed; scale x or the weights down");
@@ -472,16 +466,16 @@ LatentAttentionTrace<Scalar> MultiHeadLatentAttention<Scalar>::trace(const Eigen
   t.output = Matrix<Scalar>::Zero(x.rows(), d_model());
   for (Index h = 0; h < n_heads(); ++h) {
     HeadTrace<Scalar> head;
-    const Matrix<Scalar> k_nope = times(t.c_kv, w_.w_kv_b.middleCols(h * (nope() + v()), nope()));
+    const Matrix<Scalar> k_nope = detail::product_of<Scalar>(t.c_kv, w_.w_kv_b.middleCols(h * (nope() + v()), nope()));
     head.q = head.q_normed = p.q_unrotated.middleCols(h * (nope() + rope()), nope() + rope());
     head.q_rotated = p.q.middleCols(h * (nope() + rope()), nope() + rope());
     head.k.resize(x.rows(), nope() + rope()), head.k_rotated.resize(x.rows(), nope() + rope());
     head.k << k_nope, p.k_pe_unrotated;
     head.k_rotated << k_nope, t.k_pe;
     head.k_normed = head.k;
-    head.v = times(t.c_kv, w_uv_[static_cast<std::size_t>(h)]);
+    head.v = detail::product_of<Scalar>(t.c_kv, w_uv_[static_cast<std::size_t>(h)]);
     detail::trace_scores(head, all, OneHead{h, n_heads()}, where);
-    t.contributions.push_back(times(head.z, w_o_block(h)));
+    t.contributions.push_back(detail::product_of<Scalar>(head.z, w_o_block(h)));
     t.output += t.contributions.back();
     t.heads.push_back(std::move(head));
   }

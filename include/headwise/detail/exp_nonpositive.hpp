@@ -9,9 +9,8 @@
 // the exponent field). Eigen's pexp reaches its polynomial through a floor, a clamp on both sides
 // and a general ldexp, which this one skips (bench/RESULTS.md, "Tuning constants"). Below -87 (where e^x is
 // near float's smallest normal number, e^-87.34 = 1.2e-38) x is taken as -87; NaN stays NaN. Within 3.5 ulp
-// of e^x on [-87, 0] (measured 2.8 with FMA, 3.06 without; Eigen's pexp 1.3, and 4.5 with AVX-512),
-// checked against std::exp in double by the stored arithmetic's tests: far below the roundings of
-// the weights that follow (to uint8 or BF16).
+// of e^x on [-87, 0], checked against std::exp in double by the stored arithmetic's tests: far
+// below the roundings of the weights that follow (to uint8 or BF16).
 #pragma once
 
 #include <type_traits>

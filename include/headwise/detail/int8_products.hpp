@@ -54,8 +54,9 @@ namespace headwise::detail {
 /// it is all zeros, or so small that its scale is) and the sum of its integers. Plain loops that
 /// the compiler vectorises: the largest magnitude as the largest of the entries' bits with the
 /// sign cleared (the order of non-negative floats; inf and NaN above every finite one), a local
-/// sum (out may alias `sum`: as a reference it kept the loop entry by entry, 5% of an int8
-/// decoding step in cache), nearbyint (to nearest, ties to even, whatever the caller's flags).
+/// sum (out may alias `sum`: summed through the reference, the loop stays entry by entry;
+/// bench/RESULTS.md, "Tuning constants"), nearbyint (to nearest, ties to even, whatever the
+/// caller's flags).
 template <class Scalar>
 inline void quantize_query_row(const Scalar* row, Index d, std::int8_t* out, float& scale, std::int32_t& sum) {
   constexpr std::uint32_t magnitude_bits = 0x7fffffffu, infinity_bits = 0x7f800000u;
@@ -183,7 +184,7 @@ EIGEN_ALWAYS_INLINE void int8_row_out(Int8Vector lo, Int8Vector hi, std::int32_t
 /// the int8 values. S chains over the quads (quad q in chain q % S, added at the end: integers,
 /// exact in any order): a short sliver (a decoding step) keeps 2 S products in flight. Given
 /// `scores` (keys, ToScores), the rows' scores from the sums in registers instead (a store of the
-/// sums and their load back stalled the step: 5-8% of the scores in cache).
+/// sums and their load back stalls the step; bench/RESULTS.md, "Tuning constants").
 template <bool Keys, Index S, bool ToScores, class Scalar, Index... r>
 inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, const std::uint8_t* a, Index lda,
                                const std::int8_t* panel, const PanelPrefetch& prefetch, std::int32_t* out, Index ldo,

@@ -404,6 +404,15 @@ void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const M
   });
 }
 
+/// A B (with transpose_a, Aᵀ B) by product, as a new matrix.
+template <class Scalar>
+Matrix<Scalar> product_of(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b, int threads = 1,
+                          bool transpose_a = false) {
+  Matrix<Scalar> c;
+  product<Scalar>(a, b, c, threads, transpose_a);
+  return c;
+}
+
 /// The compiled mode's instantiations (detail/compiled.hpp): the product the step-by-step path,
 /// the backward and the latent layer call.
 #define HEADWISE_PRODUCT_INSTANTIATIONS(PREFIX, S)                                                                   \

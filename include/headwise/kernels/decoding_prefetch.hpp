@@ -3,8 +3,8 @@
 // product's own panels a little ahead, into L1. A
 // decoding step reads a key tile's keys (its scores), computes the softmax, then reads the tile's
 // values: left to itself, memory would idle while the scores and the softmax are computed. The
-// widened tiles (kernels/fused_attention.hpp) and the BF16 and F16 stored arithmetics'
-// (kernels/panel_tiles.hpp; F16's unmeasured) ask for their next phase's bytes (score_phase_prefetch,
+// panel loops of the widened arithmetic and the BF16 and F16 stored ones (kernels/panel_tiles.hpp;
+// F16's asks unmeasured) ask for their next phase's bytes (score_phase_prefetch,
 // value_phase_prefetch); the int8 stored arithmetic's (kernels/int8_tiles.hpp) for the value
 // panels one key tile later (next_tile_value_panel), and for keys in another block 512 tokens
 // ahead (key_panel_ahead). Each took its arithmetic's step closer to the memory's pace (bench/RESULTS.md, "Tuning constants").

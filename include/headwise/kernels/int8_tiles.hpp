@@ -38,8 +38,8 @@ void quantize_query_tile(Scratch& w, Index rows, Index d_head) {
 
 /// S = Qs K[j0 : j0 + cols]ᵀ as integers rescaled (int8_scores), sliver by sliver, each only over
 /// the key panels its rows see (w.spans); row r of S at w.s + r tk. A block's panels and scales lie
-/// together: their addresses are found once a block (a division each: 9% of the scores in cache,
-/// found once a panel).
+/// together: their addresses are found once a block, not once a panel (a division each;
+/// bench/RESULTS.md, "Tuning constants").
 template <class Call, class Scratch>
 void int8_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index g) {
   using Scalar = typename std::decay_t<decltype(w.s)>::value_type;

@@ -82,26 +82,13 @@ std::vector<std::string> gradient_names(const DecoderModel<Scalar>& model) {
 
 namespace internal {
 
-/// a b, and aᵀ b (a read in place), by the deterministic product.
-template <class Scalar>
-Matrix<Scalar> times(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b, int threads) {
-  Matrix<Scalar> c;
-  headwise::detail::product<Scalar>(a, b, c, threads);
-  return c;
-}
-template <class Scalar>
-Matrix<Scalar> times_tn(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const Matrix<Scalar>>& b, int threads) {
-  Matrix<Scalar> c;
-  headwise::detail::product<Scalar>(a, b, c, threads, /*transpose_a=*/true);
-  return c;
-}
 /// x w, w [out, in] as stored: read in place where it is stored in Scalar, else widened once.
 template <class Scalar>
 Matrix<Scalar> times_stored(const Matrix<Scalar>& x, const StoredMatrix& w, int threads) {
   constexpr WeightType own = std::is_same_v<Scalar, double> ? WeightType::f64 : WeightType::f32;
   if (w.type() == own)  // (F32, F64: no block scales)
-    return times<Scalar>(x, Eigen::Map<const Matrix<Scalar>>(static_cast<const Scalar*>(w.data()), w.rows(), w.cols()), threads);
-  return times<Scalar>(x, w.template to_matrix<Scalar>(), threads);
+    return headwise::detail::product_of<Scalar>(x, Eigen::Map<const Matrix<Scalar>>(static_cast<const Scalar*>(w.data()), w.rows(), w.cols()), threads);
+  return headwise::detail::product_of<Scalar>(x, w.template to_matrix<Scalar>(), threads);
 }
 
 /// The activation at u and its slope, entry by entry, in one pass (Eigen's packet exp and tanh):
@@ -206,8 +193,9 @@ MlpGradients<Scalar> mlp_backward(const FeedForward<Scalar>& f, const ParameterN
   g.dm = times_stored<Scalar>(d_up, f.w_up, threads);
   if (gated) g.dm += times_stored<Scalar>(g.pre, f.w_gate, threads);
   if (grads) {
-    const Matrix<Scalar> dw_down = times_tn<Scalar>(dy, kept->post, threads), dw_up = times_tn<Scalar>(d_up, m, threads);
-    const Matrix<Scalar> dw_gate = gated ? times_tn<Scalar>(g.pre, m, threads) : Matrix<Scalar>();
+    const Matrix<Scalar> dw_down = headwise::detail::product_of<Scalar>(dy, kept->post, threads, /*transpose_a=*/true);
+    const Matrix<Scalar> dw_up = headwise::detail::product_of<Scalar>(d_up, m, threads, /*transpose_a=*/true);
+    const Matrix<Scalar> dw_gate = gated ? headwise::detail::product_of<Scalar>(g.pre, m, threads, /*transpose_a=*/true) : Matrix<Scalar>();
     add_mlp(names, p, dw_gate, dw_up, dw_down, f.b_up.size() ? RowVector<Scalar>(d_up.colwise().sum()) : RowVector<Scalar>(),
             f.b_down.size() ? RowVector<Scalar>(dy.colwise().sum()) : RowVector<Scalar>(), *grads);
   }
@@ -292,7 +280,7 @@ class ModelBackward {
     }
     const Matrix<Scalar>& ln = run_.hooks.at("ln_final.out");
     const Matrix<Scalar> d_ln = times_stored<Scalar>(d_logits, model_.unembedding, threads_);
-    if (params()) d_unembedding_ = times_tn<Scalar>(d_logits, ln, threads_);
+    if (params()) d_unembedding_ = headwise::detail::product_of<Scalar>(d_logits, ln, threads_, /*transpose_a=*/true);
     keep("ln_final.out", d_ln);
     const Matrix<Scalar> last = model_.n_layers() ? hook(model_.n_layers() - 1, "hook_resid_post") : model_.embed(ids);
     return norm_backward(model_.final_norm, last, d_ln, params(), names_.final_norm());
@@ -355,7 +343,7 @@ class ModelBackward {
       RowVector<Scalar> db_qkv(lay.width());
       dw_qkv << g.dw_q, g.dw_k, g.dw_v;
       db_qkv << g.db_q, g.db_k, g.db_v;
-      const Matrix<Scalar> dw_o = times_tn<Scalar>(record.attention.z, d_out, threads_);
+      const Matrix<Scalar> dw_o = headwise::detail::product_of<Scalar>(record.attention.z, d_out, threads_, /*transpose_a=*/true);
       const RowVector<Scalar> db_o = d_out.colwise().sum();
       add_attention(names_, l, lay, {dw_qkv, db_qkv, dw_o, db_o, as_row<Scalar>(g.dq_norm), as_row<Scalar>(g.dk_norm)}, *params());
     }
@@ -403,7 +391,7 @@ class ModelBackward {
     keep(at(l, "mlp.topk_weights"), d_weights);
     const Matrix<Scalar> d_logits = router_backward(moe, routing, d_weights);
     keep(at(l, "mlp.router_logits"), d_logits);
-    if (params()) (*params())[names_.router(l)] = times_tn<Scalar>(d_logits, m, threads_);
+    if (params()) (*params())[names_.router(l)] = headwise::detail::product_of<Scalar>(d_logits, m, threads_, /*transpose_a=*/true);
     dm += times_stored<Scalar>(d_logits, moe.router, threads_);
     return dm;
   }
