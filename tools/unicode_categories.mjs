@@ -121,7 +121,7 @@ struct CategoryRun {
 
 using Gc = GeneralCategory;
 inline constexpr CategoryRun category_runs[] = {
-${table(runs, 6)}
+${table(runs, 8)}
 };
 
 /// The version category_changes leads from (to unicode_version).
@@ -133,7 +133,7 @@ struct CategoryChange {
 };
 
 inline constexpr CategoryChange category_changes[] = {
-${table(changes.map((k) => `{${hex(k.first)}, ${hex(k.last)}, Gc::${categories[k.was][0]}, Gc::${categories[k.is][0]}}`), 3)}
+${table(changes.map((k) => `{${hex(k.first)}, ${hex(k.last)}, Gc::${categories[k.was][0]}, Gc::${categories[k.is][0]}}`), 4)}
 };
 
 }  // namespace detail

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "headwise/attention_core.hpp"
+#include "headwise/detail/attend_checks.hpp"
 #include "headwise/detail/compiled.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"

@@ -1,4 +1,7 @@
-// The attention core, step by step: from one head's Q, K, V to Z = softmax(mask(Q Kᵀ / div)) V.
+// The attention core, step by step, for one head: from Q, K, V to
+// Z = softmax(mask(modify(Q Kᵀ / divisor))) V, the call's soft-cap, ALiBi, bias and sinks
+// (ScoreRule, score_rule.hpp) included, with each row's logsumexp (CoreOutput); attention_weights
+// gives the pattern A alone.
 //
 // This is the readable reference path: it holds the whole (n_q, n_k) pattern. The fused kernel
 // (kernels/fused_attention.hpp) computes the same function without it.

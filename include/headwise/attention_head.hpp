@@ -1,9 +1,10 @@
 // One attention head: from the residual stream X and its three projections to Z = A V, with
-// every intermediate kept (the trace) for teaching and inspection.
+// every intermediate kept (the trace; MultiHeadTrace holds a layer's) for teaching and inspection.
 #pragma once
 
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "headwise/attention_core.hpp"
 #include "headwise/causal_mask.hpp"
@@ -34,6 +35,14 @@ struct HeadTrace {
   Vector<Scalar> logsumexp;       ///< (n): each row's log softmax denominator
   Matrix<Scalar> z;               ///< (n, d_v): A V
   Matrix<Scalar> gate;            ///< (n, d_v): σ(X W_G + b_G), an output gate (Qwen3-Next); W_O reads z ∘ gate. Empty: none
+};
+
+/// Every intermediate of a multi-head layer on one input.
+template <class Scalar>
+struct MultiHeadTrace {
+  std::vector<HeadTrace<Scalar>> heads;       ///< per head: Q, K, V, scores, weights, Z, ...
+  std::vector<Matrix<Scalar>> contributions;  ///< per head: Z_h W_O[h], (n, d_model)
+  Matrix<Scalar> output;                      ///< (n, d_model): Σ_h contributions + b_O
 };
 
 namespace detail {

@@ -1,4 +1,7 @@
-// The causal mask: which keys each query may see, and the -inf picture of masked scores.
+// The causal mask: which keys each query may see (visible_keys), the -inf picture of masked
+// scores (masked_scores_for_display), and CausalMask, the mask step with its backward as the
+// step-by-step backward (attention_backward.hpp) chains it: it applies the call's whole ScoreRule
+// (score_rule.hpp: causal mask, window, masks; soft-cap, ALiBi, bias), not the causal mask alone.
 //
 // Queries are aligned with the END of the keys, as in incremental decoding: with n_q queries and
 // n_k keys, query i sits at position (n_k - n_q) + i and sees keys 0 .. (n_k - n_q) + i. When

@@ -1,9 +1,12 @@
 // KvCache: the keys and values a layer has seen, for incremental decoding. Capacity is set up
 // front and never grows, so a decoding step never reallocates; truncate() rolls back (for
-// speculative decoding). Stores n_kv_heads heads (fewer than n_heads under grouped-query attention),
-// already in the layout of the fused kernel. The cache remembers what filled it (the layer's
-// rotary embedding, the window its calls used), so that a layer refuses, by name, a cache another
-// kind of layer filled or a call whose window differs from the one its keys were attended with.
+// speculative decoding). Stores n_kv_heads heads (fewer than n_heads under grouped-query attention)
+// of keys d_head wide and values d_v wide (or the keys' first d_v components: a latent cache), as
+// computed or in BF16, F16 or int8, already in the layout of the fused kernel (PackedKeysValues).
+// Also the checks a layer makes of a cache, shared with PagedKvCache: its shape and format
+// (KvShape, check_kv_shape) and what filled it (KvCacheOrigin: the rotary embedding and its LongRoPE
+// factors, the window, the chunk), so that a layer refuses, by name, a cache another kind of layer
+// filled or a call whose window or chunk differs from the one its keys were attended with.
 #pragma once
 
 #include <optional>

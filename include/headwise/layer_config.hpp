@@ -15,6 +15,7 @@
 #include "headwise/norms.hpp"
 #include "headwise/query_scale.hpp"
 #include "headwise/rotary_embedding.hpp"
+#include "headwise/score_rule.hpp"  // (detail::max_position)
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -63,6 +64,17 @@ inline AttentionOptions options_with_layer(const AttentionOptions& call, const L
   if (options.alibi_slopes.size() == 0) options.alibi_slopes = layer.alibi_slopes;
   if (options.sinks.size() == 0) options.sinks = layer.sinks;
   return options;
+}
+
+/// Where a layer call's tokens start: options.first_key_position (0 by default). The queries are
+/// the same tokens: a first_query_position set otherwise is refused.
+inline Index layer_first_position(const AttentionOptions& options, const char* where) {
+  if (options.first_query_position && *options.first_query_position != options.first_key_position)
+    detail::invalid(where, "first_query_position = ", *options.first_query_position, " differs from first_key_position = ",
+                    options.first_key_position, ": a layer's queries and keys are the same tokens (set first_key_position only)");
+  if (options.first_key_position < 0 || options.first_key_position > detail::max_position)
+    detail::invalid(where, "first_key_position must be >= 0 and <= ", detail::max_position, ", got ", options.first_key_position);
+  return options.first_key_position;
 }
 
 }  // namespace headwise

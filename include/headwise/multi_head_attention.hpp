@@ -29,14 +29,6 @@
 
 namespace headwise {
 
-/// Every intermediate of a multi-head layer on one input.
-template <class Scalar>
-struct MultiHeadTrace {
-  std::vector<HeadTrace<Scalar>> heads;       ///< per head: Q, K, V, scores, weights, Z, ...
-  std::vector<Matrix<Scalar>> contributions;  ///< per head: Z_h W_O[h], (n, d_model)
-  Matrix<Scalar> output;                      ///< (n, d_model): Σ_h contributions + b_O
-};
-
 /// Causal multi-head self-attention, with grouped-query attention when W_K and W_V hold fewer heads
 /// and, from a LayerConfig, rotary positions, a sliding window, soft-capping, ALiBi or sinks.
 ///   MultiHeadAttention<float> mha(/*n_heads=*/12, weights);
@@ -309,17 +301,6 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     return iv;
   }
 
-  /// Where a call's tokens start: options.first_key_position (0 by default). The queries are the
-  /// same tokens: a first_query_position set otherwise is refused.
-  static Index first_position_of(const AttentionOptions& options, const char* where) {
-    if (options.first_query_position && *options.first_query_position != options.first_key_position)
-      detail::invalid(where, "first_query_position = ", *options.first_query_position, " differs from first_key_position = ",
-                      options.first_key_position, ": a layer's queries and keys are the same tokens (set first_key_position only)");
-    if (options.first_key_position < 0 || options.first_key_position > detail::max_position)
-      detail::invalid(where, "first_key_position must be >= 0 and <= ", detail::max_position, ", got ", options.first_key_position);
-    return options.first_key_position;
-  }
-
   /// Rows of x projected in chunks by X [W_Q | W_K | W_V] + b: K and V appended to kv, then the
   /// fused kernel against everything kv holds. x: (m, d_model) -> Z (m, n_heads d_head).
   /// If anything throws, kv is rolled back to the tokens it held: a refused call changes nothing.
@@ -456,7 +437,7 @@ void MultiHeadAttention<Scalar>::attend_heads(const Eigen::Ref<const Matrix<Scal
   record.options = checked_call(x, options, where);
   record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
   record.arithmetic = config_.kv_arithmetic;
-  const Index first = first_position_of(record.options, where);
+  const Index first = layer_first_position(record.options, where);
   PackedKeysValues<Scalar> own(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
   record.attention = attend_rows(x, own, record.options, &record, RowPositions{first, first + x.rows()}, where);
   if (record.keep_keys_values) detail::unpack(own, record.k, record.v);
@@ -536,7 +517,7 @@ Matrix<Scalar> MultiHeadAttention<Scalar>::forward_step_by_step(const Eigen::Ref
   constexpr const char* where = "MultiHeadAttention::forward_step_by_step";
   const AttentionOptions all = checked_call(x, options, where);
   const int threads = detail::thread_count(options.threads, where);
-  const Index first = first_position_of(all, where);
+  const Index first = layer_first_position(all, where);
   Matrix<Scalar> qkv = proj_.project(x, threads, first, where);
   const QkvLayout l = layout();
   proj_.transform(qkv, RowPositions{first, first + x.rows()}, threads);
@@ -559,7 +540,7 @@ MultiHeadTrace<Scalar> MultiHeadAttention<Scalar>::trace(const Eigen::Ref<const 
   check_own_keys(where);
   const AttentionOptions all = options_for(options);  // once: each head reads its slope and sink
   resolve_divisor<Scalar>(all, d_head_, where);         // a bad divisor refused before any work
-  const Index first = first_position_of(all, where);
+  const Index first = layer_first_position(all, where);
   Matrix<Scalar> qkv = proj_.project(x, 1, first, where);
   return trace_of(x, qkv, RowPositions{first, first + x.rows()}, all, nullptr, where);
 }

@@ -1,6 +1,8 @@
 // The weights of a multi-head attention layer (W_Q, W_K, W_V, W_O, their biases, an output gate)
-// as Hugging Face GPT-2 lays them out, and their checks: the shapes that fit together, finite
-// numbers. MultiHeadAttention (multi_head_attention.hpp) is made from them.
+// as Hugging Face GPT-2 lays them out ([in, out]), the type the layer keeps them in (kept_as: F32,
+// F64, BF16, F16, or FP8 with fp8_scales), and their checks: the shapes that fit together, finite
+// numbers, a kept type the scalar can use. MultiHeadAttention (multi_head_attention.hpp) is made
+// from them (detail::kept_weights).
 #pragma once
 
 #include <optional>

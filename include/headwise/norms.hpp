@@ -2,7 +2,9 @@
 // RMS norm (v / sqrt(mean(v²) + eps) · w) and LayerNorm's centred form ((v - mean) / sqrt(var +
 // eps)), each from row_moments(), which sums in index order in double: the same bits whatever the
 // row's address (a vectorised reduction's order follows the row's alignment, so a token decoded
-// alone would not get the bits it gets inside a batch of rows).
+// alone would not get the bits it gets inside a batch of rows). And their backward
+// (detail::norm_backward, apply_norm_backward: dx and the weight's gradient, in double), for
+// attention_backward.hpp and model/backward.hpp.
 //
 // The norms of the projected queries, keys and values, as the current model families apply them
 // between the projection and the scores (QK-norm: Qwen3, Gemma 3, OLMo 2, Llama 4, Qwen3-Next,
@@ -10,8 +12,8 @@
 // (Qwen3, OLMo 2, Gemma 4), 1 + w for Gemma's zero-centred weights (Gemma 3, Qwen3-Next), or 1
 // with no weight (Llama 4's L2 norm, Gemma 4's value norm), taken over each head's d_head values,
 // or over the whole projection of all heads before the split (OLMo 2). The whole model's norms
-// (model/decoder_model.hpp: LayerNorm, RMSNorm, Gemma's RMSNorm with 1 + w) and latent
-// attention's use row_moments() too.
+// (model/norm.hpp: LayerNorm, RMSNorm, Gemma's RMSNorm with 1 + w) and latent attention's use
+// row_moments() too.
 #pragma once
 
 #include <cmath>

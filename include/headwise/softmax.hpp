@@ -1,4 +1,7 @@
-// Row softmax under a mask: each row normalised over the keys it may see.
+// Row softmax under a mask: each row normalised over the keys it may see, its logsumexp returned
+// (softmax_rows; a head's sink joins the denominator). And RowSoftmax, the softmax step with its
+// backward, dS = P ∘ (dP - rowsum(dP ∘ P)), as the step-by-step backward (attention_backward.hpp)
+// chains it after CausalMask (causal_mask.hpp).
 #pragma once
 
 #include <cmath>

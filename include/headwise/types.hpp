@@ -7,9 +7,12 @@
 //            (d_model = n_heads * d_head for GPT-2; a Llama config may set head_dim otherwise)
 //   n_kv_heads  key/value heads, dividing n_heads: query head h reads key/value head
 //            h / (n_heads / n_kv_heads) (grouped-query attention; 1: multi-query)
-//   d_v      width of one head's values (d_head in every layer headwise loads; the kernels take any)
+//   d_v      width of one head's values (d_head in ordinary layers; latent attention's v_head_dim
+//            differs; the kernels take any)
 // Tokens are rows: a (n, d_model) matrix holds one token per row, row-major, as PyTorch, NumPy,
-// llm.c and ggml lay them out. Weights map row vectors, `Q = X W_Q`, stored [in, out].
+// llm.c and ggml lay them out. Weights map row vectors, `Q = X W_Q`: those a layer is given
+// (MultiHeadWeights, Linear) are [in, out]; those kept as a checkpoint stores them (StoredMatrix:
+// a layer's kept projections, the MLPs, experts, LM head) are [out, in], used by times_transposed.
 #pragma once
 
 #include <Eigen/Core>

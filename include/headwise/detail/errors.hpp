@@ -1,4 +1,7 @@
-// Internal: building the messages of headwise's exceptions ("headwise: <where>: <what>").
+// Internal: headwise's exceptions and the checks that throw them: messages built from type-erased
+// parts ("headwise: <where>: <what>"; MessagePart, message_of), invalid() throwing
+// std::invalid_argument, and the finiteness checks (row_is_finite, all_finite, require_finite,
+// finite_with_inverse), with scalar_name for their messages.
 #pragma once
 
 #include <cmath>

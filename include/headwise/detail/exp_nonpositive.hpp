@@ -1,6 +1,8 @@
-// Internal: the stored arithmetic's exp (KvArithmetic::stored; detail/int8_products.hpp,
-// detail/bf16_products.hpp): e^x by packets for x <= 0, a score less its row's running maximum,
-// in fewer instructions than Eigen's pexp.
+// Internal: the stored arithmetic's exp (KvArithmetic::stored: the int8, BF16 and F16
+// arithmetics, whose TileArithmetic sets short_exp): e^x by packets for x <= 0, a score less its
+// row's running maximum, in fewer instructions than Eigen's pexp. kernels/fused_attention.hpp
+// (exp_of_score) calls it on float packets that have an integer packet beside them
+// (has_integer_packet); elsewhere Eigen's pexp.
 //
 // x = n ln 2 + f with n = round(x log2 e), |f| <= ln 2 / 2 (ln 2 in two parts, so f is exact to a
 // rounding); e^f by Horner's rule on Eigen's (Cephes') polynomial without its seventh-degree term
@@ -10,7 +12,7 @@
 // and a general ldexp, which this one skips (bench/RESULTS.md, "Tuning constants"). Below -87 (where e^x is
 // near float's smallest normal number, e^-87.34 = 1.2e-38) x is taken as -87; NaN stays NaN. Within 3.5 ulp
 // of e^x on [-87, 0], checked against std::exp in double by the stored arithmetic's tests: far
-// below the roundings of the weights that follow (to uint8 or BF16).
+// below the roundings of the weights that follow (to uint8, BF16 or F16).
 #pragma once
 
 #include <type_traits>

@@ -1,10 +1,13 @@
-// Internal: headwise's threads. Each thread that calls into headwise has a team of its own
-// workers (made on first use, as OpenMP's runtime keeps one per thread that starts a region): a
-// parallel region runs body(t) for t = 0 .. threads - 1, t = 0 on the calling thread, and returns
-// when every part has returned, rethrowing the first exception any threw. Between regions a
-// worker spins for at most spin_before_sleep, then sleeps on a condition variable: no thread
-// busy-waits for the next call (libgomp's default spins about a hundred times as long, taking
-// the cores from whatever else runs). A region inside a region runs on its own thread alone.
+// Internal: headwise's threads: how many a call runs on (thread_count, at most max_threads; one
+// below serial_work), parallel regions, and what runs on them (parallel_for with a Schedule,
+// ExceptionCarrier, JobRuns, a parallel all_finite). Each thread that calls into headwise has a
+// team of its own workers (made on first use, as OpenMP's runtime keeps one per thread that starts
+// a region): a parallel region runs body(t) for t = 0 .. threads - 1, t = 0 on the calling thread,
+// and returns when every part has returned, rethrowing the first exception any threw. Between
+// regions a worker spins for at most spin_before_sleep, then sleeps on a condition variable: no
+// thread busy-waits for the next call (libgomp's default spins about a hundred times as long,
+// taking the cores from whatever else runs). A region inside a region runs on its own thread alone.
+// A child forked after a team was made gets a new one (a pthread_atfork handler counts forks).
 // Without threads (WebAssembly without pthreads) every region runs on the calling thread.
 #pragma once
 

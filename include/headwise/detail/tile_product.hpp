@@ -1,4 +1,10 @@
-// Internal: the matrix products of the fused kernel and of the layer's projections.
+// Internal: the library's deterministic matrix product (detail::product and the micro-kernels
+// under it): the fused kernel's widened score and value tiles (kernels/widened_tiles.hpp), the
+// step-by-step path's scores and A V (scores.hpp, attention_core.hpp, attend.hpp), the backward's
+// products (attention_backward.hpp, kernels/fused_attention_backward.hpp, model/backward.hpp),
+// latent attention's and the delta rule's. The stored arithmetics' products (detail/int8_,
+// bf16_, f16_products.hpp) share its TileShape, compiled heights and PanelPrefetch. A layer's
+// projections by its stored weights are another product (times_transposed, row_dot_product.hpp).
 //
 // Every element of C = A B is ONE chain of multiply-adds over k in ascending order, computed by
 // the same instructions whatever the shapes: rows and columns at the edges are padded with zeros

@@ -1,8 +1,8 @@
 // An SVG heatmap of an attention pattern (queries as rows, keys as columns, weight as shade) or of
 // a signed quantity (patching effects, contributions: a diverging scale, red below zero, blue
-// above), and an HTML page that shows several: small, dependency-free, readable by any browser or
-// XML parser. Each cell is a <rect> carrying its value (data-row, data-col, data-value), a <title>
-// shown on hover, and the value printed in the cell.
+// above), an HTML page that shows several, and write_file to save either: small, dependency-free,
+// readable by any browser or XML parser. Each cell is a <rect> carrying its value (data-row,
+// data-col, data-value) and a <title> shown on hover; a nonzero value is also printed in the cell.
 #pragma once
 
 #include <algorithm>

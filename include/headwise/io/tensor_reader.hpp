@@ -1,8 +1,10 @@
 // The one reader of a checkpoint's tensors for the loaders (attention, latent attention, whole
 // models): each tensor looked up by name (under a prefix), its shape checked against what the
-// config implies before it is read, converted to the computing type or kept as stored; an FP8
-// tensor with its block scales (`name`_scale_inv, as DeepSeek-V3's checkpoints and Hugging Face's
-// FineGrainedFP8Config write them). Every error names the checkpoint and the tensor.
+// config implies before it is read, converted to the computing type or kept as stored (in place
+// where it can be); an FP8 tensor with its block scales (`name`_scale_inv, as DeepSeek-V3's
+// checkpoints and Hugging Face's FineGrainedFP8Config write them); one matrix of an expert stack
+// (Gemma 4's, gpt-oss's dense ones), or of gpt-oss's MXFP4 stacks (`name`_blocks, `name`_scales);
+// a depthwise conv1d's weight. Every error names the checkpoint and the tensor.
 #pragma once
 
 #include <cstdint>

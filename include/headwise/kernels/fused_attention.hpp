@@ -13,25 +13,30 @@
 // (attend.hpp).
 //
 // For each head h and tile of queries [i0, i0 + tq):
-//   pass 1  scale the query tile once: Qs = Q[i0:, h] / divisor
+//   pass 1  scale the query tile once: Qs = Q[i0:, h] / divisor (then rounded as the arithmetic says)
 //   pass 2  for each shard of keys [k0, k0 + shard) (FusedTiles::key_shard; a fresh state each),
 //           for each key tile [j0, j0 + tk) in it that a query of the tile can see (tiles outside the
 //           rows' key ranges are skipped), sliver by sliver of R query rows (R the micro-tile
 //           height of detail/tile_product.hpp), only over the keys the sliver's rows see:
-//             S   = Qs K[j0:, h]ᵀ                              (a tile product)
+//             S   = Qs K[j0:, h]ᵀ                              (the arithmetic's score tile)
 //             S   = rule(S): cap, ALiBi, bias, -inf where hidden (if the rule modifies scores)
 //             m'  = max(m, max_j S_ij) over the visible j     (running row maximum, by packets)
-//             P   = exp(S - m') on the visible j, exactly 0 elsewhere (the mask lives in the loop),
-//                   written over S, where the product with V reads it (nothing is packed)
+//             P   = exp(S - m') on the visible j, exactly 0 elsewhere (the mask lives in the loop;
+//                   Eigen's pexp, or exp_nonpositive under the stored arithmetic), written over S:
+//                   the widened arithmetic's product with V reads it there, the stored ones
+//                   round it first (to uint8, BF16 or F16) into their own scratch
 //             l   = l e^(m - m') + Σ_j P_ij                    (running row sum)
 //             acc = acc e^(m - m') + P V[j0:, h]               (rescaled by packets, only if m grew)
 //           then the shard's (m, l, acc) merged into the shards' before it (online_softmax_state.hpp)
 //   pass 3  Z = acc / l, logsumexp = m + log l (with a sink s: Z = acc e^(m-m*) / (l e^(m-m*) +
 //           e^(s-m*)), m* = max(m, s)); a row that saw nothing gives Z = 0, lse = -inf (or s).
+// Asked for, each row's RowStatistics (kernels/row_statistics.hpp) are kept on the way
+// (record_scores, record_dot, record_statistics).
 // Every number a query row gets is computed by the same instructions in the same order whatever
 // the other rows of its tile, the tile sizes of queries, the number of keys past the row's last
-// visible one and the thread count: the products are the deterministic ones of
-// detail/tile_product.hpp, exp and the row sums run over whole SIMD packets of a zero-padded row
+// visible one and the thread count: the products are each arithmetic's fixed chains
+// (detail/tile_product.hpp's for the widened one; detail/int8_products.hpp, bf16_products.hpp,
+// f16_products.hpp for the stored ones), exp and the row sums run over whole SIMD packets of a zero-padded row
 // (trailing zeros add +0, which changes no bit), and key tiles start at multiples of the key tile
 // size, and shards at multiples of the shard size, merged in key order whether they ran in one job
 // or in parallel. So results are bitwise the same for any thread count, and decoding token by token

@@ -68,6 +68,21 @@ inline void check_tiles(const char* where, const FusedTiles& tiles) {
     invalid(where, "tile sizes must be > 0, got ", tiles.queries, " queries, ",
             tiles.keys ? std::to_string(*tiles.keys) : std::string("the default"), " keys and shards of ", tiles.key_shard, " keys");
 }
+
+/// The tile sizes used for n_q queries and n_k keys. Tiles larger than the input behave as tiles
+/// of the input's size (one tile covers everything either way, so no sum changes order), so
+/// scratch is sized by what is there. Key tiles are a multiple of W and start at multiples of
+/// themselves: a key's place in its panel, and so the order of every sum, is the same whatever
+/// n_k is. Shards are whole key tiles; a shard at least as large as the keys is one shard of them
+/// (whatever its size, the row's keys are then never split). Unset keys: default_key_tile(format).
+template <class Scalar>
+FusedTiles tiles_for(const FusedTiles& asked, Index n_q, Index n_k, const StoreFormat& format) {
+  constexpr Index W = TileShape<Scalar>::lanes;
+  const Index keys = asked.keys.value_or(default_key_tile(format));
+  const Index tk = (std::min(keys, std::max<Index>(n_k, 1)) + W - 1) / W * W;
+  const Index shard = asked.key_shard >= n_k ? std::max(n_k, tk) : (asked.key_shard + tk - 1) / tk * tk;
+  return {std::min(asked.queries, std::max<Index>(n_q, 1)), tk, shard, asked.split_keys};
+}
 }  // namespace detail
 
 /// The phases of a fused job, in the order of the passes at the top of kernels/fused_attention.hpp.
@@ -95,7 +110,7 @@ inline std::vector<Index> query_tiles_by_cost(Index n_q, Index tile) {
 }
 
 /// One call of the kernel: what every (head, query tile) job reads and writes. Made in one place,
-/// attend() (attend.hpp), from checked arguments and the tiles tiles_for gives.
+/// attend() (attend.hpp), from checked arguments (detail/attend_checks.hpp) and the tiles tiles_for gives.
 template <class Scalar>
 struct FusedCall {
   FusedCall(const Eigen::Ref<const Matrix<Scalar>>& queries, const KvBlocks<Scalar>& keys_values,

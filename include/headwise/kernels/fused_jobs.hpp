@@ -7,13 +7,10 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
-#include <limits>
 #include <optional>
 #include <type_traits>
 #include <vector>
 
-#include "headwise/detail/errors.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/kernels/fused_attention.hpp"
 #include "headwise/kernels/kv_blocks.hpp"
@@ -219,21 +216,6 @@ std::vector<Clock> run_fused_jobs(const FusedCall<Scalar>& call, int threads, bo
   return clocks;
 }
 
-/// The tile sizes used for n_q queries and n_k keys. Tiles larger than the input behave as tiles
-/// of the input's size (one tile covers everything either way, so no sum changes order), so
-/// scratch is sized by what is there. Key tiles are a multiple of W and start at multiples of
-/// themselves: a key's place in its panel, and so the order of every sum, is the same whatever
-/// n_k is. Shards are whole key tiles; a shard at least as large as the keys is one shard of them
-/// (whatever its size, the row's keys are then never split). Unset keys: default_key_tile(format).
-template <class Scalar>
-FusedTiles tiles_for(const FusedTiles& asked, Index n_q, Index n_k, const StoreFormat& format) {
-  constexpr Index W = TileShape<Scalar>::lanes;
-  const Index keys = asked.keys.value_or(default_key_tile(format));
-  const Index tk = (std::min(keys, std::max<Index>(n_k, 1)) + W - 1) / W * W;
-  const Index shard = asked.key_shard >= n_k ? std::max(n_k, tk) : (asked.key_shard + tk - 1) / tk * tk;
-  return {std::min(asked.queries, std::max<Index>(n_q, 1)), tk, shard, asked.split_keys};
-}
-
 /// Runs `call` with the stored type of its keys and values (among Reach's) chosen here, once: the
 /// kernel's one compile-time choice. Returns each thread's observer.
 template <class Scalar, class Observer = NoPhaseObserver, class Reach = AnyStorage>
@@ -242,48 +224,6 @@ std::vector<Observer> run_fused(const FusedCall<Scalar>& call, int threads, bool
     using Stored = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     return run_fused_jobs<Stored, Scalar, Observer>(call, threads, split_keys);
   });
-}
-
-/// Throws unless the arguments of a fused call on packed keys and values fit together.
-template <class Scalar>
-void check_packed_call(const char* where, const Eigen::Ref<const Matrix<Scalar>>& q, Index n_heads,
-                       const KvBlocks<Scalar>& kv, const Eigen::Ref<Matrix<Scalar>>& z, const FusedTiles& tiles) {
-  if (n_heads <= 0) invalid(where, "n_heads and n_kv_heads must be > 0, got ", n_heads, " and ", kv.n_kv_heads());
-  if (n_heads % kv.n_kv_heads() != 0)
-    invalid(where, "n_heads = ", n_heads, " is not divisible by n_kv_heads = ", kv.n_kv_heads());
-  if (q.cols() != n_heads * kv.d_head())
-    invalid(where, "q has ", q.cols(), " columns, expected n_heads d_head = ", n_heads * kv.d_head());
-  if (z.rows() != q.rows() || z.cols() != n_heads * kv.d_v())
-    invalid(where, "z is ", z.rows(), "x", z.cols(), ", expected ", q.rows(), "x", n_heads * kv.d_v());
-  check_tiles(where, tiles);
-}
-
-/// Throws unless the scaled queries (q times inv_divisor, as the kernel computes them) fit the
-/// numbers `format`'s arithmetic rounds them to: F16 under the stored arithmetic, largest 65504.
-template <class Scalar>
-void check_scaled_queries(const char* where, const Eigen::Ref<const Matrix<Scalar>>& q, Scalar inv_divisor, const StoreFormat& format) {
-  if (!format.f16_products() || q.size() == 0) return;
-  const Scalar largest = q.cwiseAbs().maxCoeff() * inv_divisor;
-  if (!(largest < Scalar(65520)))  // (what rounds to F16's infinity)
-    invalid(where, "q / divisor reaches ", largest, ", beyond F16's largest number (65504): F16 keys under the stored arithmetic ",
-            "round the scaled query to F16 (KvArithmetic::widened keeps it in float)");
-}
-
-/// Throws if a call over `format`'s store left a range the kernel noted in `overflow`: F16 chains
-/// under the stored arithmetic beyond 65504 (a score a row sees, or a value chain: the result is not
-/// finite; detail/f16_products.hpp), or a row's value sum beyond Scalar's largest number where its
-/// scores were finite (normalise_rows). Otherwise a row whose own scores overflowed (|q|.|k| past
-/// Scalar's range) stays NaN, as documented (docs/bad-input.md).
-template <class Scalar>
-void check_overflow(const char* where, const Matrix<Scalar>& z, const StoreFormat& format, const std::atomic<bool>& overflow,
-                    int threads) {
-  if (format.f16_products() && (overflow.load() || !all_finite(z, threads)))
-    invalid(where, "a chain of F16 products left F16's range (beyond 65504) under the stored arithmetic: the result is not finite; ",
-            "KvArithmetic::widened multiplies these keys and values in float");
-  if (overflow.load())
-    invalid(where, "a row's value sum overflowed: the fused kernel adds e^(s - max) v over the keys a row sees before dividing by ",
-            "their sum, so |v| times that sum (up to the keys' count) must stay below ", std::numeric_limits<Scalar>::max(),
-            "; scale v down, or compute in double or by AttentionPath::step_by_step");
 }
 
 }  // namespace detail

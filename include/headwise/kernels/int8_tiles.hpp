@@ -1,7 +1,10 @@
 // The int8 arithmetic of the fused kernel (TileArithmetic<Int8Products>: int8 keys and values under
 // KvArithmetic::stored): the integer products of detail/int8_products.hpp, which says what is
-// rounded, and the scratch they need. The loop around them (kernels/fused_attention.hpp: masks, the
-// online softmax, shards, merges) is every arithmetic's.
+// rounded, in score and value tiles of its own (not kernels/panel_tiles.hpp's): each sliver over
+// the key panels its rows see, block by block, its weights rounded to uint8 in runs cut at
+// int8_run_tokens; a key_prefix store's values taken out of its key panels
+// (int8_values_from_keys); and the scratch they need. The loop around them
+// (kernels/fused_attention.hpp: masks, the online softmax, shards, merges) is every arithmetic's.
 #pragma once
 
 #include <algorithm>

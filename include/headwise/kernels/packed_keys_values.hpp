@@ -5,11 +5,14 @@
 // Layout, per key/value head, in panels of W = detail::TileShape<Scalar>::lanes columns:
 //   keys    Kᵀ in panels of W keys:         panel p = keys [pW, pW + W), d_head x W, row c = dim c
 //   values  V in panels of W value columns: panel q = columns [qW, qW + W), capacity x W, row j = key j
+// except that under KvArithmetic::stored int8 and BF16 stores put 4 (2) rows in each 32-bit lane
+// (StoreFormat::lane_entries): a key's components, a value column's tokens; int8 keys as k + 128.
 // Appending token t writes column t % W of key panel t / W and row t of every value panel: no
 // existing entry moves, so appending never reallocates. A store whose values are the first d_v
 // columns of its keys (ValueStorage::key_prefix: multi-head latent attention's latent, which is
 // both) keeps no value panels: the kernel reads the values out of the key panels. The numbers are
-// stored as computed or in BF16, F16 or int8 (kv_storage.hpp), converted when appended. The kernel
+// stored as computed or in BF16, F16 or int8 (kv_storage.hpp), converted when appended; an entry
+// not finite in the stored type is refused by name and nothing is appended. The kernel
 // reads a store through blocks() (kv_blocks.hpp): one block of all its tokens. The packing of a
 // head's tokens into panels (detail::pack_head_rows) is the paged cache's too.
 #pragma once

@@ -1,6 +1,8 @@
 // Block: one decoder block of a whole model, its parts each present or not: the norms, the
 // attention layer (or DeepSeek's latent attention, or Qwen3-Next's Gated DeltaNet), the dense MLP or
-// the experts, and Gemma 4's per-layer input, layer scalar and experts beside the MLP.
+// the experts, and Gemma 4's per-layer input, layer scalar and experts beside the MLP. Also the one
+// table of a block's hooks (LayerHook, layer_hooks: each hook's name, part and whether a function
+// may change it) and has_part, which DecoderModel's hook_names and read-only check read.
 #pragma once
 
 #include <cmath>

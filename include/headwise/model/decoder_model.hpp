@@ -1,9 +1,13 @@
-// A whole decoder model around headwise's attention layers, one block type with small parts
-// (model/block.hpp): token embeddings (GPT-2 adds learned positions; Gemma multiplies by
-// sqrt(d_model); Gemma 4 adds per-layer inputs), the blocks, then the final norm, the LM head (W_U,
-// tied to the embedding or not) and Gemma's soft-cap of the logits. A run records the residual
-// stream at TransformerLens's hook names, only the hooks asked for: no (n, n) pattern is held
-// unless one is. Decoding keeps one LayerCache per layer (model/layer_cache.hpp).
+// A whole decoder model around headwise's layers, one block type with parts each present or not
+// (model/block.hpp: attention, latent attention or Gated DeltaNet; a dense MLP or experts): token
+// embeddings (GPT-2 adds learned positions; Gemma multiplies by sqrt(d_model); Gemma 4 adds
+// per-layer inputs), the blocks, then the final norm, the LM head (W_U, tied to the embedding or
+// not) and Gemma's soft-cap of the logits. A run records the hooks asked for, by TransformerLens's
+// names (hook_names: the stream, attention's q, k, v, pattern and z, the MLP's, ...), and runs the
+// hook functions given (RunOptions::hook_functions), which may change a hook's value where it is
+// not read-only; no (n, n) pattern is held unless one is asked for. resume reruns from a layer on
+// caches (patching); decoding keeps one LayerCache per layer (model/layer_cache.hpp), bitwise the
+// forward's rows; generate decodes greedily or samples.
 //
 //   auto model = headwise::io::load_decoder_model<float>("gpt2/");
 //   headwise::model::RunOptions<float> run_options;

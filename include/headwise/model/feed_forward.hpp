@@ -1,5 +1,6 @@
 // FeedForward: a whole model's dense MLP (GPT-2's gelu_new, SwiGLU, GeGLU, gpt-oss's clamped
-// SwiGLU), its weights kept as stored, and the activations and the product it is built from.
+// SwiGLU), its weights kept as stored ([out, in]; multiplied by times_transposed,
+// stored_matrix.hpp), its activations (Activation, activate) and what a forward records (Record).
 #pragma once
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // What a whole model's run takes (RunOptions: hooks to record, hook functions, the first
-// position, threads, logits to keep) and gives (ModelRun: logits, hooks, routing, statistics), and
-// the next-token loss of its logits.
+// position, threads, a reader of each layer's attention record, logits to keep) and gives
+// (ModelRun: logits, hooks and their head counts, routing, statistics, logsumexp; head() for one
+// head of a per-head hook), and the next-token loss of its logits.
 #pragma once
 
 #include <cmath>
