@@ -22,9 +22,9 @@
 //             S   = rule(S): cap, ALiBi, bias, -inf where hidden (if the rule modifies scores)
 //             m'  = max(m, max_j S_ij) over the visible j     (running row maximum, by packets)
 //             P   = exp(S - m') on the visible j, exactly 0 elsewhere (the mask lives in the loop;
-//                   Eigen's pexp, or exp_nonpositive under the stored arithmetic), written over S:
-//                   the widened arithmetic's product with V reads it there, the stored ones
-//                   round it first (to uint8, BF16 or F16) into their own scratch
+//                   Eigen's pexp, or exp_nonpositive where the arithmetic asks for the short
+//                   one), written over S, where the arithmetic's value tile reads it (rounding it
+//                   first into its own scratch where it multiplies in a narrower type)
 //             l   = l e^(m - m') + Σ_j P_ij                    (running row sum)
 //             acc = acc e^(m - m') + P V[j0:, h]               (rescaled by packets, only if m grew)
 //           then the shard's (m, l, acc) merged into the shards' before it (online_softmax_state.hpp)
@@ -34,12 +34,11 @@
 // (record_scores, record_dot, record_statistics).
 // Every number a query row gets is computed by the same instructions in the same order whatever
 // the other rows of its tile, the tile sizes of queries, the number of keys past the row's last
-// visible one and the thread count: the products are each arithmetic's fixed chains
-// (detail/tile_product.hpp's for the widened one; detail/int8_products.hpp, bf16_products.hpp,
-// f16_products.hpp for the stored ones), exp and the row sums run over whole SIMD packets of a zero-padded row
-// (trailing zeros add +0, which changes no bit), and key tiles start at multiples of the key tile
-// size, and shards at multiples of the shard size, merged in key order whether they ran in one job
-// or in parallel. So results are bitwise the same for any thread count, and decoding token by token
+// visible one and the thread count: the products are each arithmetic's fixed chains (its file in
+// kernels/tile_arithmetics.hpp says which), exp and the row sums run over whole SIMD packets of a
+// zero-padded row (trailing zeros add +0, which changes no bit), and key tiles start at multiples
+// of the key tile size, and shards at multiples of the shard size, merged in key order whether
+// they ran in one job or in parallel. So results are bitwise the same for any thread count, and decoding token by token
 // (a KV cache) reproduces the full forward bitwise.
 // Memory: the packed keys and values (the size of K and V) and, per thread, a few tq x tk tiles.
 #pragma once
