@@ -200,6 +200,28 @@ Matrix<Scalar> fold_queries(const Eigen::Ref<const Matrix<Scalar>>& q, const Hea
   return folded;
 }
 
+/// A folded call's per-row values (G, n group: row t group + r of key/value head g is query head
+/// g group + r of token t) in the unfolded layout (H, n); not recorded (0 x 0) stays so.
+template <class M>
+M unfold_rows(const M& m, const Heads& heads, Index n) {
+  if (m.rows() == 0) return M();
+  const Index H = heads.query, group = H / heads.key_value;
+  M to(H, n);
+  for (Index t = 0; t < n; ++t)
+    for (Index h = 0; h < H; ++h) to(h, t) = m(h / group, t * group + h % group);
+  return to;
+}
+
+/// A folded call's row statistics in the unfolded layout (unfold_rows, each of them).
+template <class Scalar>
+RowStatistics<Scalar> unfold_statistics(const RowStatistics<Scalar>& s, const Heads& heads, Index n) {
+  RowStatistics<Scalar> out;
+  out.entropy = unfold_rows(s.entropy, heads, n), out.first_token_mass = unfold_rows(s.first_token_mass, heads, n);
+  out.previous_token_mass = unfold_rows(s.previous_token_mass, heads, n), out.max_weight = unfold_rows(s.max_weight, heads, n);
+  out.argmax = unfold_rows(s.argmax, heads, n), out.sink_mass = unfold_rows(s.sink_mass, heads, n);
+  return out;
+}
+
 /// The result of a folded call (z (n group, G d_v), the rest (G, n group)) in the unfolded layout.
 template <class Scalar>
 AttentionResult<Scalar> unfold_result(const AttentionResult<Scalar>& r, const Heads& heads, Index n, Index dv) {
@@ -208,17 +230,8 @@ AttentionResult<Scalar> unfold_result(const AttentionResult<Scalar>& r, const He
   out.z.resize(n, H * dv);
   for (Index t = 0; t < n; ++t)
     for (Index h = 0; h < H; ++h) out.z.row(t).segment(h * dv, dv) = r.z.row(t * group + h % group).segment(h / group * dv, dv);
-  const auto unfold = [&](const auto& m, auto& to) {  // (G, n group) -> (H, n); not recorded: 0 x 0
-    if (m.rows() == 0) return;
-    to.resize(H, n);
-    for (Index t = 0; t < n; ++t)
-      for (Index h = 0; h < H; ++h) to(h, t) = m(h / group, t * group + h % group);
-  };
-  unfold(r.logsumexp, out.logsumexp);
-  unfold(r.statistics.entropy, out.statistics.entropy), unfold(r.statistics.first_token_mass, out.statistics.first_token_mass);
-  unfold(r.statistics.previous_token_mass, out.statistics.previous_token_mass);
-  unfold(r.statistics.max_weight, out.statistics.max_weight), unfold(r.statistics.argmax, out.statistics.argmax);
-  unfold(r.statistics.sink_mass, out.statistics.sink_mass);
+  out.logsumexp = unfold_rows(r.logsumexp, heads, n);
+  out.statistics = unfold_statistics(r.statistics, heads, n);
   return out;
 }
 

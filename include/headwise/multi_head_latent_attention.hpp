@@ -241,8 +241,8 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
       const Strided head_latent(latent.z.data() + h * R, n, R, Eigen::OuterStride<>(H * R));
       out.z.middleCols(h * v(), v()) = detail::product_of<Scalar>(head_latent, w_uv_[static_cast<std::size_t>(h)]);
     }
-    if (call.logsumexp) out.logsumexp = unfold(latent.logsumexp);
-    if (call.statistics) unfold_statistics(latent.statistics, out.statistics);
+    out.logsumexp = detail::unfold_rows(latent.logsumexp, {H, 1}, n);  // (the folded rows: row t H + h is head h of token t)
+    out.statistics = detail::unfold_statistics(latent.statistics, {H, 1}, n);
     if (record && record->keep_queries) {
       record->q.resize(n, H * L);
       for (Index h = 0; h < H; ++h) record->q.middleCols(h * L, L) = Strided(folded.data() + h * L, n, L, Eigen::OuterStride<>(H * L));
@@ -257,19 +257,6 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
     if (record.keep_statistics) r.statistics.resize(n_heads(), 0);
     if (record.keep_queries) record.q.resize(0, n_heads() * latent_width());
     return r;
-  }
-  /// A folded call's (1, n n_heads) per-row values as (n_heads, n).
-  template <class M>
-  M unfold(const M& folded) const {
-    M out(n_heads(), folded.cols() / n_heads());
-    for (Index t = 0; t < out.cols(); ++t)
-      for (Index h = 0; h < n_heads(); ++h) out(h, t) = folded(0, t * n_heads() + h);
-    return out;
-  }
-  void unfold_statistics(const RowStatistics<Scalar>& folded, RowStatistics<Scalar>& out) const {
-    out.entropy = unfold(folded.entropy), out.first_token_mass = unfold(folded.first_token_mass);
-    out.previous_token_mass = unfold(folded.previous_token_mass), out.max_weight = unfold(folded.max_weight);
-    out.argmax = unfold(folded.argmax), out.sink_mass = unfold(folded.sink_mass);
   }
 
   /// The call's options with the layer's divisor; a layer lays its call out itself.
