@@ -11,8 +11,9 @@
 // depends on the other rows: decoding token by token gives the bits of the forward over the whole
 // prompt. This is the order of every product by a StoredMatrix (times_transposed: the models'
 // projections, MLPs and LM heads). detail/tile_product.hpp's chains are another (the attention's
-// own products, the backward, latent attention, a Linear such as MultiHeadAttention::head(h)):
-// the same weights multiplied both ways agree to rounding, not bit for bit.
+// own products, the backward, latent attention), and Eigen's product a third (a Linear, such as
+// MultiHeadAttention::head(h)'s): the same weights multiplied two ways agree to rounding, not bit
+// for bit.
 //
 // A decoding step (up to 4 rows of A) reads B one row at a time, both chains in registers: one
 // sequential stream per thread, which the hardware prefetchers follow best (bench/RESULTS.md, "Tuning constants"). A row of BF16, F16
