@@ -33,16 +33,9 @@
 
 #include <Eigen/Core>
 
+#include "headwise/detail/lanes.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
-
-#if defined(__AVX512FP16__) && defined(__AVX512VL__) && defined(EIGEN_VECTORIZE_AVX512)
-#define HEADWISE_F16_FMA 1
-#endif
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(EIGEN_VECTORIZE_AVX512)
-#define HEADWISE_F16_CONVERT 1
-#include <immintrin.h>
-#endif
 
 namespace headwise::detail {
 
@@ -73,18 +66,10 @@ inline float f16_fma(float a, float b, float c) { return f16_nearest(double(a) *
 inline float f16_value(std::uint16_t bits) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits)); }
 inline std::uint16_t f16_bits(float f16) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(f16)); }
 
-/// x[0, n) to F16 bits at out, to nearest with ties to even (vcvtps2ph with AVX-512, else
-/// Eigen's conversion: the same rounding).
+/// x[0, n) to F16 bits at out, to nearest with ties to even (in registers where the instruction
+/// set rounds them, VectorRounding; else Eigen's conversion: the same rounding).
 inline void round_to_f16(const float* x, Index n, std::uint16_t* out) {
-  Index j = 0;
-#if defined(HEADWISE_F16_CONVERT)
-  for (; j < n; j += 16) {
-    const __mmask16 lanes = n - j >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
-    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(lanes, x + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm256_mask_storeu_epi16(out + j, lanes, h);
-  }
-#endif
-  for (; j < n; ++j) out[j] = Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x[j]));
+  for (Index j = VectorRounding<Eigen::half>::round(x, n, out); j < n; ++j) out[j] = Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x[j]));
 }
 template <class Scalar>
 inline void round_to_f16(const Scalar* x, Index n, std::uint16_t* out) {  // (a float64 call never holds F16 keys)
@@ -125,35 +110,10 @@ struct PortableF16Lanes {
   }
 };
 
-#if defined(HEADWISE_F16_FMA)
-/// 32 lanes of F16 chains in one register, their float32 sums in two (AVX512-FP16).
-struct VectorF16Lanes {
-  struct Halves { __m512h v; };
-  struct Floats { __m512 lo, hi; };
-  static Halves zero() { return {_mm512_setzero_ph()}; }
-  static Floats zero_floats() { return {_mm512_setzero_ps(), _mm512_setzero_ps()}; }
-  static Halves load(const std::uint16_t* bits) { return {_mm512_loadu_ph(bits)}; }
-  static Halves broadcast(std::uint16_t bits) { return {_mm512_castsi512_ph(_mm512_set1_epi16(static_cast<short>(bits)))}; }
-  static void fma(const Halves& a, const Halves& b, Halves& acc) { acc.v = _mm512_fmadd_ph(a.v, b.v, acc.v); }
-  static void store(std::uint16_t* bits, const Halves& h) { _mm512_storeu_ph(bits, h.v); }
-  static Floats load_floats(const float* f) { return {_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)}; }
-  static void store_floats(float* f, const Floats& a) { _mm512_storeu_ps(f, a.lo), _mm512_storeu_ps(f + 16, a.hi); }
-  static void add(Floats& acc, const Halves& h) {  // lanes 0-15 and 16-31, widened exactly
-    const __m512i bits = _mm512_castph_si512(h.v);
-    acc.lo = _mm512_add_ps(acc.lo, _mm512_cvtxph_ps(_mm512_castph512_ph256(h.v)));
-    acc.hi = _mm512_add_ps(acc.hi, _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_castsi512_si256(_mm512_shuffle_i64x2(bits, bits, 0xEE)))));
-  }
-};
-#endif
-
-/// The lanes a build multiplies F16 panels of W lanes with: AVX512-FP16's registers where it has
-/// them (W = 32), else lane by lane.
+/// The lanes a build multiplies F16 panels of W lanes with (detail/lanes.hpp): AVX512-FP16's
+/// registers where it has them (W = 32), else lane by lane.
 template <Index W>
-struct F16LanesOf { using type = PortableF16Lanes<W>; };
-#if defined(HEADWISE_F16_FMA)
-template <>
-struct F16LanesOf<32> { using type = VectorF16Lanes; };
-#endif
+using F16LanesOf = LanesOf<Eigen::half, W, PortableF16Lanes<W>>;
 
 /// One step of every chain of rows r...: h[r][p] = fma(a[r lda], panel p's row (W lanes at row +
 /// p next), h[r][p]); `asked`: the row's number for prefetch (PanelPrefetch).
@@ -203,16 +163,11 @@ inline void f16_score_products_of(std::integer_sequence<Index, r...>, Index dept
   (finish(r), ...);
 }
 
-/// kernel(height, first row) over `rows` rows as slivers of compiled heights (AVX512-FP16's
-/// registers: each row's chains and float sums held in them, up to 8 rows of one panel or 4 of
-/// two), or row by row (the portable chains: a row's chains are its own, the bits the same).
+/// kernel(height, first row) over `rows` rows (by_lane_heights): with AVX512-FP16's registers
+/// each row's chains and float sums held in them, up to 8 rows of one panel or 4 of two.
 template <class Lanes, Index W, Index Panels, class Kernel>
 inline void by_f16_heights(Index rows, const Kernel& kernel) {
-  if constexpr (std::is_same_v<Lanes, PortableF16Lanes<W>>) {
-    for (Index row = 0; row < rows; ++row) kernel(std::integral_constant<int, 1>{}, row);
-  } else {
-    by_compiled_heights<Panels == 1 ? 8 : 4>(rows, 0, kernel);
-  }
+  by_lane_heights<Lanes, PortableF16Lanes<W>, Panels == 1 ? 8 : 4>(rows, kernel);
 }
 
 /// S[r][0, Panels W) = Qs_r . k_w by F16 chains (see the top) for `rows` rows of a (F16 bits, lda
@@ -221,7 +176,7 @@ inline void by_f16_heights(Index rows, const Kernel& kernel) {
 template <Index W, Index Panels>
 inline void f16_score_products(Index rows, Index depth, const std::uint16_t* a, Index lda, const std::uint16_t* panel, Index next,
                                const PanelPrefetch& prefetch, float* out, Index ldo) {
-  using Lanes = typename F16LanesOf<W>::type;
+  using Lanes = F16LanesOf<W>;
   by_f16_heights<Lanes, W, Panels>(rows, [&](auto height, Index row) {
     f16_score_products_of<Lanes, W, Panels>(std::make_integer_sequence<Index, decltype(height)::value>{}, depth, a + row * lda, lda,
                                            panel, next, prefetch, out + row * ldo, ldo);
@@ -284,7 +239,7 @@ template <Index W, Index Panels>
 inline void f16_value_products(Index rows, const F16Run& run, const std::uint16_t* p, Index ldp, const std::uint16_t* values,
                                Index next, const PanelPrefetch& prefetch, std::uint16_t* carry, Index ldcarry, float* acc,
                                Index ldacc) {
-  using Lanes = typename F16LanesOf<W>::type;
+  using Lanes = F16LanesOf<W>;
   by_f16_heights<Lanes, W, Panels>(rows, [&](auto height, Index row) {
     f16_value_products_of<Lanes, W, Panels>(std::make_integer_sequence<Index, decltype(height)::value>{}, run, p + row * ldp, ldp,
                                            values, next, prefetch, carry + row * ldcarry, ldcarry, acc + row * ldacc, ldacc);
