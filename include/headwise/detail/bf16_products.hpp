@@ -14,8 +14,10 @@
 //            acc += p_i,j+1 v_j+1,c then acc += p_ij v_jc: one chain per entry, continued from acc
 //            (the online softmax rescales it between key tiles, as widened)
 // With AVX512-BF16 (vdpbf16ps, vcvtneps2bf16) BF16 inputs, products and sums below 2^-126 are
-// taken as zero, as the instructions define; the portable loops (other builds) keep them. Either
-// way every result is one chain per entry in a fixed order, so it is the same whatever the thread
+// taken as zero, as the instructions define; the other lanes (detail/lanes.hpp: AVX2's and
+// AVX-512's fused multiply-adds of the widened entries, the portable lanes' products and sums)
+// keep them (a product below 2^-126, which a float rounds, is kept whole by a fused multiply-add
+// before its one rounding: the only place the two differ). Either way every result is one chain per entry in a fixed order, so it is the same whatever the thread
 // count, the split of keys, the sliver a row is computed in, and where a store's blocks lie; pairs
 // of weights a sliver's row does not see are exact zeros (0 v = 0 adds nothing).
 //
