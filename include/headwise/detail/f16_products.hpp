@@ -167,7 +167,7 @@ inline void f16_score_products_of(std::integer_sequence<Index, r...>, Index dept
 /// each row's chains and float sums held in them, up to 8 rows of one panel or 4 of two.
 template <class Lanes, Index W, Index Panels, class Kernel>
 inline void by_f16_heights(Index rows, const Kernel& kernel) {
-  by_lane_heights<Lanes, PortableF16Lanes<W>, Panels == 1 ? 8 : 4>(rows, kernel);
+  by_lane_heights<std::is_same_v<Lanes, PortableF16Lanes<W>> ? 1 : Panels == 1 ? 8 : 4>(rows, kernel);
 }
 
 /// S[r][0, Panels W) = Qs_r . k_w by F16 chains (see the top) for `rows` rows of a (F16 bits, lda

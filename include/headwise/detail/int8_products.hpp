@@ -32,19 +32,10 @@
 #include <limits>
 #include <utility>
 
+#include "headwise/detail/lanes.hpp"
 #include "headwise/detail/panel_layout.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
-
-#if defined(EIGEN_VECTORIZE_AVX512) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(EIGEN_VECTORIZE_AVX512)
-#define HEADWISE_INT8_VNNI 512
-#elif defined(__AVXVNNI__) && defined(EIGEN_VECTORIZE_AVX) && !defined(EIGEN_VECTORIZE_AVX512)
-#define HEADWISE_INT8_VNNI 256
-#include <immintrin.h>
-#endif
 
 namespace headwise::detail {
 
@@ -126,91 +117,80 @@ struct Int8ScoreScales {
   Int8ScoreScales from_row(Index row) const { return {q_sum + row, q_scale + row, k_scales, s + row * lds, lds}; }
 };
 
-#if defined(HEADWISE_INT8_VNNI)
-#if HEADWISE_INT8_VNNI == 512
-using Int8Vector = __m512i;
-inline Int8Vector int8_load(const void* p) { return _mm512_loadu_si512(p); }
-inline Int8Vector int8_zero() { return _mm512_setzero_si512(); }
-inline Int8Vector int8_broadcast(std::int32_t x) { return _mm512_set1_epi32(x); }
-inline Int8Vector int8_dot(Int8Vector acc, Int8Vector u8, Int8Vector s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
-inline Int8Vector int8_add(Int8Vector x, Int8Vector y) { return _mm512_add_epi32(x, y); }
-inline void int8_store(std::int32_t* p, Int8Vector x) { _mm512_storeu_si512(p, x); }
-/// int8_scores on one vector of sums, in registers (its formula, its bits).
-inline void int8_vector_scores(Int8Vector sums, std::int32_t q_sum, float q_scale, const float* k_scales, float* s) {
-  const __m512 dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, _mm512_set1_epi32(128 * q_sum)));
-  _mm512_storeu_ps(s, _mm512_mul_ps(_mm512_mul_ps(dots, _mm512_loadu_ps(k_scales)), _mm512_set1_ps(q_scale)));
-}
-#else
-using Int8Vector = __m256i;
-inline Int8Vector int8_load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline Int8Vector int8_zero() { return _mm256_setzero_si256(); }
-inline Int8Vector int8_broadcast(std::int32_t x) { return _mm256_set1_epi32(x); }
-inline Int8Vector int8_dot(Int8Vector acc, Int8Vector u8, Int8Vector s8) { return _mm256_dpbusd_avx_epi32(acc, u8, s8); }
-inline Int8Vector int8_add(Int8Vector x, Int8Vector y) { return _mm256_add_epi32(x, y); }
-inline void int8_store(std::int32_t* p, Int8Vector x) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), x); }
-inline void int8_vector_scores(Int8Vector sums, std::int32_t q_sum, float q_scale, const float* k_scales, float* s) {
-  const __m256 dots = _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, _mm256_set1_epi32(128 * q_sum)));
-  _mm256_storeu_ps(s, _mm256_mul_ps(_mm256_mul_ps(dots, _mm256_loadu_ps(k_scales)), _mm256_set1_ps(q_scale)));
-}
-#endif
-/// A quad row of a panel (W lanes of 4 bytes) is two vectors.
-template <class Scalar>
-constexpr bool int8_vnni_fits = sizeof(Int8Vector) * 2 == TileShape<Scalar>::lanes * int8_quad;
+/// W lanes of integer sums, entry by entry (the portable lanes; VNNI's and AVX2's registers are
+/// in detail/lanes_avx512.hpp and detail/lanes_avx2.hpp, with the same members). A row's W sums
+/// are `parts` Parts (here one lane each; a register of several lanes there), held as values in
+/// plain arrays so that the compiler keeps them in registers. Keys: the panel holds k + 128 as
+/// unsigned bytes and the row's quad is the int8 query's; values: the panel holds int8 values and
+/// the row's quad the uint8 weights.
+template <Index W>
+struct PortableInt8Lanes {
+  static constexpr Index width = W;
+  static constexpr int parts = static_cast<int>(W);
+  static constexpr int tallest = 1;                    // row by row: a row's W sums are its own
+  static constexpr bool scores_in_registers = false;  // (int8_scores from the sums in memory)
+  static constexpr Index chains(Index) { return 1; }
+  using Part = std::int32_t;
+  struct Quad { std::int32_t x[int8_quad]; };
+  struct Bytes { std::int32_t x[int8_quad]; };  // a lane's four stored bytes, as the integers they are
+  using Loaded = Bytes;
+  static Part zero() { return 0; }
+  template <bool Keys>
+  static Loaded load(const std::int8_t* row, int k) {
+    Bytes b;
+    for (Index e = 0; e < int8_quad; ++e)
+      b.x[e] = Keys ? std::int32_t(static_cast<std::uint8_t>(row[k * int8_quad + e])) : std::int32_t(row[k * int8_quad + e]);
+    return b;
+  }
+  template <bool Keys>
+  static Quad broadcast(const std::uint8_t* quad) {
+    Quad x;
+    for (Index e = 0; e < int8_quad; ++e) x.x[e] = Keys ? std::int32_t(static_cast<std::int8_t>(quad[e])) : std::int32_t(quad[e]);
+    return x;
+  }
+  template <bool Keys>
+  static Part dot(Part acc, const Loaded& b, const Quad& x) {
+    for (Index e = 0; e < int8_quad; ++e) acc += x.x[e] * b.x[e];
+    return acc;
+  }
+  static Part add(Part a, Part b) { return a + b; }
+  static void store(int k, Part sum, std::int32_t* out) { out[k] = sum; }
+  static void hold(Loaded&) {}
+};
 
-inline std::int32_t int8_lane(const void* p) {
-  std::int32_t x;
-  std::memcpy(&x, p, sizeof x);
-  return x;
-}
-
-/// Row `row`'s sums (lo: lanes [0, V), hi: [V, 2V)) out: at out, or, given `scores`, as its scores.
-template <bool ToScores, class Scalar>
-EIGEN_ALWAYS_INLINE void int8_row_out(Int8Vector lo, Int8Vector hi, std::int32_t* out, const Int8ScoreScales<Scalar>* scores, Index row) {
-  constexpr Index V = sizeof(Int8Vector) / 4;
-  if constexpr (ToScores && std::is_same_v<Scalar, float>)
-    if (scores) {
-      float* s = scores->s + row * scores->lds;
-      int8_vector_scores(lo, scores->q_sum[row], scores->q_scale[row], scores->k_scales, s);
-      int8_vector_scores(hi, scores->q_sum[row], scores->q_scale[row], scores->k_scales + V, s + V);
-      return;
-    }
-  int8_store(out, lo);
-  int8_store(out + V, hi);
-}
+/// The lanes a build sums int8 panels of W lanes with (detail/lanes.hpp): VNNI's registers
+/// (AVX512-VNNI, AVX-VNNI) or AVX2's int16 products where the build has them, else entry by entry.
+template <Index W>
+using Int8LanesOf = LanesOf<std::int8_t, W, PortableInt8Lanes<W>>;
 
 /// The body of int8_panel_sums for rows r...: out[r][w] = Σ_q lane w of quad row q of the panel
-/// (4W bytes each) times the 4 bytes of row r of a at a + r lda + 4q. Keys: the panel is the
-/// keys as unsigned k + 128 (flip_sign), a the int8 query; values: a the uint8 weights, the panel
-/// the int8 values. S chains over the quads (quad q in chain q % S, added at the end: integers,
-/// exact in any order): a short sliver (a decoding step) keeps 2 S products in flight. Given
-/// `scores` (keys, ToScores), the rows' scores from the sums in registers instead (a store of the
-/// sums and their load back stalls the step; bench/RESULTS.md, "Tuning constants").
-template <bool Keys, Index S, bool ToScores, class Scalar, Index... r>
+/// (4W bytes each) times the 4 bytes of row r of a at a + r lda + 4q, over Lanes (a row's sums
+/// its `parts` Parts, the quad row loaded part by part). S chains over the quads
+/// (quad q in chain q % S, added at the end: integers, exact in any order): a short sliver (a
+/// decoding step) keeps S products in flight. Given `scores` (keys, ToScores), the rows' scores
+/// from the sums in registers instead (a store of the sums and their load back stalls the step;
+/// bench/RESULTS.md, "Tuning constants").
+template <class Lanes, bool Keys, Index S, bool ToScores, class Scalar, Index... r>
 inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, const std::uint8_t* a, Index lda,
                                const std::int8_t* panel, const PanelPrefetch& prefetch, std::int32_t* out, Index ldo,
                                const Int8ScoreScales<Scalar>* scores) {
-  constexpr Index row_bytes = 2 * sizeof(Int8Vector);  // bytes per quad row
-  Int8Vector acc[sizeof...(r)][static_cast<std::size_t>(2 * S)];
+  constexpr Index row_bytes = Lanes::width * int8_quad;
+  constexpr int P = Lanes::parts;
+  typename Lanes::Part acc[sizeof...(r)][static_cast<std::size_t>(S * P)];
   for (auto& row : acc)
-    for (auto& x : row) x = int8_zero();
+    for (auto& x : row) x = Lanes::zero();
   const auto step = [&](Index q, auto chain) {
     constexpr Index c = decltype(chain)::value;
     const std::int8_t* at = panel + q * row_bytes;
     prefetch_panel_row(prefetch, at, q, row_bytes);
-    Int8Vector p0 = int8_load(at), p1 = int8_load(at + sizeof(Int8Vector));
-#if defined(__GNUC__) && HEADWISE_INT8_VNNI == 512
-    // A tall sliver (prefill, a latent's heads: bound by its arithmetic) holds the loaded row in
-    // registers for every row's product: left to itself GCC folds the load into each vpdpbusd, and
-    // the load ports bound the products. A decoding step's short sliver leaves the loads folded:
-    // held, it runs faster in cache but slower from memory, where a whole model's decoding reads
-    // every layer's cache from (bench/RESULTS.md, "Tuning constants"). Not with 16 vector registers (AVX-VNNI), whose
-    // accumulators fill them.
-    if constexpr (sizeof...(r) > 4) asm("" : "+v"(p0), "+v"(p1));
-#endif
+    typename Lanes::Loaded b[static_cast<std::size_t>(P)];
+    for (int k = 0; k < P; ++k) {
+      b[k] = Lanes::template load<Keys>(at, k);
+      if constexpr (sizeof...(r) > 4) Lanes::hold(b[k]);  // (a tall sliver: Lanes::hold says why)
+    }
     const auto dot = [&](Index row) {
-      const Int8Vector x = int8_broadcast(int8_lane(a + row * lda + q * int8_quad));
-      if constexpr (Keys) acc[row][2 * c] = int8_dot(acc[row][2 * c], p0, x), acc[row][2 * c + 1] = int8_dot(acc[row][2 * c + 1], p1, x);
-      else acc[row][2 * c] = int8_dot(acc[row][2 * c], x, p0), acc[row][2 * c + 1] = int8_dot(acc[row][2 * c + 1], x, p1);
+      const auto x = Lanes::template broadcast<Keys>(a + row * lda + q * int8_quad);
+      for (int k = 0; k < P; ++k) acc[row][c * P + k] = Lanes::template dot<Keys>(acc[row][c * P + k], b[k], x);
     };
     (dot(r), ...);
   };
@@ -219,104 +199,45 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
   for (; q < quads; ++q) step(q, std::integral_constant<Index, 0>{});
   const auto finish = [&](Index row) {
     for_each_index<S - 1>([&](auto c) {
-      acc[row][0] = int8_add(acc[row][0], acc[row][2 * c + 2]), acc[row][1] = int8_add(acc[row][1], acc[row][2 * c + 3]);
+      for (int k = 0; k < P; ++k) acc[row][k] = Lanes::add(acc[row][k], acc[row][(decltype(c)::value + 1) * P + k]);
     });
-    int8_row_out<ToScores>(acc[row][0], acc[row][1], out + row * ldo, scores, row);
+    // (each part by value: the accumulators' address taken, the compiler keeps them in memory)
+    if constexpr (ToScores && std::is_same_v<Scalar, float>)
+      if (scores) {
+        for (int k = 0; k < P; ++k)
+          Lanes::store_scores(k, acc[row][k], scores->q_sum[row], scores->q_scale[row], scores->k_scales, scores->s + row * scores->lds);
+        return;
+      }
+    for (int k = 0; k < P; ++k) Lanes::store(k, acc[row][k], out + row * ldo);
   };
   (finish(r), ...);
-}
-#endif
-
-#if defined(__AVX2__) && !defined(EIGEN_VECTORIZE_AVX512)
-/// int8_panel_sums on AVX2 without VNNI, for panels of 16 lanes (a quad row: 64 bytes, four
-/// 16-byte pieces of 4 lanes): each piece widened to 16 int16, multiplied by the row's 4 bytes
-/// (widened, repeated) with pmaddwd into 8 int32 (a lane's two pair sums), the pairs added at the
-/// end. Exact: |255 x 127 x 2| fits int32, as every sum below 2^31 does.
-template <bool Keys>
-inline void int8_panel_sums_avx2(Index rows, Index quads, const std::uint8_t* a, Index lda, const std::int8_t* panel,
-                                 std::int32_t* out, Index ldo) {
-  for (Index r = 0; r < rows; ++r) {
-    __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (Index q = 0; q < quads; ++q) {
-      const std::uint8_t* x = a + r * lda + q * int8_quad;
-      const auto widen = [](std::uint8_t b) { return Keys ? std::uint16_t(std::int16_t(static_cast<std::int8_t>(b))) : std::uint16_t(b); };
-      const long long pattern = static_cast<long long>(std::uint64_t(widen(x[0])) | std::uint64_t(widen(x[1])) << 16 |
-                                                       std::uint64_t(widen(x[2])) << 32 | std::uint64_t(widen(x[3])) << 48);
-      const __m256i factors = _mm256_set1_epi64x(pattern);
-      for (int c = 0; c < 4; ++c) {
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(panel + q * 64 + c * 16));
-        const __m256i entries = Keys ? _mm256_cvtepu8_epi16(bytes) : _mm256_cvtepi8_epi16(bytes);
-        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(entries, factors));
-      }
-    }
-    alignas(32) std::int32_t pairs[8];
-    for (int c = 0; c < 4; ++c) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), acc[c]);
-      for (int j = 0; j < 4; ++j) out[r * ldo + 4 * c + j] = pairs[2 * j] + pairs[2 * j + 1];
-    }
-  }
-}
-#endif
-
-/// int8_panel_sums without VNNI: the same integers, by int16 products on AVX2 (pmaddwd, exact)
-/// or one entry at a time.
-template <class Scalar, bool Keys>
-inline void int8_panel_sums_portable(Index rows, Index quads, const std::uint8_t* a, Index lda, const std::int8_t* panel,
-                                     std::int32_t* out, Index ldo) {
-  constexpr Index W = TileShape<Scalar>::lanes;
-#if defined(__AVX2__) && !defined(EIGEN_VECTORIZE_AVX512)
-  if constexpr (W == 16) {  // AVX2 without VNNI: the same integers by int16 products (pmaddwd), exact
-    int8_panel_sums_avx2<Keys>(rows, quads, a, lda, panel, out, ldo);
-    return;
-  }
-#endif
-  for (Index r = 0; r < rows; ++r) {  // the same integers, without VNNI (one entry at a time)
-    std::int32_t* o = out + r * ldo;
-    std::fill(o, o + W, 0);
-    for (Index q = 0; q < quads; ++q)
-      for (Index w = 0; w < W; ++w)
-        for (Index e = 0; e < int8_quad; ++e) {
-          const std::int32_t x = Keys ? static_cast<std::int8_t>(a[r * lda + q * int8_quad + e]) : a[r * lda + q * int8_quad + e];
-          const std::int8_t stored = panel[(q * W + w) * int8_quad + e];
-          o[w] += x * (Keys ? std::int32_t(static_cast<std::uint8_t>(stored)) : std::int32_t(stored));
-        }
-  }
 }
 
 /// out[r][w] (rows x W int32, leading dimension ldo) = Σ over `quads` quads of row r of a (lda
 /// bytes apart) by lane w of the panel. Keys: a is the int8 query and the panel
 /// signed, summed as Σ (k + 128) q (the VNNI product takes one unsigned operand: the caller
 /// subtracts 128 Σ q); otherwise (values) a is the uint8 weights, the panel signed, Σ u v.
-/// prefetch: what to ask for ahead (PanelPrefetch; the VNNI paths' only). Keys given `scores`:
-/// the rows' scores (int8_scores) where they say, out only as scratch.
+/// prefetch: what to ask for ahead (PanelPrefetch). Keys given `scores`: the rows' scores
+/// (int8_scores) where they say, out only as scratch.
 template <class Scalar, bool Keys>
 inline void int8_panel_sums(Index rows, Index quads, const std::uint8_t* a, Index lda, const std::int8_t* panel,
                             const PanelPrefetch& prefetch, std::int32_t* out, Index ldo,
                             const Int8ScoreScales<Scalar>* scores = nullptr) {
-#if defined(HEADWISE_INT8_VNNI)
-  if constexpr (int8_vnni_fits<Scalar>) {
-    by_compiled_heights<static_cast<int>(TileShape<Scalar>::rows)>(rows, 0, [&](auto height, Index row) {
-      constexpr Index rows_here = decltype(height)::value, chains = rows_here <= 2 ? 4 : rows_here <= 4 ? 2 : 1;
-      // (the scores from registers for a short sliver only: with a tall one's accumulators GCC
-      // spills them in the product's loop)
-      constexpr bool to_scores = Keys && rows_here <= pair_rows<Scalar>;
-      const Int8ScoreScales<Scalar> these = scores ? scores->from_row(row) : Int8ScoreScales<Scalar>{};
-      int8_panel_sums_of<Keys, chains, to_scores>(std::make_integer_sequence<Index, rows_here>{}, quads, a + row * lda, lda, panel,
-                                                  prefetch, out + row * ldo, ldo, scores ? &these : nullptr);
-      if (!to_scores && scores)
-        for (Index r = 0; r < rows_here; ++r)
-          int8_scores(out + (row + r) * ldo, these.q_sum[r], these.q_scale[r], these.k_scales, these.s + r * these.lds);
-    });
-    return;
-  }
-#endif
-  static_cast<void>(prefetch);
-  int8_panel_sums_portable<Scalar, Keys>(rows, quads, a, lda, panel, out, ldo);
-  if (scores)
-    for (Index r = 0; r < rows; ++r)
-      int8_scores(out + r * ldo, scores->q_sum[r], scores->q_scale[r], scores->k_scales, scores->s + r * scores->lds);
+  using Lanes = Int8LanesOf<TileShape<Scalar>::lanes>;
+  by_lane_heights<std::min(Lanes::tallest, static_cast<int>(TileShape<Scalar>::rows))>(rows, [&](auto height, Index row) {
+    constexpr Index rows_here = decltype(height)::value;
+    // (the scores from registers for a short sliver only: with a tall one's accumulators GCC
+    // spills them in the product's loop)
+    constexpr bool to_scores = Lanes::scores_in_registers && Keys && rows_here <= pair_rows<Scalar>;
+    const Int8ScoreScales<Scalar> these = scores ? scores->from_row(row) : Int8ScoreScales<Scalar>{};
+    int8_panel_sums_of<Lanes, Keys, Lanes::chains(rows_here), to_scores>(std::make_integer_sequence<Index, rows_here>{}, quads,
+                                                                          a + row * lda, lda, panel, prefetch, out + row * ldo,
+                                                                          ldo, scores ? &these : nullptr);
+    if (!to_scores && scores)
+      for (Index r = 0; r < rows_here; ++r)
+        int8_scores(out + (row + r) * ldo, these.q_sum[r], these.q_scale[r], these.k_scales, these.s + r * these.lds);
+  });
 }
-
 
 /// Weights p[0, n) times the values' scales s[0, n) into scaled[0, n); returns their largest and
 /// their sum (NaN if one is: weights are at most 1 and scales finite, so a NaN weight is the one
@@ -343,35 +264,12 @@ inline std::pair<float, float> weights_times_scales(const Scalar* p, Index n, co
 }
 
 /// scaled[0, n) (the largest of them `largest` > 0) to uint8: out[j] = nearest(scaled[j] (255 /
-/// largest)), ties to even, in [0, 255].
+/// largest)), ties to even, in [0, 255] (in registers where the instruction set rounds them,
+/// VectorRounding<std::uint8_t>).
 inline void round_weights(const float* scaled, Index n, float largest, std::uint8_t* out) {
   const float inverse = 255.0f / largest;
-#if defined(EIGEN_VECTORIZE_AVX512)
-  // (cvtps2dq rounds as the MXCSR says, to nearest with ties to even, as nearbyint; cvtusdb
-  // saturates at 255, as the clamp below)
-  const __m512 f = _mm512_set1_ps(inverse);
-  Index c = 0;
-#if defined(__AVX512BW__)
-  // 64 at a time, narrowed by two saturating packs (in 128-bit lanes) and one permute of their
-  // 32-bit groups: the same bytes as the narrowing store below (which some AVX-512 cores run
-  // slowly) for every q below 32768 (the int16 pack's range); here q <= 255
-  // (`largest` is the largest of `scaled`) or INT_MIN (a NaN), 0 in both ways
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  for (; c + 64 <= n; c += 64) {
-    __m512i q[4];
-    for (Index k = 0; k < 4; ++k) q[k] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(scaled + c + 16 * k), f));
-    const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(q[0], q[1]), _mm512_packus_epi32(q[2], q[3]));
-    _mm512_storeu_si512(out + c, _mm512_permutexvar_epi32(order, bytes));
-  }
-#endif
-  for (; c < n; c += 16) {
-    const __mmask16 lanes = n - c >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - c)) - 1u);
-    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, scaled + c), f));
-    _mm512_mask_cvtusepi32_storeu_epi8(out + c, lanes, _mm512_max_epi32(q, _mm512_setzero_si512()));
-  }
-#else
-  for (Index c = 0; c < n; ++c) out[c] = static_cast<std::uint8_t>(std::max(0.0f, std::min(255.0f, std::nearbyint(scaled[c] * inverse))));
-#endif
+  for (Index c = VectorRounding<std::uint8_t>::round(scaled, n, inverse, out); c < n; ++c)
+    out[c] = static_cast<std::uint8_t>(std::max(0.0f, std::min(255.0f, std::nearbyint(scaled[c] * inverse))));
 }
 
 }  // namespace headwise::detail

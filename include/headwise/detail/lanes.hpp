@@ -17,7 +17,7 @@
 namespace headwise::detail {
 
 /// The registers that multiply panels of W lanes of Stored numbers (Eigen::half: F16 chains,
-/// Eigen::bfloat16: BF16 pairs) under the stored arithmetic: none (void) unless the instruction
+/// Eigen::bfloat16: BF16 pairs, std::int8_t: int8 quads) under the stored arithmetic: none (void) unless the instruction
 /// set's file specializes it.
 template <class Stored, Index W>
 struct VectorLanes {
@@ -26,10 +26,12 @@ struct VectorLanes {
 
 /// Rounds the leading entries of x[0, n) to Stored's bits (to nearest, ties to even) in
 /// registers and says how many it did: none unless the instruction set's file specializes it
-/// (the products file's own loop rounds the rest, by the same rule).
+/// (the products file's own loop rounds the rest, by the same rule). F16 and BF16 round floats;
+/// uint8 rounds x times `inverse`, clamped to [0, 255] (int8 weights, detail/int8_products.hpp).
 template <class Stored>
 struct VectorRounding {
   static Index round(const float*, Index, std::uint16_t*) { return 0; }
+  static Index round(const float*, Index, float, std::uint8_t*) { return 0; }
 };
 
 }  // namespace headwise::detail
@@ -48,12 +50,12 @@ template <class Stored, Index W, class Portable>
 using LanesOf = std::conditional_t<std::is_void_v<typename VectorLanes<Stored, W>::type>, Portable,
                                    typename VectorLanes<Stored, W>::type>;
 
-/// kernel(height, first row) over `rows` rows: in slivers of the compiled heights up to Tallest
-/// where Lanes are registers (each row's sums held in them), row by row where they are the
-/// portable lanes (a row's sums are its own: the bits are the same).
-template <class Lanes, class Portable, int Tallest, class Kernel>
+/// kernel(height, first row) over `rows` rows of a tile: in slivers of the compiled heights up to
+/// Tallest (each row's sums held in registers), or row by row where Tallest is 1 (the portable
+/// lanes: a row's sums are its own, so the bits are the same either way).
+template <int Tallest, class Kernel>
 inline void by_lane_heights(Index rows, const Kernel& kernel) {
-  if constexpr (std::is_same_v<Lanes, Portable>) {
+  if constexpr (Tallest == 1) {
     for (Index row = 0; row < rows; ++row) kernel(std::integral_constant<int, 1>{}, row);
   } else {
     by_compiled_heights<Tallest>(rows, 0, kernel);

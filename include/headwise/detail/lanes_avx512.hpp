@@ -1,7 +1,7 @@
 // Internal: AVX-512's registers for the stored arithmetic's products (detail/lanes.hpp): F16
 // chains in AVX512-FP16's vfmadd231ph, BF16 pairs in AVX512-BF16's vdpbf16ps (else widened and
-// multiplied by fused multiply-adds), and the rounding of floats to F16 (vcvtps2ph) and BF16
-// (vcvtneps2bf16). Each is a specialization of VectorLanes or
+// multiplied by fused multiply-adds), int8 quads in AVX512-VNNI's vpdpbusd, and the rounding of
+// floats to F16 (vcvtps2ph), BF16 (vcvtneps2bf16) and the int8 arithmetic's uint8 weights. Each is a specialization of VectorLanes or
 // VectorRounding with the same members as the products file's portable lanes; the algorithms
 // around them are in the products files. Included by detail/lanes.hpp where Eigen vectorizes
 // with AVX-512.
@@ -14,6 +14,7 @@
 
 #include <Eigen/Core>
 
+#include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
 #if defined(__AVX512FP16__) && defined(__AVX512VL__)
@@ -21,6 +22,9 @@
 #endif
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #define HEADWISE_BF16_DOT 1
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define HEADWISE_INT8_VNNI 512
 #endif
 
 namespace headwise::detail {
@@ -134,5 +138,85 @@ template <>
 struct VectorLanes<Eigen::bfloat16, 32> {
   using type = VectorBf16Lanes;
 };
+
+/// scaled[0, n) times `inverse` to uint8, to nearest (ties to even: cvtps2dq as the MXCSR says,
+/// as nearbyint), clamped to [0, 255] (cvtusdb saturates at 255).
+template <>
+struct VectorRounding<std::uint8_t> {
+  static Index round(const float* scaled, Index n, float inverse, std::uint8_t* out) {
+    const __m512 f = _mm512_set1_ps(inverse);
+    Index c = 0;
+#if defined(__AVX512BW__)
+    // 64 at a time, narrowed by two saturating packs (in 128-bit lanes) and one permute of their
+    // 32-bit groups: the same bytes as the narrowing store below (which some AVX-512 cores run
+    // slowly) for every q below 32768 (the int16 pack's range); here q <= 255 (the caller's
+    // `inverse` is 255 over the largest of `scaled`) or INT_MIN (a NaN), 0 in both ways
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (; c + 64 <= n; c += 64) {
+      __m512i q[4];
+      for (Index k = 0; k < 4; ++k) q[k] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(scaled + c + 16 * k), f));
+      const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(q[0], q[1]), _mm512_packus_epi32(q[2], q[3]));
+      _mm512_storeu_si512(out + c, _mm512_permutexvar_epi32(order, bytes));
+    }
+#endif
+    for (; c < n; c += 16) {
+      const __mmask16 lanes = n - c >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - c)) - 1u);
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, scaled + c), f));
+      _mm512_mask_cvtusepi32_storeu_epi8(out + c, lanes, _mm512_max_epi32(q, _mm512_setzero_si512()));
+    }
+    return n;
+  }
+};
+
+#if defined(HEADWISE_INT8_VNNI)
+/// 32 lanes of int8 quads (a quad row: two registers) and their int32 sums in two parts
+/// (AVX512-VNNI's vpdpbusd, which multiplies unsigned bytes by signed ones: the keys' k + 128 by
+/// the query, the weights by the values).
+struct VectorInt8Lanes {
+  static constexpr Index width = 32;
+  static constexpr int parts = 2;
+  static constexpr int tallest = static_cast<int>(TileShape<float>::rows);
+  static constexpr bool scores_in_registers = true;
+  /// Chains of products in flight: a short sliver (a decoding step) keeps 2 S vpdpbusd in flight.
+  static constexpr Index chains(Index rows) { return rows <= 2 ? 4 : rows <= 4 ? 2 : 1; }
+  using Part = __m512i;
+  using Loaded = __m512i;
+  using Quad = __m512i;
+  static Part zero() { return _mm512_setzero_si512(); }
+  template <bool Keys>
+  static Loaded load(const std::int8_t* row, int k) { return _mm512_loadu_si512(row + 64 * k); }
+  template <bool Keys>
+  static Quad broadcast(const std::uint8_t* quad) {
+    std::int32_t bits;
+    std::memcpy(&bits, quad, sizeof bits);
+    return _mm512_set1_epi32(bits);
+  }
+  template <bool Keys>
+  static Part dot(Part acc, Loaded b, Quad x) { return Keys ? _mm512_dpbusd_epi32(acc, b, x) : _mm512_dpbusd_epi32(acc, x, b); }
+  static Part add(Part a, Part b) { return _mm512_add_epi32(a, b); }
+  /// Part k of a row's sums out, and as the row's scores (int8_scores' formula and bits).
+  static void store(int k, Part sums, std::int32_t* out) { _mm512_storeu_si512(out + 16 * k, sums); }
+  static void store_scores(int k, Part sums, std::int32_t q_sum, float q_scale, const float* k_scales, float* s) {
+    const __m512 dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, _mm512_set1_epi32(128 * q_sum)));
+    _mm512_storeu_ps(s + 16 * k, _mm512_mul_ps(_mm512_mul_ps(dots, _mm512_loadu_ps(k_scales + 16 * k)), _mm512_set1_ps(q_scale)));
+  }
+  /// A tall sliver (prefill, a latent's heads: bound by its arithmetic) holds the loaded row in
+  /// registers for every row's product: left to itself GCC folds the load into each vpdpbusd, and
+  /// the load ports bound the products. A decoding step's short sliver leaves the loads folded:
+  /// held, it runs faster in cache but slower from memory, where a whole model's decoding reads
+  /// every layer's cache from (bench/RESULTS.md, "Tuning constants").
+  static void hold(Loaded& b) {
+#if defined(__GNUC__)
+    asm("" : "+v"(b));
+#else
+    static_cast<void>(b);
+#endif
+  }
+};
+template <>
+struct VectorLanes<std::int8_t, 32> {
+  using type = VectorInt8Lanes;
+};
+#endif
 
 }  // namespace headwise::detail
