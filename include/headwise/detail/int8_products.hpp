@@ -14,8 +14,9 @@
 //   values   acc_i += s_p float(Σ_j u_ij v_jc) (one multiply-add per entry of the tile's sum, its
 //            integers summed over the blocks the tile's keys lie in: the same bits however they lie)
 // Integer sums are exact, so their order is free: every result is the same whatever the thread
-// count, the split of keys, the sliver a row is computed in, and whether the build uses VNNI
-// (AVX512-VNNI, AVX-VNNI) or the portable loops below, which compute the same integers.
+// count, the split of keys, the sliver a row is computed in, and the lanes the build sums with
+// (detail/lanes.hpp: AVX512-VNNI's or AVX-VNNI's vpdpbusd, AVX2's pmaddwd, or PortableInt8Lanes
+// below, entry by entry): each computes the same integers.
 //
 // Layout (int8 stores under the stored arithmetic, one format of a store: StoreFormat): a key panel
 // of W keys holds component c of key w at (c / 4) 4W + 4w + c % 4 (four components of a key in
