@@ -583,7 +583,7 @@ TEST_CASE("the F16 chains in AVX512-FP16's registers are the portable chains' bi
     const unsigned before = _mm_getcsr();
     _mm_setcsr(mxcsr);
     std::vector<float> vector_out(4 * 2 * W), portable_out(4 * 2 * W);
-    detail::f16_score_products_of<detail::VectorF16Lanes, W, 2>(std::make_integer_sequence<Index, 4>{}, d, q.data(), d, keys.data(), d * W,
+    detail::f16_score_products_of<detail::Avx512F16Lanes, W, 2>(std::make_integer_sequence<Index, 4>{}, d, q.data(), d, keys.data(), d * W,
                                                              detail::PanelPrefetch{}, vector_out.data(), 2 * W);
     detail::f16_score_products_of<detail::PortableF16Lanes<W>, W, 2>(std::make_integer_sequence<Index, 4>{}, d, q.data(), d, keys.data(),
                                                                     d * W, detail::PanelPrefetch{}, portable_out.data(), 2 * W);
@@ -592,7 +592,7 @@ TEST_CASE("the F16 chains in AVX512-FP16's registers are the portable chains' bi
     std::vector<std::uint16_t> vector_carry(4 * 2 * W), portable_carry(4 * 2 * W);
     for (const detail::F16Run run : {detail::F16Run{20, 5, false, false}, detail::F16Run{25, 25, true, true}}) {
       const Index first = run.phase == 5 ? 0 : 20;
-      detail::f16_value_products_of<detail::VectorF16Lanes, W, 2>(std::make_integer_sequence<Index, 4>{}, run, p.data() + first, tokens,
+      detail::f16_value_products_of<detail::Avx512F16Lanes, W, 2>(std::make_integer_sequence<Index, 4>{}, run, p.data() + first, tokens,
                                                                values.data() + first * W, tokens * W, detail::PanelPrefetch{},
                                                                vector_carry.data(), 2 * W, vector_acc.data(), 2 * W);
       detail::f16_value_products_of<detail::PortableF16Lanes<W>, W, 2>(std::make_integer_sequence<Index, 4>{}, run, p.data() + first,

@@ -53,7 +53,7 @@ inline void round_to_bf16(const Scalar* x, Index n, std::uint16_t* out) {
 }
 
 /// W lanes of BF16 pairs and their float32 chains, lane by lane (the portable lanes; AVX512-BF16's
-/// are VectorBf16Lanes, detail/lanes_avx512.hpp). A pair is read as the one 32-bit lane it is (its
+/// are Avx512Bf16Lanes and Avx2Bf16Lanes, detail/lanes_avx512.hpp and lanes_avx2.hpp). A pair is read as the one 32-bit lane it is (its
 /// second entry the lane's high half on a little-endian machine): read as two 16-bit entries, the
 /// chain's second-entry-first order is a reduction GCC 12.2's -O3 vectorizer gets wrong (a product
 /// added twice: `acc += a[2q+1] b[2q+1]; acc += a[2q] b[2q];` over q); read as lanes, it is not

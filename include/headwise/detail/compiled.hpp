@@ -76,8 +76,14 @@
 #define HEADWISE_ISA_NAME "scalar"
 #endif
 
+// HEADWISE_SIMD_ARGUMENTS_BEGIN / _END: around templates that take a SIMD type (its alignment
+// attribute) as a template argument, as Eigen's do, GCC's -Wignored-attributes is off.
 #if defined(__GNUC__) || defined(__clang__)
 #define HEADWISE_ISA_TAG __attribute__((abi_tag(HEADWISE_ISA_NAME)))
+#define HEADWISE_SIMD_ARGUMENTS_BEGIN _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wignored-attributes\"")
+#define HEADWISE_SIMD_ARGUMENTS_END _Pragma("GCC diagnostic pop")
 #else
 #define HEADWISE_ISA_TAG
+#define HEADWISE_SIMD_ARGUMENTS_BEGIN
+#define HEADWISE_SIMD_ARGUMENTS_END
 #endif

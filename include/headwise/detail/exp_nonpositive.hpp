@@ -19,9 +19,7 @@
 
 #include <Eigen/Core>
 
-#if defined(EIGEN_VECTORIZE_AVX512)
-#include <immintrin.h>
-#endif
+#include "headwise/detail/lanes.hpp"
 
 namespace headwise::detail {
 
@@ -48,9 +46,7 @@ inline Packet exp_nonpositive(const Packet& x_in) {
   Packet y = pset1<Packet>(1.3981999507E-3f);
   for (const float c : {8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f, 1.0f, 1.0f})
     y = pmadd(y, f, pset1<Packet>(c));
-#if defined(EIGEN_VECTORIZE_AVX512)
-  if constexpr (unpacket_traits<Packet>::size == 16) return _mm512_scalef_ps(y, n);  // (Packet16f)
-#endif
+  if constexpr (VectorScale<unpacket_traits<Packet>::size>::available) return VectorScale<unpacket_traits<Packet>::size>::scale(y, n);
   using PacketI = typename unpacket_traits<Packet>::integer_packet;
   return pmul(y, preinterpret<Packet>(plogical_shift_left<23>(preinterpret<PacketI>(biased))));
 }

@@ -1,9 +1,13 @@
-// Internal: the lanes each stored arithmetic's products run on, chosen once for the instruction
-// set a file is compiled for. A products file (detail/bf16_products.hpp, detail/f16_products.hpp)
+// Internal: what each instruction set does in registers, chosen once for the one a file is
+// compiled for. A products file (detail/bf16_products.hpp, f16_products.hpp, int8_products.hpp)
 // writes its algorithm once over a lanes type (load, broadcast, dot or fma, add, store) and keeps
-// its portable lanes, lane by lane, which give the same bits; an instruction set's registers are
-// specializations of VectorLanes and VectorRounding in that instruction set's one file
-// (detail/lanes_avx512.hpp, detail/lanes_avx2.hpp), and nowhere else.
+// its portable lanes, lane by lane, which give the same bits; the widening of stored numbers
+// (stored_numbers.hpp), the sums of four packets (row_dot_product.hpp), FP4 blocks
+// (mxfp4_products.hpp) and exp's last step (exp_nonpositive.hpp) ask the traits below whether the
+// instruction set does them. Every register form is a specialization of these in that
+// instruction set's one file (detail/lanes_avx2.hpp for 256-bit registers, also under AVX-512;
+// detail/lanes_avx512.hpp), and nowhere else; unspecialized, each says `available = false` or
+// does nothing, and the caller's portable loop runs.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +15,6 @@
 
 #include <Eigen/Core>
 
-#include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::detail {
@@ -34,12 +37,60 @@ struct VectorRounding {
   static Index round(const float*, Index, float, std::uint8_t*) { return 0; }
 };
 
+/// P floats widened from P stored entries (BF16, F16, int8, FP8) in one register.
+template <int P, class Stored>
+struct VectorWidening {
+  static constexpr bool available = false;
+};
+
+/// The sums of four float packets of P lanes, each summed the one way detail/row_dot_product.hpp's
+/// sum_four states, four at a time in registers.
+template <int P>
+struct VectorSums {
+  static constexpr bool available = false;
+};
+
+/// 2^n times y for packets of P floats in one instruction (exp_nonpositive's last step).
+template <int P>
+struct VectorScale {
+  static constexpr bool available = false;
+};
+
+/// A block of 32 FP4 (E2M1) codes times its scale, widened in registers of P floats
+/// (mxfp4_products.hpp; the widest an instruction set has is used).
+template <int P>
+struct VectorFp4 {
+  static constexpr bool available = false;
+};
+
+/// The instruction set's tuning of the stored weights' row-dot product: the bytes of A's rows a
+/// block holds (detail/row_dot_product.hpp, a_block_bytes).
+template <class = void>
+struct VectorTuning {
+  static Index a_block_bytes() { return Index(1) << 20; }
+};
+
+/// 16 bytes of four int8 keys' quads (key i's components 4i .. 4i + 3) as four value columns'
+/// quads (column e's four tokens), each byte's sign bit flipped (int8 keys are stored as k + 128),
+/// in one shuffle: kernels/int8_tiles.hpp's latent values read out of the keys.
+template <class = void>
+struct VectorQuadTranspose {
+  static void flip_transpose(const std::int8_t* in, std::int8_t* out) {
+    for (int e = 0; e < 4; ++e)
+      for (int i = 0; i < 4; ++i) out[4 * e + i] = static_cast<std::int8_t>(static_cast<std::uint8_t>(in[4 * i + e]) ^ 0x80u);
+  }
+};
+
+struct Fp8E4M3;
+struct Fp8E5M2;
+
 }  // namespace headwise::detail
 
+#if defined(EIGEN_VECTORIZE_AVX2) && defined(EIGEN_VECTORIZE_FMA)
+#include "headwise/detail/lanes_avx2.hpp"
+#endif
 #if defined(EIGEN_VECTORIZE_AVX512)
 #include "headwise/detail/lanes_avx512.hpp"
-#elif defined(EIGEN_VECTORIZE_AVX2) && defined(EIGEN_VECTORIZE_FMA)
-#include "headwise/detail/lanes_avx2.hpp"
 #endif
 
 namespace headwise::detail {
@@ -49,17 +100,5 @@ namespace headwise::detail {
 template <class Stored, Index W, class Portable>
 using LanesOf = std::conditional_t<std::is_void_v<typename VectorLanes<Stored, W>::type>, Portable,
                                    typename VectorLanes<Stored, W>::type>;
-
-/// kernel(height, first row) over `rows` rows of a tile: in slivers of the compiled heights up to
-/// Tallest (each row's sums held in registers), or row by row where Tallest is 1 (the portable
-/// lanes: a row's sums are its own, so the bits are the same either way).
-template <int Tallest, class Kernel>
-inline void by_lane_heights(Index rows, const Kernel& kernel) {
-  if constexpr (Tallest == 1) {
-    for (Index row = 0; row < rows; ++row) kernel(std::integral_constant<int, 1>{}, row);
-  } else {
-    by_compiled_heights<Tallest>(rows, 0, kernel);
-  }
-}
 
 }  // namespace headwise::detail

@@ -8,25 +8,30 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <immintrin.h>
 
 #include <Eigen/Core>
 
-#include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
-#if defined(__AVXVNNI__)
-#define HEADWISE_INT8_VNNI 256
-#endif
 
 namespace headwise::detail {
 
 template <class Stored, Index W>
 struct VectorLanes;
+template <int P, class Stored>
+struct VectorWidening;
+template <int P>
+struct VectorSums;
+template <int P>
+struct VectorFp4;
+template <class>
+struct VectorQuadTranspose;
 
 /// 16 lanes of BF16 pairs (a pair row: two registers) and their float32 chains in two.
-struct VectorBf16Lanes {
+struct Avx2Bf16Lanes {
   struct Pairs { __m256i lo, hi; };
   struct Pair { __m256 second, first; };
   struct Floats { __m256 lo, hi; };
@@ -51,17 +56,17 @@ struct VectorBf16Lanes {
 };
 template <>
 struct VectorLanes<Eigen::bfloat16, 16> {
-  using type = VectorBf16Lanes;
+  using type = Avx2Bf16Lanes;
 };
 
-#if defined(HEADWISE_INT8_VNNI)
+#if defined(__AVXVNNI__)
 /// 16 lanes of int8 quads (a quad row: two registers) and their int32 sums in two parts
 /// (AVX-VNNI's vpdpbusd, which multiplies unsigned bytes by signed ones: the keys' k + 128 by the
 /// query, the weights by the values).
-struct VectorInt8Lanes {
+struct Avx2Int8Lanes {
   static constexpr Index width = 16;
   static constexpr int parts = 2;
-  static constexpr int tallest = static_cast<int>(TileShape<float>::rows);
+  static constexpr int tallest = 16;  // (as tall as the tile: the caller caps it)
   static constexpr bool scores_in_registers = true;
   static constexpr Index chains(Index rows) { return rows <= 2 ? 4 : rows <= 4 ? 2 : 1; }
   using Part = __m256i;
@@ -92,7 +97,7 @@ struct VectorInt8Lanes {
 /// each part widened to 16 int16 and multiplied by the row's 4 bytes (widened, repeated) with
 /// pmaddwd into 8 int32 (a lane's two pair sums), the pairs added at the end. Exact: |255 x 127 x
 /// 2| fits int32, as every sum below 2^31 does.
-struct VectorInt8Lanes {
+struct Avx2Int8Lanes {
   static constexpr Index width = 16;
   static constexpr int parts = 4;
   static constexpr int tallest = 1;
@@ -128,7 +133,88 @@ struct VectorInt8Lanes {
 #endif
 template <>
 struct VectorLanes<std::int8_t, 16> {
-  using type = VectorInt8Lanes;
+  using type = Avx2Int8Lanes;
+};
+
+/// 8 floats widened from 8 stored entries: BF16 by a shift, int8 by conversion, and with F16C F16
+/// (vcvtph2ps) and FP8 (shifted to F16 first: E5M2 is an F16's top byte, E4M3 one place lower
+/// with the sign kept, Fp8E4M3's reading).
+template <class Stored>
+struct VectorWidening<8, Stored> {
+#if defined(__F16C__)
+  static constexpr bool f16c = true;
+#else
+  static constexpr bool f16c = false;
+#endif
+  static constexpr bool available = std::is_same_v<Stored, Eigen::bfloat16> || std::is_same_v<Stored, std::int8_t> ||
+                                    (f16c && (std::is_same_v<Stored, Eigen::half> || std::is_same_v<Stored, Fp8E4M3> ||
+                                              std::is_same_v<Stored, Fp8E5M2>));
+  static __m256 load(const Stored* p) {
+    if constexpr (std::is_same_v<Stored, Eigen::bfloat16>)
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+    else if constexpr (std::is_same_v<Stored, std::int8_t>)
+      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    else
+      return half_of(p);
+  }
+  static __m256 half_of(const Stored* p) {
+#if defined(__F16C__)
+    if constexpr (std::is_same_v<Stored, Eigen::half>) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m128i high = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8);
+    if constexpr (std::is_same_v<Stored, Fp8E5M2>) return _mm256_cvtph_ps(high);
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<short>(0xbfff))));
+#else
+    static_cast<void>(p);
+    return _mm256_setzero_ps();
+#endif
+  }
+};
+
+/// The sums of four packets of 8 floats (the halves of 128 bits added, then (x0 + x2) + (x1 + x3):
+/// the order of Eigen's predux with AVX), the four at once.
+template <>
+struct VectorSums<8> {
+  static constexpr bool available = true;
+  static void sum(__m256 a, __m256 b, __m256 c, __m256 d, float* out) {
+    const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));  // 128-bit halves
+    const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+    const __m256 q = _mm256_shuffle_ps(ab, cd, 0x44), p = _mm256_shuffle_ps(ab, cd, 0xEE);  // (a0 a1 c0 c1 | b0 b1 d0 d1), the x2 x3
+    const __m256 t = _mm256_add_ps(q, p);                                                  // x0 + x2, x1 + x3
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t, t, 0x88), _mm256_shuffle_ps(t, t, 0xDD));  // (a c a c | b d b d)
+    const __m128 lo = _mm256_castps256_ps128(r), hi = _mm256_extractf128_ps(r, 1);
+    _mm_storeu_ps(out, _mm_unpacklo_ps(lo, hi));  // a b c d
+  }
+};
+
+/// 32 FP4 codes (16 bytes) times `scale` into out, 8 at a time: each byte twice, the low nibble
+/// then the high one, the magnitude looked up among the eight of the table (vpermps reads the
+/// index's low 3 bits), the sign from bit 3.
+template <>
+struct VectorFp4<8> {
+  static constexpr bool available = true;
+  static void widen(const std::uint8_t* codes, const float* values, float scale, float* out) {
+    const __m256 magnitudes = _mm256_mul_ps(_mm256_loadu_ps(values), _mm256_set1_ps(scale));
+    const __m256i shifts = _mm256_set_epi32(4, 0, 4, 0, 4, 0, 4, 0), nibble = _mm256_set1_epi32(0x0F);
+    const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      std::uint32_t four;
+      std::memcpy(&four, codes + 4 * quarter, 4);
+      const __m128i pairs = _mm_shuffle_epi8(_mm_cvtsi32_si128(int(four)), twice);
+      const __m256i index = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(pairs), shifts), nibble);
+      const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(index, 3), 31));
+      _mm256_storeu_ps(out + 8 * quarter, _mm256_xor_ps(_mm256_permutevar8x32_ps(magnitudes, index), sign));
+    }
+  }
+};
+
+/// Four keys' quads as four value columns' quads, signs flipped (pshufb, then one xor).
+template <>
+struct VectorQuadTranspose<void> {
+  static void flip_transpose(const std::int8_t* in, std::int8_t* out) {
+    const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m128i piece = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)), transpose);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_xor_si128(piece, _mm_set1_epi8(char(0x80))));
+  }
 };
 
 }  // namespace headwise::detail

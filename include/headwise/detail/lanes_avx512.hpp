@@ -9,12 +9,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <immintrin.h>
 
 #include <Eigen/Core>
 
-#include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
 #if defined(__AVX512FP16__) && defined(__AVX512VL__)
@@ -33,6 +33,16 @@ template <class Stored, Index W>
 struct VectorLanes;
 template <class Stored>
 struct VectorRounding;
+template <int P, class Stored>
+struct VectorWidening;
+template <int P>
+struct VectorSums;
+template <int P>
+struct VectorScale;
+template <int P>
+struct VectorFp4;
+template <class>
+struct VectorTuning;
 
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
 /// x to F16 bits, 16 at a time (vcvtps2ph: to nearest, ties to even).
@@ -51,7 +61,7 @@ struct VectorRounding<Eigen::half> {
 
 #if defined(HEADWISE_F16_FMA)
 /// 32 lanes of F16 chains in one register, their float32 sums in two (AVX512-FP16).
-struct VectorF16Lanes {
+struct Avx512F16Lanes {
   struct Halves { __m512h v; };
   struct Floats { __m512 lo, hi; };
   static Halves zero() { return {_mm512_setzero_ph()}; }
@@ -70,7 +80,7 @@ struct VectorF16Lanes {
 };
 template <>
 struct VectorLanes<Eigen::half, 32> {
-  using type = VectorF16Lanes;
+  using type = Avx512F16Lanes;
 };
 #endif
 
@@ -91,7 +101,7 @@ struct VectorRounding<Eigen::bfloat16> {
 
 /// 32 lanes of BF16 pairs (a pair row: two registers) and their float32 chains in two
 /// (AVX512-BF16's vdpbf16ps: acc += the pair's second products, then its first, each rounded once).
-struct VectorBf16Lanes {
+struct Avx512Bf16Lanes {
   struct Pairs { __m512bh lo, hi; };
   struct Pair { __m512bh v; };
   struct Floats { __m512 lo, hi; };
@@ -112,7 +122,7 @@ struct VectorBf16Lanes {
 /// 32 lanes of BF16 pairs without AVX512-BF16: each pair's entries widened to float32 exactly (a
 /// shift), multiplied and added by fused multiply-adds, the second entry first (a product of two
 /// BF16 numbers is exact in float32: one rounding each, as the portable lanes' sums).
-struct VectorBf16Lanes {
+struct Avx512Bf16Lanes {
   struct Pairs { __m512i lo, hi; };
   struct Pair { __m512 second, first; };
   struct Floats { __m512 lo, hi; };
@@ -136,7 +146,7 @@ struct VectorBf16Lanes {
 #endif
 template <>
 struct VectorLanes<Eigen::bfloat16, 32> {
-  using type = VectorBf16Lanes;
+  using type = Avx512Bf16Lanes;
 };
 
 /// scaled[0, n) times `inverse` to uint8, to nearest (ties to even: cvtps2dq as the MXCSR says,
@@ -172,10 +182,10 @@ struct VectorRounding<std::uint8_t> {
 /// 32 lanes of int8 quads (a quad row: two registers) and their int32 sums in two parts
 /// (AVX512-VNNI's vpdpbusd, which multiplies unsigned bytes by signed ones: the keys' k + 128 by
 /// the query, the weights by the values).
-struct VectorInt8Lanes {
+struct Avx512Int8Lanes {
   static constexpr Index width = 32;
   static constexpr int parts = 2;
-  static constexpr int tallest = static_cast<int>(TileShape<float>::rows);
+  static constexpr int tallest = 16;  // (as tall as the tile: the caller caps it)
   static constexpr bool scores_in_registers = true;
   /// Chains of products in flight: a short sliver (a decoding step) keeps 2 S vpdpbusd in flight.
   static constexpr Index chains(Index rows) { return rows <= 2 ? 4 : rows <= 4 ? 2 : 1; }
@@ -215,8 +225,92 @@ struct VectorInt8Lanes {
 };
 template <>
 struct VectorLanes<std::int8_t, 32> {
-  using type = VectorInt8Lanes;
+  using type = Avx512Int8Lanes;
 };
 #endif
+
+/// 16 floats widened from 16 stored entries: BF16 by a shift, F16 by vcvtph2ps, int8 by
+/// conversion, FP8 shifted to F16 first (E5M2 is an F16's top byte; E4M3 one place lower with the
+/// sign kept, Fp8E4M3's reading).
+template <class Stored>
+struct VectorWidening<16, Stored> {
+  static constexpr bool available = std::is_same_v<Stored, Eigen::bfloat16> || std::is_same_v<Stored, Eigen::half> ||
+                                    std::is_same_v<Stored, std::int8_t> || std::is_same_v<Stored, Fp8E4M3> ||
+                                    std::is_same_v<Stored, Fp8E5M2>;
+  static __m512 load(const Stored* p) {
+    if constexpr (std::is_same_v<Stored, Eigen::bfloat16>)
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+    else if constexpr (std::is_same_v<Stored, Eigen::half>)
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    else if constexpr (std::is_same_v<Stored, std::int8_t>)
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    else {
+      const __m256i high = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 8);
+      if constexpr (std::is_same_v<Stored, Fp8E5M2>) return _mm512_cvtph_ps(high);
+      // S.EEEE.MMM in the top byte, shifted down one with the sign copied, that copy cleared
+      return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(static_cast<short>(0xbfff))));
+    }
+  }
+};
+
+/// The sums of four packets of 16 floats (the halves of 512 bits added, then those of 256, then
+/// (x0 + x2) + (x1 + x3): the order of Eigen's predux with AVX-512 where AVX512DQ is on), the four
+/// at once.
+template <>
+struct VectorSums<16> {
+  static constexpr bool available = true;
+  static void sum(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
+    const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));  // 256-bit halves
+    const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    const __m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));  // 128-bit halves
+    const __m512 t = _mm512_add_ps(q, _mm512_permute_ps(q, 0xEE));                                     // x0 + x2, x1 + x3
+    const __m512 r = _mm512_add_ps(t, _mm512_permute_ps(t, 0x55));
+    _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r)));
+  }
+};
+
+/// y 2^n for 16 floats (vscalefps: exp_nonpositive's last step without building 2^n's bits).
+template <>
+struct VectorScale<16> {
+  static constexpr bool available = true;
+  static __m512 scale(__m512 y, __m512 n) { return _mm512_scalef_ps(y, n); }
+};
+
+/// 32 FP4 codes (16 bytes) times `scale` into out: each byte twice, the low nibble then the high
+/// one (a shift of 0 or 4 per lane), looked up in the table of sixteen values times the scale by
+/// one permute.
+template <>
+struct VectorFp4<16> {
+  static constexpr bool available = true;
+  static void widen(const std::uint8_t* codes, const float* values, float scale, float* out) {
+    const __m512 table = _mm512_mul_ps(_mm512_loadu_ps(values), _mm512_set1_ps(scale));  // (exact: a power of two)
+    const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0), nibble = _mm512_set1_epi32(0x0F);
+    const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
+    for (int half = 0; half < 2; ++half) {
+      const __m128i pairs = _mm_shuffle_epi8(half ? _mm_srli_si128(bytes, 8) : bytes, twice);
+      const __m512i index = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(pairs), shifts), nibble);
+      _mm512_storeu_ps(out + 16 * half, _mm512_permutexvar_ps(index, table));
+    }
+  }
+};
+
+/// With AVX-512 the row-dot product's block of A's rows: 4 MiB on AMD (its L3 serves them fast
+/// enough that fewer passes over B win), 1 MiB elsewhere (Intel's L2 holds them, its L3 is slow
+/// to serve them): bench/RESULTS.md, "Tuning constants". The blocking changes no bit.
+template <>
+struct VectorTuning<void> {
+  static Index a_block_bytes() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    static const Index bytes = [] {
+      __builtin_cpu_init();
+      return __builtin_cpu_is("amd") ? Index(4) << 20 : Index(1) << 20;
+    }();
+    return bytes;
+#else
+    return Index(1) << 20;
+#endif
+  }
+};
 
 }  // namespace headwise::detail

@@ -13,13 +13,11 @@
 #include <cstring>
 #include <vector>
 
+#include "headwise/detail/lanes.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/row_dot_product.hpp"
 #include "headwise/types.hpp"
 
-#if defined(EIGEN_VECTORIZE_AVX512) || defined(EIGEN_VECTORIZE_AVX2)
-#include <immintrin.h>
-#endif
 
 namespace headwise::detail {
 
@@ -52,40 +50,21 @@ inline float mxfp4_entry(const Mxfp4Rows& b, Index r, Index k) {
   return fp4_values[k % 2 ? byte >> 4 : byte & 0x0F] * e8m0_value(b.scales[r * b.scale_stride + k / mxfp4_block]);
 }
 
-/// 32 entries (a block: 16 bytes at codes) times `scale` into out, in vector lanes: each byte
-/// twice, the low nibble then the high one (a shift of 0 or 4 per lane), looked up in the table
-/// of sixteen values times the scale (AVX-512: one permute; AVX2: eight magnitudes, the sign from
-/// bit 3).
+/// 32 entries (a block: 16 bytes at codes) times `scale` into out: in registers where the
+/// instruction set has them (VectorFp4, detail/lanes.hpp), else entry by entry, the low nibble of
+/// each byte first.
+template <int Wide = 16, int Narrow = 8>  // (a template: the registers' branches a build lacks are not compiled)
 inline void widen_mxfp4_block(const std::uint8_t* codes, float scale, float* out) {
-#if defined(EIGEN_VECTORIZE_AVX512)
-  const __m512 table = _mm512_mul_ps(_mm512_loadu_ps(fp4_values), _mm512_set1_ps(scale));  // (exact: a power of two)
-  const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0), nibble = _mm512_set1_epi32(0x0F);
-  const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
-  for (int half = 0; half < 2; ++half) {
-    const __m128i pairs = _mm_shuffle_epi8(half ? _mm_srli_si128(bytes, 8) : bytes, twice);
-    const __m512i index = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(pairs), shifts), nibble);
-    _mm512_storeu_ps(out + 16 * half, _mm512_permutexvar_ps(index, table));
+  if constexpr (VectorFp4<Wide>::available) {
+    VectorFp4<Wide>::widen(codes, fp4_values, scale, out);
+  } else if constexpr (VectorFp4<Narrow>::available) {
+    VectorFp4<Narrow>::widen(codes, fp4_values, scale, out);
+  } else {
+    for (Index j = 0; j < mxfp4_block / 2; ++j) {
+      out[2 * j] = fp4_values[codes[j] & 0x0F] * scale;
+      out[2 * j + 1] = fp4_values[codes[j] >> 4] * scale;
+    }
   }
-#elif defined(EIGEN_VECTORIZE_AVX2)
-  const __m256 magnitudes = _mm256_mul_ps(_mm256_loadu_ps(fp4_values), _mm256_set1_ps(scale));
-  const __m256i shifts = _mm256_set_epi32(4, 0, 4, 0, 4, 0, 4, 0), nibble = _mm256_set1_epi32(0x0F);
-  const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  for (int quarter = 0; quarter < 4; ++quarter) {
-    std::uint32_t four;
-    std::memcpy(&four, codes + 4 * quarter, 4);
-    const __m128i pairs = _mm_shuffle_epi8(_mm_cvtsi32_si128(int(four)), twice);
-    const __m256i index = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(pairs), shifts), nibble);
-    const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(index, 3), 31));
-    const __m256 value = _mm256_xor_ps(_mm256_permutevar8x32_ps(magnitudes, index), sign);  // (vpermps reads the index's low 3 bits)
-    _mm256_storeu_ps(out + 8 * quarter, value);
-  }
-#else
-  for (Index j = 0; j < mxfp4_block / 2; ++j) {
-    out[2 * j] = fp4_values[codes[j] & 0x0F] * scale;
-    out[2 * j + 1] = fp4_values[codes[j] >> 4] * scale;
-  }
-#endif
 }
 
 /// Row r widened to float into out (cols entries), block by block.

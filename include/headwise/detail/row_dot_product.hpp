@@ -35,6 +35,8 @@
 #include <utility>
 #include <vector>
 
+#include "headwise/detail/compiled.hpp"
+#include "headwise/detail/lanes.hpp"
 #include "headwise/detail/parallel.hpp"
 #include "headwise/detail/prefetch.hpp"
 #include "headwise/detail/stored_numbers.hpp"
@@ -85,22 +87,9 @@ struct RowDotShape {
 /// 8192: each block is a pass over B, and a narrow B is widened once per block). On Intel, 1 MiB:
 /// the rows stay in L2, where its L3 is slow to serve them; on AMD with AVX-512, 4 MiB: its L3
 /// serves them fast enough that fewer passes win (bench/RESULTS.md, "Tuning constants"). The blocking changes no bit.
-inline Index a_block_bytes() {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && defined(EIGEN_VECTORIZE_AVX512)
-  static const Index bytes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_is("amd") ? Index(4) << 20 : Index(1) << 20;
-  }();
-  return bytes;
-#else
-  return Index(1) << 20;
-#endif
-}
+inline Index a_block_bytes() { return VectorTuning<>::a_block_bytes(); }
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wignored-attributes"  // SIMD types as template arguments, as Eigen does
-#endif
+HEADWISE_SIMD_ARGUMENTS_BEGIN  // (SIMD types as template arguments, as Eigen does)
 
 /// One step of k for the tile: acc[r Rb + w] += a_r(k .. k + P) b_w(k .. k + P), the rows of A
 /// at a + r lda, those of B at b + w ldb (FP8: times scale[w lds]). Spelled out by packs so that
@@ -134,29 +123,8 @@ EIGEN_ALWAYS_INLINE Scalar widened_entry(const BStored* row, const float* scale,
 /// passes of shuffles rather than 24.
 template <class Packet, class Scalar>
 EIGEN_ALWAYS_INLINE void sum_four(const Packet& a, const Packet& b, const Packet& c, const Packet& d, Scalar* out) {
-#if defined(EIGEN_VECTORIZE_AVX512)
-  if constexpr (std::is_same_v<Packet, Eigen::internal::Packet16f>) {
-    const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));  // 256-bit halves
-    const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-    const __m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));  // 128-bit halves
-    const __m512 t = _mm512_add_ps(q, _mm512_permute_ps(q, 0xEE));                                     // x0 + x2, x1 + x3
-    const __m512 r = _mm512_add_ps(t, _mm512_permute_ps(t, 0x55));
-    _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r)));
-    return;
-  }
-#endif
-#if defined(EIGEN_VECTORIZE_AVX)
-  if constexpr (std::is_same_v<Packet, Eigen::internal::Packet8f>) {
-    const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));  // 128-bit halves
-    const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
-    const __m256 q = _mm256_shuffle_ps(ab, cd, 0x44), p = _mm256_shuffle_ps(ab, cd, 0xEE);  // (a0 a1 c0 c1 | b0 b1 d0 d1), the x2 x3
-    const __m256 t = _mm256_add_ps(q, p);                                                  // x0 + x2, x1 + x3
-    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t, t, 0x88), _mm256_shuffle_ps(t, t, 0xDD));  // (a c a c | b d b d)
-    const __m128 lo = _mm256_castps256_ps128(r), hi = _mm256_extractf128_ps(r, 1);
-    _mm_storeu_ps(out, _mm_unpacklo_ps(lo, hi));  // a b c d
-    return;
-  }
-#endif
+  constexpr int P = Eigen::internal::unpacket_traits<Packet>::size;
+  if constexpr (std::is_same_v<Scalar, float> && VectorSums<P>::available) return VectorSums<P>::sum(a, b, c, d, out);
   out[0] = Eigen::internal::predux(a), out[1] = Eigen::internal::predux(b);
   out[2] = Eigen::internal::predux(c), out[3] = Eigen::internal::predux(d);
 }
@@ -405,9 +373,7 @@ void dot_block(RowMajorView<const Scalar> a, const StoredRows<BStored>& stored, 
   for (; j < block.column_end; ++j) rows_of_b(std::integral_constant<Index, 1>{}, j);
 }
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+HEADWISE_SIMD_ARGUMENTS_END
 
 /// C (a.rows x b.rows) = A Bᵀ (A: n x k, B: m x k, both row-major), on up to `threads` threads: for
 /// many rows of A (a prefill) each thread takes a contiguous share of them and all of B (each

@@ -12,6 +12,8 @@
 
 #include <Eigen/Core>
 
+#include "headwise/detail/lanes.hpp"
+
 namespace headwise {
 namespace detail {
 
@@ -90,13 +92,9 @@ Scalar from_stored(Stored x) {
   else return static_cast<Scalar>(x);
 }
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wignored-attributes"  // SIMD types as template arguments, as Eigen does
-#endif
 /// One packet of floats widened from P stored entries (the micro-kernel's B operand): a plain load
-/// for floats, and by instructions for BF16 (a shift), F16 (F16C), FP8 (shifts to F16, then F16C)
-/// and int8 where the instruction set has them, else entry by entry.
+/// for floats, and in registers for BF16, F16, FP8 and int8 where the instruction set widens them
+/// (VectorWidening, detail/lanes.hpp), else entry by entry.
 template <class Packet, class Stored>
 inline Packet load_widened(const Stored* p) {
   using namespace Eigen::internal;
@@ -106,45 +104,15 @@ inline Packet load_widened(const Stored* p) {
   } else {
     static_assert(std::is_same_v<Scalar, float>, "stored BF16, F16 and int8 widen to float");
     constexpr int P = unpacket_traits<Packet>::size;
-#if defined(EIGEN_VECTORIZE_AVX512)
-    if constexpr (P == 16) {
-      if constexpr (std::is_same_v<Stored, Eigen::bfloat16>)
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-      if constexpr (std::is_same_v<Stored, Eigen::half>) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      if constexpr (std::is_same_v<Stored, std::int8_t>)
-        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-      if constexpr (is_fp8_entry<Stored>) {
-        const __m256i high = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 8);
-        if constexpr (std::is_same_v<Stored, Fp8E5M2>) return _mm512_cvtph_ps(high);
-        // S.EEEE.MMM in the top byte, shifted down one with the sign copied, that copy cleared
-        return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(static_cast<short>(0xbfff))));
-      }
+    if constexpr (VectorWidening<P, Stored>::available) {
+      return VectorWidening<P, Stored>::load(p);
+    } else {
+      alignas(64) float widened[static_cast<std::size_t>(P)];
+      for (int i = 0; i < P; ++i) widened[i] = from_stored<float>(p[i]);
+      return pload<Packet>(widened);
     }
-#endif
-#if defined(EIGEN_VECTORIZE_AVX2)
-    if constexpr (P == 8) {
-      if constexpr (std::is_same_v<Stored, Eigen::bfloat16>)
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-#if defined(__F16C__)
-      if constexpr (std::is_same_v<Stored, Eigen::half>) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      if constexpr (is_fp8_entry<Stored>) {
-        const __m128i high = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8);
-        if constexpr (std::is_same_v<Stored, Fp8E5M2>) return _mm256_cvtph_ps(high);
-        return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<short>(0xbfff))));
-      }
-#endif
-      if constexpr (std::is_same_v<Stored, std::int8_t>)
-        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-    }
-#endif
-    alignas(64) float widened[static_cast<std::size_t>(P)];
-    for (int i = 0; i < P; ++i) widened[i] = from_stored<float>(p[i]);
-    return pload<Packet>(widened);
   }
 }
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
 
 }  // namespace detail
 }  // namespace headwise

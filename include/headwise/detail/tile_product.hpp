@@ -135,6 +135,18 @@ inline void by_compiled_heights(Index rows, Index row, const Kernel& kernel) {
     if (rows > 0) by_compiled_heights<height_below(Height)>(rows, row, kernel);
 }
 
+/// kernel(height, first row) over `rows` rows of a tile: in slivers of the compiled heights up to
+/// Tallest (each row's sums held in registers), or row by row where Tallest is 1 (the portable
+/// lanes of detail/lanes.hpp: a row's sums are its own, so the bits are the same either way).
+template <int Tallest, class Kernel>
+inline void by_lane_heights(Index rows, const Kernel& kernel) {
+  if constexpr (Tallest == 1) {
+    for (Index row = 0; row < rows; ++row) kernel(std::integral_constant<int, 1>{}, row);
+  } else {
+    by_compiled_heights<Tallest>(rows, 0, kernel);
+  }
+}
+
 /// Where row `row` of a sliver starts, read as Layout says.
 template <ALayout Layout, class Scalar>
 inline const Scalar* sliver_row(const Scalar* a, Index lda, Index row) {
@@ -252,10 +264,7 @@ inline void pack_a(Index rows, Index depth, MatrixView<Scalar> a, Scalar* out) {
 /// out[k W + w] for k in [0, depth) by blocks of P x P entries in registers (Eigen's ptranspose):
 /// the keys' panels of S = Q Kᵀ, packed at a fraction of the cost of one entry at a time. Returns
 /// the depth done (a multiple of P); the caller packs the rest.
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wignored-attributes"  // a SIMD type (its alignment attribute) as a template argument, as Eigen does
-#endif
+HEADWISE_SIMD_ARGUMENTS_BEGIN  // (SIMD types as template arguments, as Eigen does)
 template <class Scalar>
 inline Index transpose_panel(Index depth, const Scalar* m, Index stride, Scalar* out) {
   using namespace Eigen::internal;
@@ -271,9 +280,7 @@ inline Index transpose_panel(Index depth, const Scalar* m, Index stride, Scalar*
     }
   return k0;
 }
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+HEADWISE_SIMD_ARGUMENTS_END
 
 /// Packs depth [0, depth) x columns [0, cols) of B in W-column panels, zero columns past the edge:
 /// out[(j0 / W) * depth * W + k * W + w] = B(k, j0 + w). out holds ceil(cols / W) * W * depth.

@@ -20,9 +20,6 @@
 #include "headwise/kernels/fused_call.hpp"
 #include "headwise/types.hpp"
 
-#if defined(__SSSE3__)
-#include <tmmintrin.h>
-#endif
 
 namespace headwise::detail {
 
@@ -123,14 +120,10 @@ void int8_values_from_keys(const Call& call, Scratch& w, Index j0, Index cols, I
       }
       const std::int8_t* in = keys + cq * int8_quad * W;
       for (Index L = 0; L < pieces; ++L, in += 16, out += int8_quad * W) {
-#if defined(__SSSE3__)
         if (valid == int8_quad) {
-          const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-          const __m128i piece = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)), transpose);
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_xor_si128(piece, _mm_set1_epi8(char(0x80))));
+          VectorQuadTranspose<>::flip_transpose(in, out);
           continue;
         }
-#endif
         for (Index e = 0; e < int8_quad; ++e)  // out: column e's 4 tokens; in: token i's 4 components
           for (Index i = 0; i < int8_quad; ++i) out[int8_quad * e + i] = e < valid ? flip_sign(in[int8_quad * i + e]) : std::int8_t(0);
       }
