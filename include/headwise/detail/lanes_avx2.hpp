@@ -19,6 +19,8 @@
 
 namespace headwise::detail {
 
+struct Fp8E4M3;
+struct Fp8E5M2;
 template <class Stored, Index W>
 struct VectorLanes;
 template <int P, class Stored>
