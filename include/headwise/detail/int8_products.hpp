@@ -184,14 +184,16 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
     constexpr Index c = decltype(chain)::value;
     const std::int8_t* at = panel + q * row_bytes;
     prefetch_panel_row(prefetch, at, q, row_bytes);
+    // A tall sliver loads the quad row once and holds it (Lanes::hold says why); a short one
+    // loads it in each product, where the compiler folds the load into the instruction.
+    constexpr bool tall = sizeof...(r) > 4;
     typename Lanes::Loaded b[static_cast<std::size_t>(P)];
-    for (int k = 0; k < P; ++k) {
-      b[k] = Lanes::template load<Keys>(at, k);
-      if constexpr (sizeof...(r) > 4) Lanes::hold(b[k]);  // (a tall sliver: Lanes::hold says why)
-    }
+    if constexpr (tall)
+      for (int k = 0; k < P; ++k) b[k] = Lanes::template load<Keys>(at, k), Lanes::hold(b[k]);
     const auto dot = [&](Index row) {
       const auto x = Lanes::template broadcast<Keys>(a + row * lda + q * int8_quad);
-      for (int k = 0; k < P; ++k) acc[row][c * P + k] = Lanes::template dot<Keys>(acc[row][c * P + k], b[k], x);
+      for (int k = 0; k < P; ++k)
+        acc[row][c * P + k] = Lanes::template dot<Keys>(acc[row][c * P + k], tall ? b[k] : Lanes::template load<Keys>(at, k), x);
     };
     (dot(r), ...);
   };
