@@ -1,9 +1,11 @@
-// Internal: AVX2's registers for the stored arithmetic's products (detail/lanes.hpp): BF16 pairs
+// Internal: every 256-bit register form (detail/lanes.hpp says what each trait is): BF16 pairs
 // widened to float32 exactly (a shift) and multiplied by fused multiply-adds, the second entry
 // first (a product of two BF16 numbers is exact in float32: one rounding each, as the portable
-// lanes' sums); int8 quads by AVX-VNNI's vpdpbusd, else by int16 products (pmaddwd, exact). Each
-// a specialization of VectorLanes with the members of the products file's portable lanes.
-// Included by detail/lanes.hpp where Eigen vectorizes with AVX2 and FMA (not AVX-512).
+// lanes' sums); int8 quads by AVX-VNNI's vpdpbusd, else by int16 products (pmaddwd, exact); 8
+// stored numbers widened to float; the sums of four packets of 8 floats; FP4 blocks 8 at a time;
+// the int8 latent's quad transpose (pshufb). Each is a specialization with the members of the
+// portable form it replaces. Included by detail/lanes.hpp wherever Eigen vectorizes with AVX2 and
+// FMA, AVX-512 builds too (their 256-bit packets and 16-lane double panels use these).
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,10 @@
-// Internal: AVX-512's registers for the stored arithmetic's products (detail/lanes.hpp): F16
-// chains in AVX512-FP16's vfmadd231ph, BF16 pairs in AVX512-BF16's vdpbf16ps (else widened and
-// multiplied by fused multiply-adds), int8 quads in AVX512-VNNI's vpdpbusd, and the rounding of
-// floats to F16 (vcvtps2ph), BF16 (vcvtneps2bf16) and the int8 arithmetic's uint8 weights. Each is a specialization of VectorLanes or
-// VectorRounding with the same members as the products file's portable lanes; the algorithms
-// around them are in the products files. Included by detail/lanes.hpp where Eigen vectorizes
+// Internal: every 512-bit register form (detail/lanes.hpp says what each trait is): F16 chains in
+// AVX512-FP16's vfmadd231ph; BF16 pairs in AVX512-BF16's vdpbf16ps (else widened and multiplied by
+// fused multiply-adds); int8 quads in AVX512-VNNI's vpdpbusd; the rounding of floats to F16
+// (vcvtps2ph), BF16 (vcvtneps2bf16) and the int8 arithmetic's uint8 weights; 16 stored numbers
+// widened to float; the sums of four packets of 16 floats; exp's 2^n by vscalefps; FP4 blocks by
+// one permute; and the row-dot product's block of A's rows. Each is a specialization with the
+// members of the portable form it replaces. Included by detail/lanes.hpp where Eigen vectorizes
 // with AVX-512.
 #pragma once
 
