@@ -6,8 +6,9 @@
 // (mxfp4_products.hpp) and exp's last step (exp_nonpositive.hpp) ask the traits below whether the
 // instruction set does them. Every register form is a specialization of these in that
 // instruction set's one file (detail/lanes_avx2.hpp for 256-bit registers, also under AVX-512;
-// detail/lanes_avx512.hpp), and nowhere else; unspecialized, each says `available = false` or
-// does nothing, and the caller's portable loop runs.
+// detail/lanes_avx512.hpp), and nowhere else. Unspecialized, each gives the portable form: it
+// says `available = false`, or does nothing and leaves the work to the caller's loop, or is that
+// loop itself (VectorQuadTranspose, VectorTuning).
 #pragma once
 
 #include <cstdint>
