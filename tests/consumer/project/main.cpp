@@ -4,7 +4,12 @@
 #include <cstdio>
 #include <vector>
 
+#ifdef HEADWISE_CONSUMER_STEPS
+#include <headwise/attention_core.hpp>  // the step-by-step core alone: the targets and include paths work
+#include <headwise/version.hpp>
+#else
 #include <headwise/headwise.hpp>
+#endif
 #include <headwise/io/safetensors.hpp>  // through headwise::io, which brings nlohmann_json
 #ifdef HEADWISE_CONSUMER_MODEL
 #include <headwise/io/decoder_model.hpp>
@@ -25,21 +30,20 @@ bool whole_model_runs() {
 
 int main() {
   using headwise::Matrix;
-  headwise::MultiHeadWeights<double> w;
-  w.w_q = Matrix<double>(4, 2);
-  w.w_k = Matrix<double>(4, 2);
-  w.w_v = Matrix<double>(4, 2);
-  w.w_q << 1, 0, 0, 1, 0, 1, 1, 0;
-  w.w_k << 1, 0, 1, 1, 0, 1, 0, 0;
-  w.w_v << 0, 1, 1, 0, 1, 1, 0, -1;
-  w.w_o = Matrix<double>::Identity(2, 4);  // W_O copies Z into the first two columns
+  Matrix<double> w_q(4, 2), w_k(4, 2), w_v(4, 2);
+  w_q << 1, 0, 0, 1, 0, 1, 1, 0;
+  w_k << 1, 0, 1, 1, 0, 1, 0, 0;
+  w_v << 0, 1, 1, 0, 1, 1, 0, -1;
   Matrix<double> x(3, 4);
   x << 1, 0, 1, 0, 0, 1, 1, 0, 1, 1, 0, 1;
 #ifdef HEADWISE_CONSUMER_STEPS
-  // The attention core step by step (no fused kernel: a second and third consumer build only
-  // need to show the targets work, in two thirds of the compile time): Z = A V is the layer's out.
-  const Matrix<double> out = headwise::attention(Matrix<double>(x * w.w_q), Matrix<double>(x * w.w_k), Matrix<double>(x * w.w_v)).z;
+  // The attention core step by step, from its own header (no fused kernel, no umbrella: a second
+  // and third consumer build only need to show the targets work): Z = A V is the layer's out.
+  const Matrix<double> out = headwise::attention(Matrix<double>(x * w_q), Matrix<double>(x * w_k), Matrix<double>(x * w_v)).z;
 #else
+  headwise::MultiHeadWeights<double> w;
+  w.w_q = w_q, w.w_k = w_k, w.w_v = w_v;
+  w.w_o = Matrix<double>::Identity(2, 4);  // W_O copies Z into the first two columns
   const headwise::MultiHeadAttention<double> mha(/*n_heads=*/1, w);
   const Matrix<double> out = mha.forward(x);
 #endif

@@ -1,5 +1,6 @@
-// Every public header, its templates instantiated for float and double; run on a small random
-// layer (and, given a folder, a checkpoint loaded from it). Built with -Werror by strict/CMakeLists.txt.
+// Every public header, its templates instantiated for float and double by the calls below (a small
+// random layer; given a folder, a checkpoint loaded from it). Checked by the compiler's front end with
+// -Werror (strict/CMakeLists.txt): the instantiations are what it checks; the program is not run.
 #include <cstdio>
 #include <string>
 #include <type_traits>
