@@ -203,9 +203,7 @@ int main(int argc, char** argv) try {
   r.induction.row(1).maxCoeff(&best);
   const double clean = second_half_loss(copying, test);
   hm::RunOptions<float> ablate;
-  headwise::HeadInterventions<float> iv(s2.heads);
-  iv.ablate(best);
-  ablate.hook_functions["blocks.1.attn.hook_z"] = hm::intervene(iv);
+  ablate.hook_functions["blocks.1.attn.hook_z"] = headwise::ablate_head(best);
   std::printf("second-half loss %.4f; head 1.%lld: induction score %.3f (mean of %u sequences, %.3f to %.3f); ablated, the second-half loss is %.4f "
               "(chance: ln %lld = %.4f)\n",
               clean, static_cast<long long>(best), r.induction(1, best), scored_sequences, lowest(1, best), highest(1, best),

@@ -525,14 +525,18 @@ TEMPLATE_TEST_CASE("GPT-2 from text, and the reference interventions: a head abl
   model::RunOptions<TestType> patch;
   patch.hook_functions["blocks.0.attn.hook_z"] = [&](Matrix<TestType>& z, const model::HookPoint& at) { at.head(z, 1) = source_z; };
   CHECK_THAT(model.run(ids, patch).logits.template cast<double>(), IsNear(ref.matrix<double>("interventions.patch.logits.f64"), tol));
-  // The same two by HeadInterventions on the hook (model::intervene), and its head count checked.
-  HeadInterventions<TestType> zero(4);
-  zero.ablate(2);
+  // The same two by the head interventions (head_interventions.hpp: hook functions), in turn on
+  // one hook, and a head out of range refused by name.
   model::RunOptions<TestType> by_interventions;
-  by_interventions.hook_functions["blocks.1.attn.hook_z"] = model::intervene(zero);
+  by_interventions.hook_functions["blocks.1.attn.hook_z"] = ablate_head(2);
   CHECK_THAT(headwise_test::as_double(model.run(ids, by_interventions).logits), headwise_test::IsExactly(model.run(ids, ablate).logits));
-  by_interventions.hook_functions["blocks.1.attn.hook_z"] = model::intervene(HeadInterventions<TestType>(3));
-  CHECK_THROWS_WITH(model.run(ids, by_interventions), Catch::Contains("interventions for 3 heads on blocks.1.attn.hook_z, which holds 4"));
+  by_interventions.hook_functions["blocks.1.attn.hook_z"] = in_turn(gate_head(2, 7.0), ablate_head(2));
+  by_interventions.hook_functions["blocks.0.attn.hook_z"] = patch_head(1, source_z);
+  model::RunOptions<TestType> both = patch;
+  both.hook_functions["blocks.1.attn.hook_z"] = ablate.hook_functions.at("blocks.1.attn.hook_z");
+  CHECK_THAT(headwise_test::as_double(model.run(ids, by_interventions).logits), headwise_test::IsExactly(model.run(ids, both).logits));
+  by_interventions.hook_functions["blocks.1.attn.hook_z"] = ablate_head(4);
+  CHECK_THROWS_WITH(model.run(ids, by_interventions), Catch::Contains("head 4 of blocks.1.attn.hook_z, which holds 4 heads side by side"));
   // A run that starts at position 3 is the tokens 3 .. of a text whose earlier tokens are not
   // attended: GPT-2's learned positions from row 3 on (its first row, alone, attends to itself).
   model::RunOptions<TestType> later;
@@ -576,7 +580,7 @@ TEST_CASE("Whole models: bad ids, too many tokens, unknown hooks, missing tensor
   model::RunOptions<float> p;
   p.hook_functions["blocks.0.hook_resid_mid"] = model::replace_with(Matrix<float>(Matrix<float>::Zero(3, 48)));
   CHECK_THROWS_WITH(model.run({1, 2}, p),
-                    Catch::Contains("the hook function on blocks.0.hook_resid_mid left it 3x48, the stream there is 2x48"));
+                    Catch::Contains("the hook function on blocks.0.hook_resid_mid left it 3x48, the value there is 2x48"));
   model::RunOptions<float> q;
   q.hook_functions["blocks.0.attn.hook_q"] = [](Matrix<float>&, const model::HookPoint&) {};
   CHECK_THROWS_WITH(model.run({1, 2}, q), Catch::Contains("blocks.0.attn.hook_q is read-only"));
@@ -937,7 +941,7 @@ TEST_CASE("Signed head effects over a whole model: ablation effects from PyTorch
   CHECK(capped == interpret::direct_logit_attribution(gemma2, {3, 1, 4, 1, 5}, {2, 7, -1}));
   CHECK(capped.cwiseAbs().minCoeff() > 0);
   // Mean ablation (on Llama: its small vocabulary keeps the runs cheap): each head's Z replaced by
-  // its mean over the text's positions, as HeadInterventions::ablate_with_mean does it by hand.
+  // its mean over the text's positions, as a patch of one row does it by hand.
   const auto llama = io::load_decoder_model<double>(headwise_test::data_path("llama-model-tiny"));
   const std::vector<Index> text = ids_of(headwise_test::load_fixture("llama-model-tiny/model-reference.safetensors"), "input_ids");
   const auto last_logit = [&](const Matrix<double>& logits) { return logits(logits.rows() - 1, 7); };
@@ -947,9 +951,7 @@ TEST_CASE("Signed head effects over a whole model: ablation effects from PyTorch
   const auto clean = llama.run(text, record);
   const Index d = llama.blocks[1].attention.d_head();
   model::RunOptions<double> by_hand;
-  HeadInterventions<double> mean_of_0(llama.blocks[1].attention.n_heads());
-  mean_of_0.ablate_with_mean(0, clean.hooks.at("blocks.1.attn.hook_z").leftCols(d).colwise().mean());
-  by_hand.hook_functions["blocks.1.attn.hook_z"] = model::intervene(mean_of_0);
+  by_hand.hook_functions["blocks.1.attn.hook_z"] = patch_head(0, Matrix<double>(clean.hooks.at("blocks.1.attn.hook_z").leftCols(d).colwise().mean()));
   CHECK(mean_effects(1, 0) == Approx(last_logit(llama.run(text, by_hand).logits) - last_logit(clean.logits)).epsilon(1e-12));
   CHECK(mean_effects(1, 0) != 0.0);
   // Head 1.2 by a patch whose every row is that head's mean Z, averaged here by a plain loop.

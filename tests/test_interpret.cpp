@@ -2,6 +2,7 @@
 // from the logsumexp, contribution norms, interventions in both paths, head-type scores.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -102,48 +103,45 @@ TEMPLATE_TEST_CASE("interventions inside the W_O sum, in both paths", "[interpre
   const double tol = 10 * tolerance<TestType>();
 
   SECTION("ablating a head equals subtracting its contribution") {
-    HeadInterventions<TestType> iv(4);
-    iv.ablate(2);
+    const HookFunction<TestType> iv = ablate_head(2);
     const Matrix<TestType> expected = trace.output - trace.contributions[2];
-    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, &iv)), IsNear(expected, tol));
-    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, &iv)), IsNear(expected, tol));
-    CHECK_THAT(headwise_test::as_double(interpret::inspect(layer, x, {}, &iv).output), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(interpret::inspect(layer, x, {}, iv).output), IsNear(expected, tol));
   }
   SECTION("a gate scales a head's contribution") {
-    HeadInterventions<TestType> iv(4);
-    iv.gate(1, TestType(0.25));
+    const HookFunction<TestType> iv = gate_head(1, 0.25);
     const Matrix<TestType> expected = trace.output - TestType(0.75) * trace.contributions[1];
-    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, &iv)), IsNear(expected, tol));
-    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, &iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, iv)), IsNear(expected, tol));
   }
   SECTION("patching every head from run B reproduces run B") {
     const auto run_b = interpret::inspect(layer, x_b);
-    HeadInterventions<TestType> iv(4);
-    for (Index h = 0; h < 4; ++h) iv.patch(h, run_b.z_head(h));
+    const HookFunction<TestType> iv = in_turn(patch_head<TestType>(0, run_b.z_head(0)), patch_head<TestType>(1, run_b.z_head(1)),
+                                              patch_head<TestType>(2, run_b.z_head(2)), patch_head<TestType>(3, run_b.z_head(3)));
     const Matrix<TestType> expected = layer.trace(x_b).output;
-    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, &iv)), IsNear(expected, tol));
-    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, &iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, iv)), IsNear(expected, tol));
   }
   SECTION("mean ablation replaces a head's Z by its mean over positions from a reference run") {
     const auto reference = interpret::inspect(layer, x_b);
-    const RowVector<TestType> mean = mean_over_positions(reference.attention.z, 4, 3);
-    HeadInterventions<TestType> iv(4);
-    iv.ablate_with_mean(3, mean);
+    const Matrix<TestType> mean = mean_over_positions(reference.attention.z, 4, 3);
+    const HookFunction<TestType> iv = patch_head(3, mean);
     const Matrix<TestType> expected =
         trace.output - trace.contributions[3] + layer.head_contribution(mean.replicate(30, 1), 3);
-    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, &iv)), IsNear(expected, tol));
-    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, &iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward(x, {}, iv)), IsNear(expected, tol));
+    CHECK_THAT(headwise_test::as_double(layer.forward_step_by_step(x, {}, iv)), IsNear(expected, tol));
   }
   SECTION("errors") {
-    REQUIRE_THROWS_WITH(HeadInterventions<TestType>(0), "headwise: HeadInterventions: n_heads must be > 0, got 0");
-    HeadInterventions<TestType> iv(4);
-    REQUIRE_THROWS_WITH(iv.gate(4, 1), "headwise: gate: head 4 out of range [0, 4)");
-    iv.patch(0, Matrix<TestType>::Zero(29, 8));
-    REQUIRE_THROWS_WITH(layer.forward(x, {}, &iv),
-                        "headwise: HeadInterventions::apply: the replacement of head 0 is 29x8, expected 30x8 or 1x8");
-    HeadInterventions<TestType> three(3);
-    REQUIRE_THROWS_WITH(layer.forward(x, {}, &three),
-                        "headwise: MultiHeadAttention::forward: interventions for 3 heads, the layer has 4");
+    REQUIRE_THROWS_WITH(layer.forward(x, {}, gate_head(4, 1.0)), "headwise: HookPoint::head: head 4 of hook_z, which holds 4 heads side by side");
+    REQUIRE_THROWS_WITH(layer.forward_step_by_step(x, {}, ablate_head(-1)),
+                        "headwise: HookPoint::head: head -1 of hook_z, which holds 4 heads side by side");
+    REQUIRE_THROWS_WITH(layer.forward(x, {}, patch_head<TestType>(0, Matrix<TestType>::Zero(29, 8))),
+                        "headwise: patch_head: the replacement of head 0 on hook_z is 29x8, expected 30x8 or 1x8");
+    const HookFunction<TestType> nan = [](Matrix<TestType>& z, const HookPoint&) { z(0, 0) = std::numeric_limits<TestType>::quiet_NaN(); };
+    REQUIRE_THROWS_WITH(layer.forward(x, {}, nan), "headwise: MultiHeadAttention::forward: the hook function on hook_z left a value that is not finite");
+    const HookFunction<TestType> wider = [](Matrix<TestType>& z, const HookPoint&) { z.conservativeResize(z.rows(), z.cols() + 1); };
+    REQUIRE_THROWS_WITH(layer.forward(x, {}, wider), "headwise: MultiHeadAttention::forward: the hook function on hook_z left it 30x33, the value there is 30x32");
   }
 }
 
@@ -204,9 +202,7 @@ TEMPLATE_TEST_CASE("attribution patching agrees with activation patching, head b
   const double base = metric(layer.forward(clean));
   Eigen::VectorXd patched(4);
   for (Index h = 0; h < 4; ++h) {
-    HeadInterventions<TestType> iv(4);
-    iv.patch(h, z_corrupt.middleCols(h * 8, 8));
-    patched(h) = metric(layer.forward(clean, {}, &iv)) - base;
+    patched(h) = metric(layer.forward(clean, {}, patch_head<TestType>(h, z_corrupt.middleCols(h * 8, 8)))) - base;
   }
   CAPTURE(patched.transpose(), a.per_head.transpose());
   CHECK_THAT(headwise_test::as_double(a.per_head), IsNear(patched, 100 * tolerance<TestType>()));
@@ -249,9 +245,7 @@ TEMPLATE_TEST_CASE("attribution patching on toy heads: same sign and ranking as 
   const double base = metric(layer.forward(clean));
   Eigen::VectorXd patched(heads), estimated = headwise_test::as_double(a.per_head);
   for (Index h = 0; h < heads; ++h) {
-    HeadInterventions<TestType> iv(heads);
-    iv.patch(h, z_corrupt.middleCols(h * d_head, d_head));
-    patched(h) = metric(layer.forward(clean, {}, &iv)) - base;
+    patched(h) = metric(layer.forward(clean, {}, patch_head<TestType>(h, z_corrupt.middleCols(h * d_head, d_head)))) - base;
   }
   CAPTURE(patched.transpose(), estimated.transpose());
   CHECK(patched(0) < -0.5);  // the previous-token head carried token 5 from position 8 to 9

@@ -120,9 +120,8 @@ TEMPLATE_TEST_CASE("latent attention: decoding through the latent cache is bitwi
   KvCache<TestType> other(8, 1, 40);
   CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(1), other), Catch::Contains("values 40 wide of their own; this layer keeps 1 heads of keys"));
   // A step that fails leaves the cache as it was: the tokens appended before the failure are taken back.
-  const HeadInterventions<TestType> three_heads(3);
-  CHECK_THROWS_WITH(layer.forward_incremental(x.middleRows(2, 1), cache, one, &three_heads),
-                    Catch::Contains("interventions for 3 heads, the layer has 4"));
+  CHECK_THROWS_WITH(layer.forward_incremental(x.middleRows(2, 1), cache, one, ablate_head(4)),
+                    Catch::Contains("head 4 of hook_z, which holds 4 heads side by side"));
   CHECK(cache.size() == 2);
   CHECK_THAT(headwise_test::as_double(layer.forward_incremental(x.middleRows(2, 2), cache, one)),
              headwise_test::IsExactly(Matrix<TestType>(whole.middleRows(2, 2))));
@@ -210,12 +209,11 @@ TEST_CASE("latent attention heads under the study tools: patterns, statistics, i
   }
   // Ablating head 2 removes its contribution from the sum, on both paths.
   const LatentAttentionTrace<double> t = layer.trace(x);
-  HeadInterventions<double> iv(layer.n_heads());
-  iv.ablate(2);
+  const HookFunction<double> iv = ablate_head(2);
   const Matrix<double> without = t.output - t.contributions[2];
-  CHECK_THAT(layer.forward(x, {}, &iv), IsNear(without, tol));
-  CHECK_THAT(layer.forward_step_by_step(x, {}, &iv), IsNear(without, tol));
-  CHECK_THAT(interpret::inspect(layer, x, {}, &iv).output, IsNear(without, tol));
+  CHECK_THAT(layer.forward(x, {}, iv), IsNear(without, tol));
+  CHECK_THAT(layer.forward_step_by_step(x, {}, iv), IsNear(without, tol));
+  CHECK_THAT(interpret::inspect(layer, x, {}, iv).output, IsNear(without, tol));
   // ‖Z_h W_O[h]‖ per head and row, against the trace's contributions.
   const Matrix<double> norms = interpret::contribution_norms(layer, run.attention.z);
   for (Index h = 0; h < layer.n_heads(); ++h)
@@ -224,10 +222,8 @@ TEST_CASE("latent attention heads under the study tools: patterns, statistics, i
   const Matrix<double> corrupted = x.colwise().reverse();
   const Matrix<double> direction = Matrix<double>::Ones(x.rows(), x.cols());
   const interpret::Attribution<double> a = interpret::attribution_patching(layer, x, corrupted, direction);
-  HeadInterventions<double> patch(layer.n_heads());
   const Matrix<double> z_corrupt = layer.head_outputs(corrupted);
-  patch.patch(1, z_corrupt.middleCols(16, 16));
-  const double patched = (layer.forward(x, {}, &patch) - layer.forward(x)).sum();
+  const double patched = (layer.forward(x, {}, patch_head<double>(1, z_corrupt.middleCols(16, 16))) - layer.forward(x)).sum();
   CHECK(a.per_head(1) == Approx(patched).epsilon(1e-9));
 }
 

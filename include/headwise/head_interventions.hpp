@@ -1,84 +1,51 @@
-// HeadInterventions: changes to heads applied inside the W_O sum, out = Σ_h g_h Z'_h W_O[h] + b_O,
-// where Z'_h is Z_h itself, zeros (ablation), a mean row (mean ablation) or Z_h from another run
-// (activation patching), and g_h a gate. One forward pass, either path.
+// Head interventions, each a hook function for a layer's Z (hook_function.hpp): every head's Z side
+// by side, changed before the W_O sum, out = Σ_h Z'_h W_O[h] + b_O, where Z'_h is zeros (ablation),
+// a mean row (mean ablation), Z_h from another run (activation patching) or g Z_h (a gate). One way
+// to change a head's Z: a whole model takes these at blocks.L.attn.hook_z, one layer's forward as
+// its z_hook; in_turn combines several.
+//   auto out = layer.forward(x, {}, headwise::in_turn(headwise::ablate_head(5), headwise::gate_head(3, 0.5)));
 #pragma once
 
-#include <optional>
-#include <vector>
+#include <type_traits>
+#include <utility>
 
 #include "headwise/detail/errors.hpp"
-#include "headwise/detail/sizes.hpp"
+#include "headwise/hook_function.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
 
-/// Per-head interventions for MultiHeadAttention::forward and forward_step_by_step.
-///   HeadInterventions<float> iv(/*n_heads=*/12);
-///   iv.ablate(5).gate(3, 0.5f).patch(7, other_run_z7);
+/// Zero ablation: head h contributes nothing.
+inline auto ablate_head(Index h) {
+  return [h](auto& z, const HookPoint& at) { at.head(z, h).setZero(); };
+}
+
+/// Scales head h's contribution by g.
+inline auto gate_head(Index h, double g) {
+  return [h, g](auto& z, const HookPoint& at) {
+    using Scalar = typename std::decay_t<decltype(z)>::Scalar;
+    at.head(z, h) *= static_cast<Scalar>(g);
+  };
+}
+
+/// Activation patching: head h's Z replaced by `z_h` (n, d_head) from another run on the same n
+/// tokens, or by one row (1, d_head) at every position (mean ablation: mean_over_positions).
 template <class Scalar>
-class HeadInterventions {
- public:
-  explicit HeadInterventions(Index n_heads) {
-    constexpr const char* where = "HeadInterventions";
-    if (n_heads <= 0) detail::invalid(where, "n_heads must be > 0, got ", n_heads);
-    detail::allocate(gates_, detail::checked_size<Scalar>(where, "the gates", n_heads), Scalar(1), where, "the gates");
-    detail::allocate(replacements_, detail::checked_size<std::optional<Matrix<Scalar>>>(where, "the replacements", n_heads),
-                     std::optional<Matrix<Scalar>>(), where, "the replacements");
-  }
+HookFunction<Scalar> patch_head(Index h, Matrix<Scalar> z_h) {
+  return [h, z_h = std::move(z_h)](Matrix<Scalar>& z, const HookPoint& at) {
+    auto head = at.head(z, h);
+    if (z_h.cols() != head.cols() || (z_h.rows() != 1 && z_h.rows() != z.rows()))
+      detail::invalid("patch_head", "the replacement of head ", h, " on ", at.name, " is ", z_h.rows(), "x", z_h.cols(), ", expected ",
+                      z.rows(), "x", head.cols(), " or 1x", head.cols());
+    if (z_h.rows() == 1) head = z_h.replicate(z.rows(), 1);
+    else head = z_h;
+  };
+}
 
-  Index n_heads() const { return static_cast<Index>(gates_.size()); }
-
-  /// Zero ablation: head h contributes nothing.
-  HeadInterventions& ablate(Index h) { return gate(h, Scalar(0)); }
-  /// Mean ablation: head h's Z replaced at every position by `mean` (1, d_head), for instance its
-  /// mean over positions in a reference run (see mean_over_positions).
-  HeadInterventions& ablate_with_mean(Index h, const RowVector<Scalar>& mean) {
-    replacements_[index(h, "ablate_with_mean")] = Matrix<Scalar>(mean);
-    return *this;
-  }
-  /// Scales head h's contribution by g.
-  HeadInterventions& gate(Index h, Scalar g) {
-    gates_[index(h, "gate")] = g;
-    return *this;
-  }
-  /// Activation patching: head h's Z replaced by z_h (n, d_head) from another run on n tokens.
-  HeadInterventions& patch(Index h, const Matrix<Scalar>& z_h) {
-    replacements_[index(h, "patch")] = z_h;
-    return *this;
-  }
-
-  /// Applies the interventions to z (n, n_heads d_head), every head's Z side by side, in place.
-  void apply(Matrix<Scalar>& z) const {
-    constexpr const char* where = "HeadInterventions::apply";
-    if (z.cols() % n_heads() != 0)
-      detail::invalid(where, "z has ", z.cols(), " columns, not divisible by n_heads = ", n_heads());
-    const Index d_head = z.cols() / n_heads();
-    for (Index h = 0; h < n_heads(); ++h) {
-      auto z_h = z.middleCols(h * d_head, d_head);
-      if (const auto& r = replacements_[static_cast<std::size_t>(h)]) {
-        if (r->cols() != d_head || (r->rows() != 1 && r->rows() != z.rows()))
-          detail::invalid(where, "the replacement of head ", h, " is ", r->rows(), "x", r->cols(), ", expected ",
-                          z.rows(), "x", d_head, " or 1x", d_head);
-        if (r->rows() == 1) z_h = r->replicate(z.rows(), 1);
-        else z_h = *r;
-      }
-      if (gates_[static_cast<std::size_t>(h)] != Scalar(1)) z_h *= gates_[static_cast<std::size_t>(h)];
-    }
-  }
-
- private:
-  std::size_t index(Index h, const char* where) const {
-    if (h < 0 || h >= n_heads()) detail::invalid(where, "head ", h, " out of range [0, ", n_heads(), ")");
-    return static_cast<std::size_t>(h);
-  }
-
-  std::vector<Scalar> gates_;
-  std::vector<std::optional<Matrix<Scalar>>> replacements_;
-};
-
-/// Head h's Z averaged over positions: z (n, n_heads d_head) -> (1, d_head).
+/// Head h's Z averaged over positions: z (n, n_heads d_head) -> (1, d_head), for mean ablation
+/// (patch_head(h, mean_over_positions(z, heads, h))).
 template <class Scalar>
-RowVector<Scalar> mean_over_positions(const Matrix<Scalar>& z, Index n_heads, Index h) {
+Matrix<Scalar> mean_over_positions(const Matrix<Scalar>& z, Index n_heads, Index h) {
   if (n_heads <= 0 || z.cols() % n_heads != 0 || h < 0 || h >= n_heads)
     detail::invalid("mean_over_positions", "head ", h, " of ", n_heads, " heads in z with ", z.cols(), " columns");
   const Index d_head = z.cols() / n_heads;

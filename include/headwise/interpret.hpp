@@ -1,5 +1,5 @@
 // headwise's tools for studying heads: inspection from the fast path, head-type scores (of one
-// pattern, and of every head of a whole model), SVG heatmaps and the toy heads. Interventions are part of the layer (head_interventions.hpp).
+// pattern, and of every head of a whole model), SVG heatmaps and the toy heads. Interventions are hook functions for a layer's Z (head_interventions.hpp).
 #pragma once
 
 #include "headwise/interpret/attribution.hpp"

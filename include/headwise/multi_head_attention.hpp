@@ -13,7 +13,7 @@
 #include "headwise/detail/compiled.hpp"
 #include "headwise/forward_record.hpp"
 #include "headwise/detail/errors.hpp"
-#include "headwise/head_interventions.hpp"
+#include "headwise/hook_function.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/layer_projections.hpp"
 #include "headwise/layer_config.hpp"
@@ -84,9 +84,10 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// empty result. Q, K and V come from one product X [W_Q | W_K | W_V], taken over chunks of
   /// rows so that K and V go straight into the kernel's packed layout; no (n, n) matrix is held,
   /// and memory stays O(n d_model). The same code as forward_incremental on an empty cache.
-  /// With interventions: each head's Z changed (ablated, gated, patched) before the W_O sum.
+  /// With a z_hook: every head's Z side by side, (n, n_heads d_head), through it before the W_O
+  /// sum, at "hook_z" (head_interventions.hpp: a head ablated, gated, patched).
   Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                         const HeadInterventions<Scalar>* interventions = nullptr) const;
+                         const HookFunction<Scalar>& z_hook = {}) const;
 
   /// Every head's Z side by side, (n, n_heads d_head), by the fused kernel, as W_O reads it (gated
   /// by the output gate if the layer has one).
@@ -164,7 +165,7 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// The same output by the step-by-step path: each head's whole (n, n) pattern, then A V.
   /// For reference and comparison; forward() is the fast path.
   Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                                      const HeadInterventions<Scalar>* interventions = nullptr) const;
+                                      const HookFunction<Scalar>& z_hook = {}) const;
 
   /// Every head's intermediates and contribution, and the output as their sum.
   /// x: (n, d_model). Holds n_heads (n, n) patterns: for inspection, not for long inputs.
@@ -294,11 +295,9 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
             rope && rope->long_factors_for(end)};
   }
 
-  const HeadInterventions<Scalar>& check_interventions(const HeadInterventions<Scalar>& iv) const {
-    if (iv.n_heads() != n_heads_)
-      detail::invalid("MultiHeadAttention::forward", "interventions for ", iv.n_heads(), " heads, the layer has ",
-                      n_heads_);
-    return iv;
+  /// Z through the layer's z_hook (if any), at hook_z from position `first`.
+  void call_z_hook(const HookFunction<Scalar>& z_hook, Matrix<Scalar>& z, Index first, const char* where) const {
+    call_hook(z_hook, z, HookPoint{"hook_z", n_heads_, first}, where);
   }
 
   /// Rows of x projected in chunks by X [W_Q | W_K | W_V] + b: K and V appended to kv, then the
@@ -418,10 +417,11 @@ AttentionHead<Scalar> MultiHeadAttention<Scalar>::head(Index h) const {
 
 template <class Scalar>
 Matrix<Scalar> MultiHeadAttention<Scalar>::forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
-    const HeadInterventions<Scalar>* interventions) const {
+    const HookFunction<Scalar>& z_hook) const {
+  constexpr const char* where = "MultiHeadAttention::forward";
   Matrix<Scalar> z = head_outputs(x, options);  // (the layer's config is added there)
-  if (interventions) check_interventions(*interventions).apply(z);
-  return output_of(z, detail::thread_count(options.threads, "MultiHeadAttention::forward"), 0, "MultiHeadAttention::forward");
+  call_z_hook(z_hook, z, 0, where);
+  return output_of(z, detail::thread_count(options.threads, where), 0, where);
 }
 
 template <class Scalar>
@@ -513,7 +513,7 @@ void MultiHeadAttention<Scalar>::attend_heads_reading_cache(const Eigen::Ref<con
 
 template <class Scalar>
 Matrix<Scalar> MultiHeadAttention<Scalar>::forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
-    const HeadInterventions<Scalar>* interventions) const {
+    const HookFunction<Scalar>& z_hook) const {
   constexpr const char* where = "MultiHeadAttention::forward_step_by_step";
   const AttentionOptions all = checked_call(x, options, where);
   const int threads = detail::thread_count(options.threads, where);
@@ -528,7 +528,7 @@ Matrix<Scalar> MultiHeadAttention<Scalar>::forward_step_by_step(const Eigen::Ref
   Matrix<Scalar> z = detail::attend_matrices<Scalar>(l.part(qkv, QkvPart::query), l.part(qkv, QkvPart::key),
                                                      l.part(qkv, QkvPart::value), call, where).z;
   proj_.apply_gate(x, z, threads);
-  if (interventions) check_interventions(*interventions).apply(z);
+  call_z_hook(z_hook, z, first, where);
   return output_of(z, threads, first, where);
 }
 

@@ -29,7 +29,7 @@
 #include "headwise/forward_record.hpp"
 #include "headwise/detail/errors.hpp"
 #include "headwise/detail/tile_product.hpp"
-#include "headwise/head_interventions.hpp"
+#include "headwise/hook_function.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/options.hpp"
@@ -120,8 +120,10 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   auto w_o_block(Index h) const { return w_.w_o.middleRows(checked_head(h, "w_o_block") * v(), v()); }
 
   /// The layer by the fast path (absorbed, fused): x (n, d_model) -> (n, d_model), positions 0 .. n - 1.
+  /// With a z_hook (here and below): every head's Z side by side through it before the W_O sum, at
+  /// "hook_z" (head_interventions.hpp).
   Matrix<Scalar> forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                         const HeadInterventions<Scalar>* interventions = nullptr) const;
+                         const HookFunction<Scalar>& z_hook = {}) const;
   /// Every head's Z side by side, (n, n_heads v_head_dim), by the fast path.
   Matrix<Scalar> head_outputs(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const;
   /// The attention before W_O by the fast path, into `record` (forward_record.hpp): Z (n, n_heads
@@ -145,12 +147,12 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   /// whole sequence, for any split into chunks and any thread count.
   Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
                                      const AttentionOptions& options = {},
-                                     const HeadInterventions<Scalar>* interventions = nullptr) const;
+                                     const HookFunction<Scalar>& z_hook = {}) const;
 
   /// The teaching view: the expanded form, head by head (HF's computation), through each head's
   /// whole pattern. Equal to forward() to rounding.
   Matrix<Scalar> forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {},
-                                      const HeadInterventions<Scalar>* interventions = nullptr) const;
+                                      const HookFunction<Scalar>& z_hook = {}) const;
 
   /// Every intermediate of the expanded form on x (positions 0 .. n - 1).
   LatentAttentionTrace<Scalar> trace(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options = {}) const;
@@ -266,13 +268,10 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
     return all;
   }
 
-  Matrix<Scalar> output_of(Matrix<Scalar> z, const HeadInterventions<Scalar>* interventions, const char* where) const {
+  /// Z (of the rows from position `first`) through the z_hook, then W_O.
+  Matrix<Scalar> output_of(Matrix<Scalar> z, const HookFunction<Scalar>& z_hook, Index first, const char* where) const {
     if (z.cols() != n_heads() * v()) detail::invalid(where, "z has ", z.cols(), " columns, expected n_heads v_head_dim = ", n_heads() * v());
-    if (interventions) {
-      if (interventions->n_heads() != n_heads())
-        detail::invalid(where, "interventions for ", interventions->n_heads(), " heads, the layer has ", n_heads());
-      interventions->apply(z);
-    }
+    call_hook(z_hook, z, HookPoint{"hook_z", n_heads(), first}, where);
     Matrix<Scalar> out = detail::product_of<Scalar>(z, w_.w_o);
     if (w_.b_o.size()) out.rowwise() += w_.b_o;
     if (!detail::all_finite(out, 1))
@@ -370,9 +369,9 @@ MultiHeadLatentAttention<Scalar>::MultiHeadLatentAttention(LatentAttentionWeight
 
 template <class Scalar>
 Matrix<Scalar> MultiHeadLatentAttention<Scalar>::forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
-    const HeadInterventions<Scalar>* interventions) const {
+    const HookFunction<Scalar>& z_hook) const {
   Matrix<Scalar> z = head_outputs(x, options);
-  return output_of(z, interventions, "MultiHeadLatentAttention::forward");
+  return output_of(z, z_hook, 0, "MultiHeadLatentAttention::forward");
 }
 
 template <class Scalar>
@@ -405,7 +404,7 @@ void MultiHeadLatentAttention<Scalar>::attend_heads(const Eigen::Ref<const Matri
 template <class Scalar>
 Matrix<Scalar> MultiHeadLatentAttention<Scalar>::forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache,
     const AttentionOptions& options,
-    const HeadInterventions<Scalar>* interventions) const {
+    const HookFunction<Scalar>& z_hook) const {
   constexpr const char* where = "MultiHeadLatentAttention::forward_incremental";
   check_input(x, options, where);
   const KvCacheOrigin mine = check_cache(cache, x.rows(), options, where);
@@ -418,7 +417,7 @@ Matrix<Scalar> MultiHeadLatentAttention<Scalar>::forward_incremental(const Eigen
   cache.origin_ = mine;
   try {  // a call that fails (options the rule refuses, an overflow) leaves the cache as it was
     Matrix<Scalar> z = attend_latent(p, cache.packed(), options, nullptr, where).z;
-    return output_of(z, interventions, where);
+    return output_of(z, z_hook, held, where);
   } catch (...) {
     cache.store().truncate(held);
     cache.origin_ = before;
@@ -428,11 +427,11 @@ Matrix<Scalar> MultiHeadLatentAttention<Scalar>::forward_incremental(const Eigen
 
 template <class Scalar>
 Matrix<Scalar> MultiHeadLatentAttention<Scalar>::forward_step_by_step(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
-    const HeadInterventions<Scalar>* interventions) const {
+    const HookFunction<Scalar>& z_hook) const {
   const LatentAttentionTrace<Scalar> t = trace(x, options);
   Matrix<Scalar> z(x.rows(), n_heads() * v());
   for (Index h = 0; h < n_heads(); ++h) z.middleCols(h * v(), v()) = t.heads[static_cast<std::size_t>(h)].z;
-  return output_of(z, interventions, "MultiHeadLatentAttention::forward_step_by_step");
+  return output_of(z, z_hook, 0, "MultiHeadLatentAttention::forward_step_by_step");
 }
 
 template <class Scalar>
@@ -472,7 +471,7 @@ LatentAttentionTrace<Scalar> MultiHeadLatentAttention<Scalar>::trace(const Eigen
 
 template <class Scalar>
 Matrix<Scalar> MultiHeadLatentAttention<Scalar>::project_heads(const Eigen::Ref<const Matrix<Scalar>>& z) const {
-  return output_of(Matrix<Scalar>(z), nullptr, "project_heads");
+  return output_of(Matrix<Scalar>(z), {}, 0, "project_heads");
 }
 
 /// The compiled mode's instantiations of the latent-attention layer (detail/compiled.hpp).

@@ -1,7 +1,7 @@
 // Attribution patching (Nanda, 2023; Syed et al., 2023): the first-order estimate of what patching
 // each head's output at each position from a corrupted run into the clean run does to a metric,
 // from one clean forward, one corrupted forward and one backward, where activation patching
-// (HeadInterventions::patch) needs one forward per head:
+// (patch_head, head_interventions.hpp) needs one forward per head:
 //   effect(h, i) ≈ (z_corrupt - z_clean)_{h,i} · ∂metric/∂z_{h,i}   (at the clean run)
 // The metric is linear in the output, metric = Σ_{i,c} out_{i,c} direction_{i,c} (a logit
 // difference, say, given as a direction on the positions that matter). Within one layer the W_O

@@ -9,7 +9,7 @@
 
 #include "headwise/causal_mask.hpp"
 #include "headwise/detail/errors.hpp"
-#include "headwise/head_interventions.hpp"
+#include "headwise/hook_function.hpp"
 #include "headwise/kernels/packed_keys_values.hpp"
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/multi_head_attention.hpp"
@@ -29,31 +29,27 @@ struct NonDeduced {
 namespace headwise::interpret {
 
 /// inspect()'s one fused run on any layer: attend_heads keeping everything, then project_heads
-/// (with the interventions on a copy of Z: the record's Z and statistics are the clean ones).
+/// (with the z_hook on a copy of Z: the record's Z and statistics are the clean ones).
 template <class Layer, class Scalar>
 ForwardRecord<Scalar> inspect_layer(const Layer& layer, const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
-                                    const HeadInterventions<Scalar>* interventions) {
+                                    const HookFunction<Scalar>& z_hook) {
   ForwardRecord<Scalar> run = ForwardRecord<Scalar>::everything();
   layer.attend_heads(x, options, run);
   Matrix<Scalar> z = run.attention.z;
-  if (interventions) {
-    if (interventions->n_heads() != layer.n_heads())
-      detail::invalid("inspect", "interventions for ", interventions->n_heads(), " heads, the layer has ", layer.n_heads());
-    interventions->apply(z);
-  }
+  call_hook(z_hook, z, HookPoint{"hook_z", layer.n_heads(), 0}, "inspect");
   run.output = layer.project_heads(z);
   return run;
 }
 
 /// Runs the fused forward of `layer` on x (n, d_model), keeping everything a ForwardRecord holds
 /// (forward_record.hpp: Z, the logsumexp and statistics, the queries, keys and values, the
-/// options with the layer's own, the output); with interventions, the output is the intervened
-/// one (Z and the statistics are the clean ones).
+/// options with the layer's own, the output); with a z_hook (head_interventions.hpp), the output is
+/// the one it changes (Z and the statistics are the clean ones).
 template <class Scalar>
 ForwardRecord<Scalar> inspect(const MultiHeadAttention<Scalar>& layer,
                               const Eigen::Ref<const Matrix<typename detail::NonDeduced<Scalar>::type>>& x,
-                              const AttentionOptions& options = {}, const HeadInterventions<Scalar>* interventions = nullptr) {
-  return inspect_layer<MultiHeadAttention<Scalar>, Scalar>(layer, x, options, interventions);
+                              const AttentionOptions& options = {}, const HookFunction<Scalar>& z_hook = {}) {
+  return inspect_layer<MultiHeadAttention<Scalar>, Scalar>(layer, x, options, z_hook);
 }
 
 /// inspect() on a latent attention layer: its fast path (the absorbed queries as q, (n, n_heads
@@ -62,8 +58,8 @@ ForwardRecord<Scalar> inspect(const MultiHeadAttention<Scalar>& layer,
 template <class Scalar>
 ForwardRecord<Scalar> inspect(const MultiHeadLatentAttention<Scalar>& layer,
                               const Eigen::Ref<const Matrix<typename detail::NonDeduced<Scalar>::type>>& x,
-                              const AttentionOptions& options = {}, const HeadInterventions<Scalar>* interventions = nullptr) {
-  return inspect_layer<MultiHeadLatentAttention<Scalar>, Scalar>(layer, x, options, interventions);
+                              const AttentionOptions& options = {}, const HookFunction<Scalar>& z_hook = {}) {
+  return inspect_layer<MultiHeadLatentAttention<Scalar>, Scalar>(layer, x, options, z_hook);
 }
 
 /// ‖Z_h W_O[h]‖ for every head and row, without forming Z_h W_O[h]: the squared norm of row i is

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "headwise/detail/parallel.hpp"
+#include "headwise/head_interventions.hpp"
 #include "headwise/interpret/head_scores.hpp"
 #include "headwise/interpret/svg_heatmap.hpp"
 #include "headwise/model/decoder_model.hpp"
@@ -208,15 +209,9 @@ Matrix<double> head_ablation_effects(const model::DecoderModel<Scalar>& m, const
   for (Index l = 0; l < L; ++l)
     for (Index h = 0; h < H; ++h) {
       model::RunOptions<Scalar> o;
-      HeadInterventions<Scalar> iv(m.blocks[static_cast<std::size_t>(l)].attention.n_heads());
-      if (ablation == Ablation::zero) {
-        iv.ablate(h);
-      } else {
-        const Matrix<Scalar>& z = clean.hooks.at("blocks." + std::to_string(l) + ".attn.hook_z");
-        const Index d = z.cols() / iv.n_heads();
-        iv.ablate_with_mean(h, z.middleCols(h * d, d).colwise().mean());
-      }
-      o.hook_functions["blocks." + std::to_string(l) + ".attn.hook_z"] = model::intervene(std::move(iv));
+      const std::string at = "blocks." + std::to_string(l) + ".attn.hook_z";
+      if (ablation == Ablation::zero) o.hook_functions[at] = ablate_head(h);
+      else o.hook_functions[at] = patch_head(h, mean_over_positions(clean.hooks.at(at), m.blocks[static_cast<std::size_t>(l)].attention.n_heads(), h));
       effects(l, h) = static_cast<double>(metric(m.run(ids, o).logits)) - baseline;
     }
   return effects;

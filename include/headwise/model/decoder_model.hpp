@@ -36,7 +36,6 @@
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/forward_record.hpp"
 #include "headwise/gated_delta_net.hpp"
-#include "headwise/head_interventions.hpp"
 #include "headwise/model/block.hpp"
 #include "headwise/model/hooks.hpp"
 #include "headwise/model/model_run.hpp"
@@ -405,16 +404,10 @@ class HEADWISE_ISA_TAG DecoderModel {
   /// The value at hook `point`: through its hook function if there is one, recorded if asked;
   /// returned for the next step.
   Matrix<Scalar> at(const HookPoint& point, Matrix<Scalar> value, const RunOptions<Scalar>& options, ModelRun<Scalar>& out) const {
-    const auto function = options.hook_functions.find(point.name);
-    if (function != options.hook_functions.end()) {
-      const Index rows = value.rows(), cols = value.cols();
+    if (const auto function = options.hook_functions.find(point.name); function != options.hook_functions.end()) {
       HookPoint here = point;
       here.first = options.first_position;
-      function->second(value, here);
-      if (value.rows() != rows || value.cols() != cols)
-        detail::invalid("DecoderModel::run", "the hook function on ", point.name, " left it ", value.rows(), "x", value.cols(),
-                        ", the stream there is ", rows, "x", cols);
-      if (!value.allFinite()) detail::invalid("DecoderModel::run", "the hook function on ", point.name, " left a value that is not finite");
+      call_hook(function->second, value, here, "DecoderModel::run");
     }
     if (options.hooks.count(point.name)) {
       out.hooks[point.name] = value;
