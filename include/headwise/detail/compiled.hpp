@@ -17,10 +17,12 @@
 //
 // The readers' and the tokenizer's own code, which is not templated on a scalar, is kept out of a
 // compiled-mode file the way fmt keeps its own (FMT_HEADER_ONLY): each header declares what a
-// program calls, and its definitions, with nlohmann/json.hpp and PCRE2 that only they need, are
-// seen where HEADWISE_IO_DEFINITIONS (HEADWISE_TEXT_DEFINITIONS) is 1: header-only, or in the one
-// library source that compiles them (src/io.cpp, src/text.cpp). HEADWISE_IO_INLINE
-// (HEADWISE_TEXT_INLINE) marks each such definition: `inline` header-only, nothing in the library.
+// program calls, and its definitions, with nlohmann/json.hpp and PCRE2 that only they need, are a
+// file of their own (io/definitions/, text/definitions/) that the header includes at its end
+// through HEADWISE_IO_DEFINITIONS_OF (HEADWISE_TEXT_DEFINITIONS_OF): header-only, and in the one
+// library source that compiles them (src/io.cpp, src/text.cpp); in compiled mode it includes
+// detail/no_definitions.hpp instead. HEADWISE_IO_INLINE (HEADWISE_TEXT_INLINE) marks each such
+// definition: `inline` header-only, nothing in the library.
 //
 // The kernel's packed layout (panels of W keys) follows the instruction set a file is compiled
 // for. HEADWISE_ISA_TAG marks the compiled entry points with that instruction set in their linker
@@ -31,34 +33,37 @@
 
 #include <Eigen/Core>
 
+#include "headwise/detail/platform.hpp"  // HEADWISE_ISA_TAG, HEADWISE_SIMD_ARGUMENTS_BEGIN / _END
+
 #ifdef HEADWISE_COMPILED
 #define HEADWISE_EXTERN_INSTANTIATIONS(INSTANTIATIONS) INSTANTIATIONS(extern, float) INSTANTIATIONS(extern, double)
 #else
 #define HEADWISE_EXTERN_INSTANTIATIONS(INSTANTIATIONS)
 #endif
 
-#if defined(HEADWISE_COMPILED) && !defined(HEADWISE_COMPILED_IO)
-#define HEADWISE_COMPILED_IO  // (headwise::compiled holds the readers' code; the fuzzers' library holds it alone)
-#endif
-#if !defined(HEADWISE_COMPILED_IO) || defined(HEADWISE_COMPILING_IO)
-#define HEADWISE_IO_DEFINITIONS 1
-#else
-#define HEADWISE_IO_DEFINITIONS 0
-#endif
-#ifdef HEADWISE_COMPILING_IO
+// The readers' definitions: in the library's own source (not inline), absent where a library
+// holds them (headwise::compiled; the fuzzers' library, HEADWISE_COMPILED_IO, holds them alone),
+// else inline in the headers.
+#if defined(HEADWISE_COMPILING_IO)
+#define HEADWISE_IO_DEFINITIONS_OF(path) path
 #define HEADWISE_IO_INLINE
+#elif defined(HEADWISE_COMPILED) || defined(HEADWISE_COMPILED_IO)
+#define HEADWISE_IO_DEFINITIONS_OF(path) "headwise/detail/no_definitions.hpp"
+#define HEADWISE_IO_INLINE inline
 #else
+#define HEADWISE_IO_DEFINITIONS_OF(path) path
 #define HEADWISE_IO_INLINE inline
 #endif
-// (The tokenizer is in headwise::compiled where PCRE2 was found when it was built: HEADWISE_COMPILED_TEXT.)
-#if !defined(HEADWISE_COMPILED_TEXT) || defined(HEADWISE_COMPILING_TEXT)
-#define HEADWISE_TEXT_DEFINITIONS 1
-#else
-#define HEADWISE_TEXT_DEFINITIONS 0
-#endif
-#ifdef HEADWISE_COMPILING_TEXT
+// The same for the tokenizer's, which headwise::compiled holds where PCRE2 was found when it was
+// built (HEADWISE_COMPILED_TEXT).
+#if defined(HEADWISE_COMPILING_TEXT)
+#define HEADWISE_TEXT_DEFINITIONS_OF(path) path
 #define HEADWISE_TEXT_INLINE
+#elif defined(HEADWISE_COMPILED_TEXT)
+#define HEADWISE_TEXT_DEFINITIONS_OF(path) "headwise/detail/no_definitions.hpp"
+#define HEADWISE_TEXT_INLINE inline
 #else
+#define HEADWISE_TEXT_DEFINITIONS_OF(path) path
 #define HEADWISE_TEXT_INLINE inline
 #endif
 
@@ -74,16 +79,4 @@
 #define HEADWISE_ISA_NAME "simd"
 #else
 #define HEADWISE_ISA_NAME "scalar"
-#endif
-
-// HEADWISE_SIMD_ARGUMENTS_BEGIN / _END: around templates that take a SIMD type (its alignment
-// attribute) as a template argument, as Eigen's do, GCC's -Wignored-attributes is off.
-#if defined(__GNUC__) || defined(__clang__)
-#define HEADWISE_ISA_TAG __attribute__((abi_tag(HEADWISE_ISA_NAME)))
-#define HEADWISE_SIMD_ARGUMENTS_BEGIN _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wignored-attributes\"")
-#define HEADWISE_SIMD_ARGUMENTS_END _Pragma("GCC diagnostic pop")
-#else
-#define HEADWISE_ISA_TAG
-#define HEADWISE_SIMD_ARGUMENTS_BEGIN
-#define HEADWISE_SIMD_ARGUMENTS_END
 #endif

@@ -147,8 +147,16 @@ template <class Stored>
 struct VectorWidening<8, Stored> {
 #if defined(__F16C__)
   static constexpr bool f16c = true;
+  /// F16 and FP8 entries widened by vcvtph2ps.
+  static __m256 half_of(const Stored* p) {
+    if constexpr (std::is_same_v<Stored, Eigen::half>) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m128i high = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8);
+    if constexpr (std::is_same_v<Stored, Fp8E5M2>) return _mm256_cvtph_ps(high);
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<short>(0xbfff))));
+  }
 #else
   static constexpr bool f16c = false;
+  static __m256 half_of(const Stored*) { return _mm256_setzero_ps(); }  // (not available: callers ask `available` first)
 #endif
   static constexpr bool available = std::is_same_v<Stored, Eigen::bfloat16> || std::is_same_v<Stored, std::int8_t> ||
                                     (f16c && (std::is_same_v<Stored, Eigen::half> || std::is_same_v<Stored, Fp8E4M3> ||
@@ -160,17 +168,6 @@ struct VectorWidening<8, Stored> {
       return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
     else
       return half_of(p);
-  }
-  static __m256 half_of(const Stored* p) {
-#if defined(__F16C__)
-    if constexpr (std::is_same_v<Stored, Eigen::half>) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m128i high = _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8);
-    if constexpr (std::is_same_v<Stored, Fp8E5M2>) return _mm256_cvtph_ps(high);
-    return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<short>(0xbfff))));
-#else
-    static_cast<void>(p);
-    return _mm256_setzero_ps();
-#endif
   }
 };
 

@@ -16,17 +16,9 @@
 
 #include <Eigen/Core>
 
+#include "headwise/detail/platform.hpp"  // HEADWISE_HOLD_IN_REGISTER, HEADWISE_CPU_IS_AMD
 #include "headwise/types.hpp"
 
-#if defined(__AVX512FP16__) && defined(__AVX512VL__)
-#define HEADWISE_F16_FMA 1
-#endif
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
-#define HEADWISE_BF16_DOT 1
-#endif
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-#define HEADWISE_INT8_VNNI 512
-#endif
 
 namespace headwise::detail {
 
@@ -62,7 +54,8 @@ struct VectorRounding<Eigen::half> {
 };
 #endif
 
-#if defined(HEADWISE_F16_FMA)
+#if defined(__AVX512FP16__) && defined(__AVX512VL__)
+#define HEADWISE_F16_FMA 1  // (the tests and benchmarks ask which lanes a build has)
 /// 32 lanes of F16 chains in one register, their float32 sums in two (AVX512-FP16).
 struct Avx512F16Lanes {
   struct Halves { __m512h v; };
@@ -87,7 +80,8 @@ struct VectorLanes<Eigen::half, 32> {
 };
 #endif
 
-#if defined(HEADWISE_BF16_DOT)
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define HEADWISE_BF16_DOT 1
 /// x to BF16 bits, 16 at a time (vcvtneps2bf16: to nearest, ties to even; inputs below 2^-126
 /// taken as zero, as the pair products below take them).
 template <>
@@ -181,7 +175,8 @@ struct VectorRounding<std::uint8_t> {
   }
 };
 
-#if defined(HEADWISE_INT8_VNNI)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define HEADWISE_INT8_VNNI 512
 /// 32 lanes of int8 quads (a quad row: two registers) and their int32 sums in two parts
 /// (AVX512-VNNI's vpdpbusd, which multiplies unsigned bytes by signed ones: the keys' k + 128 by
 /// the query, the weights by the values).
@@ -219,11 +214,7 @@ struct Avx512Int8Lanes {
   /// held, it runs faster in cache but slower from memory, where a whole model's decoding reads
   /// every layer's cache from (bench/RESULTS.md, "Tuning constants").
   static void hold(Loaded& b) {
-#if defined(__GNUC__)
-    asm("" : "+v"(b));
-#else
-    static_cast<void>(b);
-#endif
+    HEADWISE_HOLD_IN_REGISTER(b);
   }
 };
 template <>
@@ -304,15 +295,8 @@ struct VectorFp4<16> {
 template <>
 struct VectorTuning<void> {
   static Index a_block_bytes() {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    static const Index bytes = [] {
-      __builtin_cpu_init();
-      return __builtin_cpu_is("amd") ? Index(4) << 20 : Index(1) << 20;
-    }();
+    static const Index bytes = HEADWISE_CPU_IS_AMD() ? Index(4) << 20 : Index(1) << 20;
     return bytes;
-#else
-    return Index(1) << 20;
-#endif
   }
 };
 

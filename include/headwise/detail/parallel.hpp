@@ -22,31 +22,9 @@
 #include <utility>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-#if defined(__unix__) || defined(__APPLE__)
-#include <pthread.h>
-#endif
-
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/platform.hpp"  // HEADWISE_THREADS, HEADWISE_OPENMP (omp.h), HEADWISE_POSIX (pthread.h), HEADWISE_NOINLINE
 #include "headwise/types.hpp"
-
-#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
-#define HEADWISE_THREADS 0
-#else
-#define HEADWISE_THREADS 1
-#endif
-
-/// Keeps a function out of line: the start of a region is one call (each region's own code is a
-/// few lines; inlined, the team's code made every file that calls attend() slower to compile).
-#if defined(__GNUC__)
-#define HEADWISE_NOINLINE __attribute__((noinline))
-#elif defined(_MSC_VER)
-#define HEADWISE_NOINLINE __declspec(noinline)
-#else
-#define HEADWISE_NOINLINE
-#endif
 
 namespace headwise::detail {
 
@@ -63,7 +41,7 @@ inline int thread_count(int requested, const char* where) {
     invalid(where, "threads must be in [0, ", max_threads, "] (0: the default), got ", requested);
 #if !HEADWISE_THREADS
   return 1;
-#elif defined(_OPENMP)
+#elif HEADWISE_OPENMP
   return requested > 0 ? requested : std::min(omp_get_max_threads(), max_threads);
 #else
   return requested > 0 ? requested : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, max_threads);
@@ -142,12 +120,10 @@ inline std::atomic<unsigned>& forks_seen() {
   return forks;
 }
 inline int count_forks() {
-#if HEADWISE_THREADS && (defined(__unix__) || defined(__APPLE__))
+#if HEADWISE_THREADS && HEADWISE_POSIX
   return pthread_atfork(nullptr, nullptr, [] {
     forks_seen().fetch_add(1, std::memory_order_relaxed);
-#ifdef _OPENMP
-    Eigen::setNbThreads(1);
-#endif
+    if (HEADWISE_OPENMP) Eigen::setNbThreads(1);
   });
 #else
   return 0;
@@ -160,6 +136,8 @@ inline const int fork_counter = count_forks();
 /// The workers of one calling thread (WorkerTeam::of_this_thread()).
 class WorkerTeam {
  public:
+  // (out of line, as run() is: the start of a region is one call; inlined, the team's code made
+  // every file that calls attend() slower to compile)
   HEADWISE_NOINLINE static WorkerTeam& of_this_thread() {
     thread_local WorkerTeam team;
     return team;
@@ -239,9 +217,7 @@ class WorkerTeam {
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0;; ++i) {
         if (ready()) return true;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();  // (a spin-wait hint: the other hardware thread of the core runs meanwhile)
-#endif
+        HEADWISE_SPIN_PAUSE();
         if (i % 64 == 63 && std::chrono::steady_clock::now() - start > spin_before_sleep) return ready();
       }
     }

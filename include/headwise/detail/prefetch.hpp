@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "headwise/detail/platform.hpp"  // HEADWISE_PREFETCH
 #include "headwise/types.hpp"
 
 namespace headwise::detail {
@@ -18,12 +19,7 @@ enum class CacheLevel { l1, l2 };
 /// A hint that the line `bytes` after p is read soon, into `Level`.
 template <CacheLevel Level = CacheLevel::l1>
 EIGEN_ALWAYS_INLINE void prefetch_line(const void* p, Index bytes) {
-#if defined(__GNUC__)
-  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + std::uintptr_t(bytes)), 0,
-                     Level == CacheLevel::l1 ? 3 : 2);
-#else
-  (void)p, (void)bytes;
-#endif
+  HEADWISE_PREFETCH(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + std::uintptr_t(bytes)), Level == CacheLevel::l1 ? 3 : 2);
 }
 
 }  // namespace headwise::detail

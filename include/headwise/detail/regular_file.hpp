@@ -18,16 +18,11 @@
 #include <limits>
 #include <string>
 
-#if defined(__unix__) || defined(__APPLE__)
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#define HEADWISE_POSIX_FILES 1
-#else
 #include <filesystem>
 #include <fstream>
 #include <system_error>
-#endif
+
+#include "headwise/detail/platform.hpp"  // HEADWISE_POSIX: fcntl.h, sys/stat.h, unistd.h
 
 namespace headwise::detail {
 
@@ -45,7 +40,7 @@ void check_file_size(const std::string& where, const std::string& path, std::uin
     refuse_file<Error>(where, path, "it is " + std::to_string(size) + " bytes, more than the " + std::to_string(max_bytes) + " read here");
 }
 
-#ifdef HEADWISE_POSIX_FILES
+#if HEADWISE_POSIX
 /// What a file of this mode is, for a message ("a named pipe"), or "" for a regular file.
 inline const char* non_regular_kind(mode_t mode) {
   if (S_ISREG(mode)) return "";

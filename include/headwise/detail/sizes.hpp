@@ -19,14 +19,8 @@
 #include <utility>
 #include <vector>
 
-#if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h>
-#if defined(__linux__) && !defined(__EMSCRIPTEN__)
-#include <sys/mman.h>
-#endif
-#endif
-
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/platform.hpp"  // HEADWISE_POSIX (unistd.h), HEADWISE_HUGE_PAGES (sys/mman.h)
 #include "headwise/types.hpp"
 
 namespace headwise::detail {
@@ -78,7 +72,7 @@ Index checked_size(const char* where, const char* what, Factors... factors) {
 
 /// The machine's physical memory in bytes, or 0 where the system does not say.
 inline double physical_memory_bytes() {
-#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+#if HEADWISE_POSIX && defined(_SC_PHYS_PAGES)
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) return static_cast<double>(pages) * static_cast<double>(page);
 #endif
@@ -91,26 +85,30 @@ inline double physical_memory_bytes() {
 /// grows 2 MiB at a time.
 constexpr std::size_t huge_page_threshold = std::size_t(32) << 20, huge_page_bytes = std::size_t(2) << 20;
 
+/// `bytes` for std::free: aligned to 2 MiB and advised into huge pages where the system has them
+/// (HEADWISE_HUGE_PAGES), else as malloc gives them. Throws std::bad_alloc.
+inline void* allocate_huge_pages(std::size_t bytes) {
+  void* p = nullptr;
+#if HEADWISE_HUGE_PAGES
+  if (posix_memalign(&p, huge_page_bytes, bytes) != 0) throw std::bad_alloc();
+  static_cast<void>(madvise(p, bytes, MADV_HUGEPAGE));  // (a hint: refused, the pages stay small)
+#else
+  if ((p = std::malloc(bytes)) == nullptr) throw std::bad_alloc();
+#endif
+  return p;
+}
+
 /// An allocator that leaves new elements of a trivial type uninitialised (vector::resize does not
 /// zero them): for a store that is filled as it is used, so that making it costs no pass over it.
 /// Buffers of huge_page_threshold bytes or more are aligned to 2 MiB and advised into huge pages.
 template <class T>
 struct UninitializedAllocator : std::allocator<T> {
   T* allocate(std::size_t n) {
-#if defined(__linux__) && !defined(__EMSCRIPTEN__) && defined(MADV_HUGEPAGE)
-    if (n >= huge_page_threshold / sizeof(T)) {
-      void* p = nullptr;
-      if (posix_memalign(&p, huge_page_bytes, n * sizeof(T)) != 0) throw std::bad_alloc();
-      static_cast<void>(madvise(p, n * sizeof(T), MADV_HUGEPAGE));  // (a hint: refused, the pages stay small)
-      return static_cast<T*>(p);
-    }
-#endif
+    if (HEADWISE_HUGE_PAGES && n >= huge_page_threshold / sizeof(T)) return static_cast<T*>(allocate_huge_pages(n * sizeof(T)));
     return std::allocator<T>::allocate(n);
   }
   void deallocate(T* p, std::size_t n) {
-#if defined(__linux__) && !defined(__EMSCRIPTEN__) && defined(MADV_HUGEPAGE)
-    if (n >= huge_page_threshold / sizeof(T)) return std::free(p);
-#endif
+    if (HEADWISE_HUGE_PAGES && n >= huge_page_threshold / sizeof(T)) return std::free(p);
     std::allocator<T>::deallocate(p, n);
   }
   template <class U>
