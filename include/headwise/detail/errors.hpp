@@ -19,7 +19,7 @@ namespace headwise::detail {
 /// One part of an exception's message, held by value: text, an integer, a character or a
 /// floating-point number. Messages are built from a list of these by one function (message_of),
 /// not by a template per list of argument types: the ~270 checks of the headers cost a file that
-/// includes them a list each, not an ostream instantiation each (-1.4 s of a file calling attend).
+/// includes them a list each, not an ostream instantiation each (bench/RESULTS.md, "Tuning constants").
 class MessagePart {
  public:
   MessagePart(const char* text) : kind_(Kind::text), text_(text ? text : "(null)") {}
