@@ -1,6 +1,7 @@
 // headwise::compiled: the kernel's float instantiations (the three ways into it, the backward) and
 // those of the stores and rules it reads. See include/headwise/detail/compiled.hpp.
 #include "headwise/attend.hpp"
+#include "headwise/attend_batch.hpp"
 #include "headwise/attend_backward.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/paged_kv_cache.hpp"
@@ -8,6 +9,7 @@
 
 namespace headwise {
 HEADWISE_ATTEND_INSTANTIATIONS(, float)
+HEADWISE_ATTEND_BATCH_INSTANTIATIONS(, float)
 HEADWISE_BACKWARD_INSTANTIATIONS(, float)
 HEADWISE_PACKED_KEYS_VALUES_INSTANTIATIONS(, float)
 HEADWISE_PAGED_KV_CACHE_INSTANTIATIONS(, float)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "headwise/attend.hpp"
+#include "headwise/attend_batch.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/paged_kv_cache.hpp"
 #include "support/catch.hpp"

@@ -12,6 +12,7 @@
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
 #include "headwise/attend.hpp"
+#include "headwise/attend_batch.hpp"
 #include "headwise/head_interventions.hpp"
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/kv_cache.hpp"

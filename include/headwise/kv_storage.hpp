@@ -90,16 +90,6 @@ inline std::int8_t quantize_int8(float x, float scale) {
 struct AnyStorage {};
 struct AsComputedOnly {};
 
-/// The kernel's stored type for int8 keys and values under KvArithmetic::stored: the numbers are
-/// int8 (laid out in quads, detail/int8_products.hpp), multiplied as integers.
-struct Int8Products {};
-/// The kernel's stored type for BF16 keys and values under KvArithmetic::stored: the numbers are
-/// BF16 (laid out in pairs, detail/bf16_products.hpp), multiplied as BF16 pairs.
-struct Bf16Products {};
-/// The kernel's stored type for F16 keys and values under KvArithmetic::stored: the numbers are
-/// F16 (the widened store's panels), multiplied in chains of F16 (detail/f16_products.hpp).
-struct F16Products {};
-
 /// Calls f(tag) with tag a value of StoredTypeOf<Scalar, storage> (a null pointer of it): the one
 /// dispatch from a store's run-time storage to the kernel's compile-time one.
 template <class Scalar, class Reach = AnyStorage, class F>
@@ -114,19 +104,6 @@ decltype(auto) with_stored_type(KvStorage storage, F&& f) {
     if (storage == KvStorage::int8) return f(static_cast<const std::int8_t*>(nullptr));
   }
   return f(static_cast<const Scalar*>(nullptr));
-}
-
-/// with_stored_type for the kernel: as it, except that int8, BF16 and F16 under the stored
-/// arithmetic are Int8Products, Bf16Products and F16Products (the stored type is the same either
-/// way; the arithmetic is the kernel's choice).
-template <class Scalar, class Reach = AnyStorage, class F>
-decltype(auto) with_kernel_type(KvStorage storage, KvArithmetic arithmetic, F&& f) {
-  if constexpr (std::is_same_v<Reach, AnyStorage> && std::is_same_v<Scalar, float>) {
-    if (storage == KvStorage::int8 && arithmetic == KvArithmetic::stored) return f(static_cast<const Int8Products*>(nullptr));
-    if (storage == KvStorage::bf16 && arithmetic == KvArithmetic::stored) return f(static_cast<const Bf16Products*>(nullptr));
-    if (storage == KvStorage::f16 && arithmetic == KvArithmetic::stored) return f(static_cast<const F16Products*>(nullptr));
-  }
-  return with_stored_type<Scalar, Reach>(storage, std::forward<F>(f));
 }
 
 }  // namespace detail

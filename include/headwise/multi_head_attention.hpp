@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "headwise/attend.hpp"
+#include "headwise/attend_batch.hpp"  // (the paged layer's batched decoding)
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
 #include "headwise/detail/compiled.hpp"

@@ -18,7 +18,7 @@ namespace headwise::detail {
 
 /// One part of an exception's message, held by value: text, an integer, a character or a
 /// floating-point number. Messages are built from a list of these by one function (message_of),
-/// not by a template per list of argument types: the ~270 checks of the headers cost a file that
+/// not by a template per list of argument types: the ~350 checks of the headers cost a file that
 /// includes them a list each, not an ostream instantiation each (bench/RESULTS.md, "Tuning constants").
 class MessagePart {
  public:
@@ -87,7 +87,7 @@ bool finite_with_inverse(double x) {
 }
 
 /// True if every entry of row i of m is finite: x * 0 is 0 for finite x and NaN for inf or NaN,
-/// so one vectorised sum tells (Eigen's allFinite is several times slower on strided blocks).
+/// so one vectorised sum tells (Eigen's allFinite is slower on strided blocks: it does not vectorise them).
 template <class Derived>
 bool row_is_finite(const Derived& m, Eigen::Index i) {
   using Scalar = typename Derived::Scalar;

@@ -21,9 +21,10 @@
 // that is not finite (FusedCall::overflow), a value chain's infinity reaches the result, and
 // attend refuses either by name (check_overflow): no key is dropped in silence as -inf. With
 // AVX512-FP16 the chains are vfmadd231ph's, which keep subnormals whatever MXCSR says; elsewhere
-// the same chains lane by lane (F16LanesOf: each step one double multiply-add of F16 numbers,
-// exact whenever the result is finite, rounded once to F16): for one key tile, the same bits on
-// every CPU, at about a hundred times the widened arithmetic's cost there.
+// the same chains lane by lane (F16LanesOf: each step one double multiply-add of F16 numbers, the
+// product exact and the sum exact unless |c| dwarfs |a b|, where its rounding cannot land on an
+// F16 tie: in effect rounded once to F16): for one key tile, the same bits on every CPU, far
+// slower than the widened arithmetic there (bench/RESULTS.md, "Tuning constants").
 #pragma once
 
 #include <algorithm>

@@ -1,7 +1,8 @@
 // Internal: C = A Bᵀ with B a weight matrix as a checkpoint stores it, [out, in] row-major, in its
-// stored type (float, BF16, F16, FP8: widened to float in registers, detail/stored_numbers.hpp, an
-// FP8 packet then times its row's block scale), read in place: nothing is packed or copied, so a
-// decoding step streams each weight byte once.
+// stored type (float, BF16, F16, FP8: detail/stored_numbers.hpp, an FP8 packet times its row's
+// block scale). A decoding step reads it in place, widened in registers, so that it streams each
+// weight byte once; a prefill widens a narrower B (or copies an unaligned float B) range by range
+// into an aligned float buffer in L1 (dot_block), which changes no bit.
 //
 // Every element C(i, j) is the dot product of row i of A and row j of B computed one way: 2 P
 // partial sums in two chains of packets (packet q of a row, entries [q P, q P + P), goes to chain
@@ -377,8 +378,8 @@ HEADWISE_SIMD_ARGUMENTS_END
 
 /// C (a.rows x b.rows) = A Bᵀ (A: n x k, B: m x k, both row-major), on up to `threads` threads: for
 /// many rows of A (a prefill) each thread takes a contiguous share of them and all of B (each
-/// streams B from the shared cache, and its rows of A stay in its own L2: 0.82 of Eigen's GEMM on
-/// two threads where splitting B gave 0.72); for a few (a decoding step) each takes a share of B's
+/// streams B from the shared cache, and its rows of A stay in its own L2: faster than splitting B,
+/// bench/RESULTS.md, "Tuning constants"); for a few (a decoding step) each takes a share of B's
 /// rows (C's columns), so that both stream the weights. Deterministic: see the top of this file.
 template <class Scalar, class BStored>
 void row_dot_product(RowMajorView<const Scalar> a, const StoredRows<BStored>& stored, RowMajorView<Scalar> c, int threads) {

@@ -81,7 +81,7 @@ inline void micro_kernel_rows_of(std::integer_sequence<Index, r...>, Index depth
   Packet acc1[sizeof...(r)] = {(Accumulate ? ploadu<Packet>(c + r * ldc + P) : zero)...};
   for (Index k = 0; k < depth; ++k) {
     // B streams from memory when few rows share it (a decoding step, its grouped-query heads folded
-    // into up to 4 rows): ask for it early (16 rows ahead: 0.55 of the triad at 131072 tokens; 64: 0.68).
+    // into up to 4 rows): ask for it early, 64 rows ahead (bench/RESULTS.md, "Tuning constants").
     if constexpr (Rows <= 4)  // every cache line of the row (a row of W floats is two with AVX-512)
       for (std::size_t line = 0; line < Shape::lanes * sizeof(BStored); line += 64)
         prefetch_line(b, ((k + prefetch_rows) * ldb) * Index(sizeof(BStored)) + Index(line));
@@ -123,8 +123,8 @@ constexpr int height_below(int h) {
 /// A sliver of `rows` rows (1 .. Height) as slivers of the compiled heights, largest first (11
 /// rows: 8, 2, 1), each one call kernel(std::integral_constant<int, H>, first row). A row's chains
 /// are its own whatever the sliver, so the bits are those of one kernel for exactly that many
-/// rows, from a third of the instantiations (one per height from 1 to R took 3 times the
-/// micro-kernels' compile time).
+/// rows, from a third of the instantiations (one per height from 1 to R compiles the micro-kernels
+/// three times over).
 template <int Height, class Kernel>
 inline void by_compiled_heights(Index rows, Index row, const Kernel& kernel) {
   if (rows >= Height) {

@@ -17,6 +17,10 @@
 
 namespace headwise::detail {
 
+/// The kernel's stored type for BF16 keys and values under KvArithmetic::stored: the numbers are
+/// BF16 (laid out in pairs, detail/bf16_products.hpp), multiplied as BF16 pairs.
+struct Bf16Products {};
+
 /// S = Qs K[j0 : j0 + cols]ᵀ by BF16 pairs over the panels each sliver sees (panel_score_tile).
 template <class Call, class Scratch>
 void bf16_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index cols, Index g) {

@@ -17,6 +17,10 @@
 
 namespace headwise::detail {
 
+/// The kernel's stored type for F16 keys and values under KvArithmetic::stored: the numbers are
+/// F16 (the widened store's panels), multiplied in chains of F16 (detail/f16_products.hpp).
+struct F16Products {};
+
 /// S = Qs K[j0 : j0 + cols]ᵀ by F16 chains over the panels each sliver sees (panel_score_tile).
 template <class Call, class Scratch>
 void f16_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index cols, Index g) {

@@ -23,6 +23,10 @@
 
 namespace headwise::detail {
 
+/// The kernel's stored type for int8 keys and values under KvArithmetic::stored: the numbers are
+/// int8 (laid out in quads, detail/int8_products.hpp), multiplied as integers.
+struct Int8Products {};
+
 /// The most tokens one integer sum of weights times values covers: Σ u v of 255 x 127 each stays
 /// below 2^31. A key tile's keys are cut at multiples of it (fixed positions: the same cuts for any call).
 constexpr Index int8_run_tokens = 65536;
