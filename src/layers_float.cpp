@@ -3,9 +3,11 @@
 #include "headwise/gated_delta_net.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/multi_head_latent_attention.hpp"
+#include "headwise/paged_decoding.hpp"
 
 namespace headwise {
 HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(, float)
+HEADWISE_PAGED_DECODING_INSTANTIATIONS(, float)
 HEADWISE_LATENT_ATTENTION_INSTANTIATIONS(, float)
 HEADWISE_DELTA_RULE_INSTANTIATIONS(, float)
 HEADWISE_GATED_DELTA_NET_INSTANTIATIONS(, float)

@@ -18,9 +18,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "headwise/attend_batch.hpp"
 #include "headwise/interpret.hpp"
 #include "headwise/io/latent_attention.hpp"
 #include "headwise/io/llama.hpp"
+#include "headwise/paged_kv_cache.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
 #include "support/layer_checks.hpp"

@@ -12,6 +12,7 @@
 #include "headwise/attend.hpp"
 #include "headwise/attend_batch.hpp"
 #include "headwise/multi_head_attention.hpp"
+#include "headwise/paged_decoding.hpp"
 #include "headwise/paged_kv_cache.hpp"
 #include "support/catch.hpp"
 #include "support/matchers.hpp"
@@ -216,13 +217,13 @@ TEST_CASE("paged cache: a windowed layer decoding through a pool keeps a flat nu
   const MultiHeadAttention<float> layer = headwise_test::random_layer<float>(d_model, H, G, rng, 1.0, config);
   const Matrix<float> x = headwise_test::random_matrix<float>(n, d_model, rng);
   const Matrix<float> full = layer.forward(x);
-  PagedKvCache<float> pool = layer.make_paged_cache(/*blocks=*/(window + B - 1) / B + 2, B);
+  PagedKvCache<float> pool = make_paged_cache(layer, /*blocks=*/(window + B - 1) / B + 2, B);
   const Index s = pool.add_sequence();
   Matrix<float> decoded(n, d_model);
-  decoded.topRows(30) = layer.forward_incremental(x.topRows(30), pool, s);
+  decoded.topRows(30) = decode_paged(layer, x.topRows(30), pool, s);
   Index most_blocks = 0;
   for (Index t = 30; t < n; ++t) {
-    decoded.row(t) = layer.forward_incremental(x.row(t), pool, s);
+    decoded.row(t) = decode_paged(layer, x.row(t), pool, s);
     most_blocks = std::max(most_blocks, static_cast<Index>(pool.block_table(s).size()));
   }
   CHECK_THAT(headwise_test::as_double(decoded), IsExactly(full));
@@ -232,7 +233,7 @@ TEST_CASE("paged cache: a windowed layer decoding through a pool keeps a flat nu
   // A call whose queries would see a key let go is refused.
   AttentionOptions wider;
   wider.window = 2 * window;
-  CHECK_THROWS_WITH(layer.forward_incremental(x.row(0), pool, s, wider), Contains("window"));
+  CHECK_THROWS_WITH(decode_paged(layer, x.row(0), pool, s, wider), Contains("window"));
 }
 
 TEST_CASE("paged cache: a layer's batched call gives each sequence's rows of its call alone, a shared prompt included", "[paged][batch]") {
@@ -242,10 +243,10 @@ TEST_CASE("paged cache: a layer's batched call gives each sequence's rows of its
   config.rope = RopeConfig{};
   config.rope->d_head = d_model / H;
   const MultiHeadAttention<float> layer = headwise_test::random_layer<float>(d_model, H, G, rng, 1.0, config);
-  PagedKvCache<float> alone = layer.make_paged_cache(200, 32), together = layer.make_paged_cache(200, 32);
+  PagedKvCache<float> alone = make_paged_cache(layer, 200, 32), together = make_paged_cache(layer, 200, 32);
   const Matrix<float> first = headwise_test::random_matrix<float>(prompt, d_model, rng);
   const Index root_a = alone.add_sequence(), root_t = together.add_sequence();
-  layer.forward_incremental(first, alone, root_a), layer.forward_incremental(first, together, root_t);
+  decode_paged(layer, first, alone, root_a), decode_paged(layer, first, together, root_t);
   PagedBatch batch;
   batch.shared_prefix = GENERATE(0, 1) * prompt;
   CAPTURE(batch.shared_prefix);
@@ -253,44 +254,44 @@ TEST_CASE("paged cache: a layer's batched call gives each sequence's rows of its
   for (const Index own : {0, 70, 1}) {  // forks with tokens of their own, and a sequence of its own
     const Index a = alone.fork(root_a), t = together.fork(root_t);
     const Matrix<float> x = headwise_test::random_matrix<float>(own, d_model, rng);
-    layer.forward_incremental(x, alone, a), layer.forward_incremental(x, together, t);
+    decode_paged(layer, x, alone, a), decode_paged(layer, x, together, t);
     ids.push_back(a);
     batch.rows.push_back({t, own == 70 ? 5 : 1, true});
   }
   const Index loner_a = alone.add_sequence(), loner_t = together.add_sequence();
   const Matrix<float> loner = headwise_test::random_matrix<float>(100, d_model, rng);
-  layer.forward_incremental(loner, alone, loner_a), layer.forward_incremental(loner, together, loner_t);
+  decode_paged(layer, loner, alone, loner_a), decode_paged(layer, loner, together, loner_t);
   ids.push_back(loner_a);
   batch.rows.push_back({loner_t, 2, false});
   Index total = 0;
   for (const BatchRows& r : batch.rows) total += r.tokens;
   const Matrix<float> x = headwise_test::random_matrix<float>(total, d_model, rng);
-  const Matrix<float> y = layer.forward_incremental(x, together, batch);
+  const Matrix<float> y = decode_paged(layer, x, together, batch);
   for (std::size_t i = 0, row = 0; i < ids.size(); row += static_cast<std::size_t>(batch.rows[i].tokens), ++i) {
     CAPTURE(i);
     const Index m = batch.rows[i].tokens;
-    const Matrix<float> expected = layer.forward_incremental(x.middleRows(static_cast<Index>(row), m), alone, ids[i]);
+    const Matrix<float> expected = decode_paged(layer, x.middleRows(static_cast<Index>(row), m), alone, ids[i]);
     CHECK_THAT(headwise_test::as_double(y.middleRows(static_cast<Index>(row), m)), IsExactly(expected));
     CHECK(together.size(batch.rows[i].sequence) == alone.size(ids[i]));
   }
   // Refused, changing nothing: a sequence twice, rows that do not add up.
   PagedBatch twice;
   twice.rows = {{loner_t, 1, false}, {loner_t, 1, false}};
-  CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(2), together, twice), Contains("is in the batch twice"));
-  CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(3), together, batch), Contains("rows of x are left for it"));
+  CHECK_THROWS_WITH(decode_paged(layer, x.topRows(2), together, twice), Contains("is in the batch twice"));
+  CHECK_THROWS_WITH(decode_paged(layer, x.topRows(3), together, batch), Contains("rows of x are left for it"));
   PagedBatch huge;
   huge.rows = {{loner_t, Index(1) << 62, false}, {ids[0], Index(1) << 62, false}};
-  CHECK_THROWS_WITH(layer.forward_incremental(x.topRows(0), together, huge), Contains("rows of x are left for it"));
+  CHECK_THROWS_WITH(decode_paged(layer, x.topRows(0), together, huge), Contains("rows of x are left for it"));
   CHECK(together.size(loner_t) == 102);
   // A refused batch gives back a block one of its sequences copied on write.
-  PagedKvCache<float> small = layer.make_paged_cache((prompt + 31) / 32 + 1, 32);
+  PagedKvCache<float> small = make_paged_cache(layer, (prompt + 31) / 32 + 1, 32);
   const Index r = small.add_sequence();
-  layer.forward_incremental(first, small, r);  // every block but one, the last partly filled
+  decode_paged(layer, first, small, r);  // every block but one, the last partly filled
   const Index f = small.fork(r), g = small.add_sequence();
   const std::vector<Index> table = small.block_table(f);
   PagedBatch greedy;
   greedy.rows = {{f, 1, false}, {g, 40, false}};  // f copies the shared block (the last free one), g finds none
-  CHECK_THROWS_WITH(layer.forward_incremental(headwise_test::random_matrix<float>(41, d_model, rng), small, greedy), Contains("free blocks"));
+  CHECK_THROWS_WITH(decode_paged(layer, headwise_test::random_matrix<float>(41, d_model, rng), small, greedy), Contains("free blocks"));
   CHECK(small.block_table(f) == table);
   CHECK(small.free_blocks() == 1);
   CHECK(small.references(table.back()) == 2);
@@ -396,6 +397,6 @@ TEST_CASE("paged cache: what does not fit is refused by name, changing nothing",
   // A layer refuses a pool of another storage or shape.
   const MultiHeadAttention<float> layer = headwise_test::random_layer<float>(4 * d, 4, G, rng);
   const Index u = narrow.add_sequence();
-  CHECK_THROWS_WITH(layer.forward_incremental(Matrix<float>::Zero(1, 4 * d), narrow, u), Contains("the pool stores keys and values BF16"));
-  CHECK_THROWS_WITH(layer.forward_incremental(Matrix<float>::Zero(1, 4 * d), wide, w), Contains("the pool holds 2 heads of keys 32"));
+  CHECK_THROWS_WITH(decode_paged(layer, Matrix<float>::Zero(1, 4 * d), narrow, u), Contains("the pool stores keys and values BF16"));
+  CHECK_THROWS_WITH(decode_paged(layer, Matrix<float>::Zero(1, 4 * d), wide, w), Contains("the pool holds 2 heads of keys 32"));
 }

@@ -17,6 +17,7 @@
 #include "headwise/kernels/row_statistics.hpp"
 #include "headwise/kv_cache.hpp"
 #include "headwise/paged_kv_cache.hpp"
+#include "headwise/paged_decoding.hpp"
 #include "headwise/multi_head_attention.hpp"
 #include "headwise/layer_config.hpp"
 #include "headwise/rotary_embedding.hpp"

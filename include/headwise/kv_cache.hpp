@@ -36,7 +36,8 @@ struct KvCacheOrigin {
 
 /// The keys and values a layer keeps per token: n_kv_heads heads of keys d_head wide and values
 /// d_v wide, in `format` (values of their own or the keys' first d_v components; the number type).
-/// A layer's make_cache and make_paged_cache make stores of its shape; its calls refuse any other.
+/// A layer's make_cache (and make_paged_cache(layer, ...), paged_decoding.hpp) make stores of its
+/// shape; its calls refuse any other.
 struct KvShape {
   Index n_kv_heads = 0, d_head = 0, d_v = 0;
   StoreFormat format;

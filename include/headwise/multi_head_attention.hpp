@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "headwise/attend.hpp"
-#include "headwise/attend_batch.hpp"  // (the paged layer's batched decoding)
 #include "headwise/attention_core.hpp"
 #include "headwise/attention_head.hpp"
 #include "headwise/detail/compiled.hpp"
@@ -21,7 +20,6 @@
 #include "headwise/linear.hpp"
 #include "headwise/multi_head_weights.hpp"
 #include "headwise/options.hpp"
-#include "headwise/paged_kv_cache.hpp"
 #include "headwise/norms.hpp"
 #include "headwise/qkv_layout.hpp"
 #include "headwise/rotary_embedding.hpp"
@@ -29,6 +27,10 @@
 #include "headwise/types.hpp"
 
 namespace headwise {
+namespace detail {
+template <class Scalar>
+struct PagedDecoding;  // (paged_decoding.hpp: the layer's decoding on a paged pool)
+}  // namespace detail
 
 /// Causal multi-head self-attention, with grouped-query attention when W_K and W_V hold fewer heads
 /// and, from a LayerConfig, rotary positions, a sliding window, soft-capping, ALiBi or sinks.
@@ -128,26 +130,6 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   void attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache, const AttentionOptions& options,
                     ForwardRecord<Scalar>& record) const;
 
-  /// Incremental decoding of sequence s of a paged cache (paged_kv_cache.hpp): the output rows of
-  /// the m tokens x that follow the pool.size(s) tokens it holds, whose keys and values are
-  /// appended to it, as forward_incremental on a KvCache (bitwise the matching rows of forward()).
-  /// A layer with a sliding window then lets go of the blocks no later query sees
-  /// (PagedKvCache::forget_before): the sequence keeps at most window + block_tokens - 1 keys
-  /// between calls, so its memory stays flat as it decodes (a call of m tokens holds m more while
-  /// it runs: feed a long prompt in chunks). A refused call changes nothing.
-  Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, Index s,
-                                     const AttentionOptions& options = {}) const;
-  /// Batched decoding (serving): the tokens of several sequences of a pool in one call, x
-  /// (Σ m_i, d_model) with sequence batch.rows[i].sequence's m_i = batch.rows[i].tokens rows after
-  /// those of the entries before it. The projections are one product each for every row; each
-  /// sequence's keys and values are appended to it; then one attention call for all of them
-  /// (attend on an AttentionBatch, with batch.shared_prefix). Each sequence's rows are bitwise what
-  /// forward_incremental(its rows, pool, its id) gives; a refused call changes no sequence.
-  Matrix<Scalar> forward_incremental(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, const PagedBatch& batch,
-                                     const AttentionOptions& options = {}) const;
-  /// A pool for this layer's keys and values: `blocks` blocks of `block_tokens` tokens, stored as
-  /// config().kv_storage says.
-  PagedKvCache<Scalar> make_paged_cache(Index blocks, Index block_tokens = 64) const;
 
   /// A KV-sharing layer (LayerConfig::shares_keys_values_of, Gemma 4): the output rows of the m
   /// tokens x, which are the last m tokens of `source`, a cache the earlier layer filled (with keys
@@ -190,6 +172,9 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// X [W_Q | W_K | W_V] + [b_Q | b_K | b_V]: x (n, d_model) -> (n, (n_heads + 2 n_kv_heads) d_head),
   /// laid out as layout() says.
   Matrix<Scalar> project_qkv(const Eigen::Ref<const Matrix<Scalar>>& x) const;
+
+  // (paged_decoding.hpp: the layer's decoding on a paged pool, free functions over its parts)
+  friend struct detail::PagedDecoding<Scalar>;
 
  private:
   /// The trace from the projected rows qkv: the transforms, then each head's steps against the
@@ -253,18 +238,6 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
     static_cast<void>(ScoreRule<Scalar>(options, 0, 0, n_heads_, where));
   }
 
-  /// Throws unless batch's entries fit the pool and x (PagedKvCache::check_batch) and each sequence's
-  /// tokens may follow what it holds; returns what each sequence will then record as filled by.
-  std::vector<KvCacheOrigin> check_batch_rows(const Eigen::Ref<const Matrix<Scalar>>& x, const PagedKvCache<Scalar>& pool,
-                                              const PagedBatch& batch, const AttentionOptions& options, const char* where) const;
-  /// Z W_O + b_O of a batched call's rows in one product; where one is not finite, the error
-  /// names its sequence's token (as output_of on that sequence's rows alone).
-  Matrix<Scalar> batch_output_of(const Matrix<Scalar>& z, const std::vector<typename PagedKvCache<Scalar>::Saved>& before,
-                                 const PagedBatch& batch, int threads, const char* where) const;
-  /// The batched call's work: Q, K, V of every row in one product, each sequence's rows placed at
-  /// its positions (norms, RoPE) and its keys and values appended, then one attention call.
-  Matrix<Scalar> attend_batch_rows(const Eigen::Ref<const Matrix<Scalar>>& x, PagedKvCache<Scalar>& pool, const PagedBatch& batch,
-                                   const AttentionOptions& options, int threads, const char* where) const;
   /// The checks every call on x starts with (its shape and values, keys of the layer's own, the
   /// divisor); returns the call's options with the layer's own settings added.
   AttentionOptions checked_call(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, const char* where) const {
@@ -579,12 +552,6 @@ Matrix<Scalar> MultiHeadAttention<Scalar>::project_qkv(const Eigen::Ref<const Ma
   check_input(x, "project_qkv");
   return proj_.project(x, detail::thread_count(0, "project_qkv"), 0, "project_qkv");
 }
-
-}  // namespace headwise
-
-#include "headwise/detail/multi_head_attention_paged.hpp"  // (the layer's paged and batched decoding)
-
-namespace headwise {
 
 /// The compiled mode's instantiations of the layer (detail/compiled.hpp).
 #define HEADWISE_MULTI_HEAD_ATTENTION_INSTANTIATIONS(PREFIX, S) \

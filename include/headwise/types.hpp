@@ -33,4 +33,13 @@ using RowVector = Eigen::Matrix<Scalar, 1, Eigen::Dynamic>;
 template <class Scalar>
 using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
 
+namespace detail {
+/// T, in a context where a function template does not deduce it (so that Scalar comes from a
+/// layer argument and x may be anything an Eigen::Ref binds to).
+template <class T>
+struct NonDeduced {
+  using type = T;
+};
+}  // namespace detail
+
 }  // namespace headwise

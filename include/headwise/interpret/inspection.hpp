@@ -17,15 +17,6 @@
 #include "headwise/options.hpp"
 #include "headwise/types.hpp"
 
-namespace headwise::detail {
-/// T, in a context where a function template does not deduce it (so that Scalar comes from the
-/// layer and x may be anything an Eigen::Ref binds to).
-template <class T>
-struct NonDeduced {
-  using type = T;
-};
-}  // namespace headwise::detail
-
 namespace headwise::interpret {
 
 /// inspect()'s one fused run on any layer: attend_heads keeping everything, then project_heads
