@@ -26,9 +26,10 @@ template <class Call, class Scratch>
 void bf16_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index cols, Index g) {
   using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
   const Index d = call.kv.d_head(), pairs = d / bf16_pair, stride = call.kv.key_panel_stride();
-  panel_score_tile<std::uint16_t>(
-      call, w, rows, j0, cols, g, [&](auto panels, Index nr, Index r0, Index c0, const std::uint16_t* panel, const PanelPrefetch& prefetch) {
-        bf16_panel_products<Scalar, decltype(panels)::value, false>(nr, pairs, w.q16.data() + r0 * d, d, panel, stride, prefetch,
+  panel_score_tile<std::uint16_t, PanelWalk>(
+      call, w, rows, j0, cols, g,
+      [&](auto panels, Index nr, Index r0, Index c0, const KeyPanels<std::uint16_t>& at, const PanelPrefetch& prefetch) {
+        bf16_panel_products<Scalar, decltype(panels)::value, false>(nr, pairs, w.q16.data() + r0 * d, d, at.keys, stride, prefetch,
                                                                     w.s.data() + r0 * call.tk + c0, call.tk);
       });
 }
@@ -50,7 +51,7 @@ void bf16_value_tile(const Call& call, Scratch& w, const State& st, Index rows, 
     }
     return KeyRange{base, stop};
   };
-  panel_value_tile<std::uint16_t>(call, w, rows, j0, g, keys,
+  panel_value_tile<std::uint16_t, PanelWalk>(call, w, rows, j0, g, keys,
                    [&](auto panels, Index nr, Index r0, KeyRange run, KeyRange covered, const std::uint16_t* values,
                        const PanelPrefetch& prefetch, Index c0) {
                      const std::uint16_t* p = w.p16.data() + (run.begin - covered.begin);  // (the weights from the run's first pair)

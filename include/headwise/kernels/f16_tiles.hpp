@@ -27,9 +27,10 @@ void f16_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index co
   using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
   constexpr Index W = TileShape<Scalar>::lanes;
   const Index d = call.kv.d_head(), stride = call.kv.key_panel_stride();
-  panel_score_tile<std::uint16_t>(
-      call, w, rows, j0, cols, g, [&](auto panels, Index nr, Index r0, Index c0, const std::uint16_t* panel, const PanelPrefetch& prefetch) {
-        f16_score_products<W, decltype(panels)::value>(nr, d, w.q16.data() + r0 * d, d, panel, stride, prefetch,
+  panel_score_tile<std::uint16_t, PanelWalk>(
+      call, w, rows, j0, cols, g,
+      [&](auto panels, Index nr, Index r0, Index c0, const KeyPanels<std::uint16_t>& at, const PanelPrefetch& prefetch) {
+        f16_score_products<W, decltype(panels)::value>(nr, d, w.q16.data() + r0 * d, d, at.keys, stride, prefetch,
                                                        w.s.data() + r0 * call.tk + c0, call.tk);
       });
 }
@@ -48,7 +49,7 @@ void f16_value_tile(const Call& call, Scratch& w, const State& st, Index rows, I
       round_to_f16(w.s.data() + (r0 + r) * call.tk + span.begin, span.size(), w.p16.data() + r * call.tk + span.begin);
     return span;
   };
-  panel_value_tile<std::uint16_t>(call, w, rows, j0, g, keys,
+  panel_value_tile<std::uint16_t, PanelWalk>(call, w, rows, j0, g, keys,
                    [&](auto panels, Index nr, Index r0, KeyRange run, KeyRange covered, const std::uint16_t* values,
                        const PanelPrefetch& prefetch, Index c0) {
                      const F16Run chains{run.size(), run.begin % f16_chain, run.begin != covered.begin && run.begin % f16_chain != 0,

@@ -1,10 +1,10 @@
 // The int8 arithmetic of the fused kernel (TileArithmetic<Int8Products>: int8 keys and values under
 // KvArithmetic::stored): the integer products of detail/int8_products.hpp, which says what is
-// rounded, in score and value tiles of its own (not kernels/panel_tiles.hpp's): each sliver over
-// the key panels its rows see, block by block, its weights rounded to uint8 in runs cut at
-// int8_run_tokens; a key_prefix store's values taken out of its key panels
-// (int8_values_from_keys); and the scratch they need. The loop around them
-// (kernels/fused_attention.hpp: masks, the online softmax, shards, merges) is every arithmetic's.
+// rounded, over the panels kernels/panel_tiles.hpp walks (Int8Walk: one panel at a time, a
+// sliver's keys cut at int8_run_tokens, its own asks ahead); the weights rounded to uint8 run by
+// run; a key_prefix store's values taken out of its key panels (int8_values_from_keys); and the
+// scratch they need. The loop around them (kernels/fused_attention.hpp: masks, the online
+// softmax, shards, merges) is every arithmetic's.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/kernels/decoding_prefetch.hpp"
 #include "headwise/kernels/fused_call.hpp"
+#include "headwise/kernels/panel_tiles.hpp"
 #include "headwise/types.hpp"
 
 
@@ -40,34 +41,51 @@ void quantize_query_tile(Scratch& w, Index rows, Index d_head) {
                        w.q_sum[static_cast<std::size_t>(r)]);
 }
 
-/// S = Qs K[j0 : j0 + cols]ᵀ as integers rescaled (int8_scores), sliver by sliver, each only over
-/// the key panels its rows see (w.spans); row r of S at w.s + r tk. A block's panels and scales lie
-/// together: their addresses are found once a block, not once a panel (a division each;
-/// bench/RESULTS.md, "Tuning constants").
-template <class Call, class Scratch>
-void int8_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index g) {
-  using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
-  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const Index d = call.kv.d_head(), quads = d / int8_quad, panel_bytes = W * d;
-  const bool decoding = rows <= pair_rows<Scalar>;  // (one short sliver: its stream asked for ahead)
-  for (Index r0 = 0; r0 < rows; r0 += R) {
-    const Index nr = std::min(R, rows - r0);
-    const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
-    const auto* query = reinterpret_cast<const std::uint8_t*>(w.q8.data() + r0 * d);
-    const std::int8_t* panel = nullptr;
-    const float* scales = nullptr;
-    PanelPrefetch prefetch;
-    Index held_to = 0, later_held_to = 0;  // the ends of the blocks of the panel and of the one int8_key_lead later
-    for (Index c0 = span.begin / W * W; c0 < span.end; c0 += W, panel += panel_bytes, scales += W) {
-      const Index j = j0 + c0;
-      if (j >= held_to)  // (a new block: the ask ahead weighed again, key_panel_ahead asking only across blocks)
-        panel = call.kv.template key_panel<std::int8_t>(g, j), scales = call.kv.key_scales(g, j), held_to = call.kv.block_end(j), later_held_to = 0;
-      if (decoding && j + int8_key_lead >= later_held_to) prefetch = key_panel_ahead(call, g, j), later_held_to = call.kv.block_end(j + int8_key_lead);
-      const Int8ScoreScales<Scalar> scores{w.q_sum.data() + r0, w.q_scale.data() + r0, scales, w.s.data() + r0 * call.tk + c0, call.tk};
-      int8_panel_sums<Scalar, /*Keys=*/true>(nr, quads, query, d, panel, prefetch, w.sums.data(), W, &scores);
-      if (prefetch.next_phase) prefetch.next_phase += panel_bytes;  // (within the block later_held_to ends)
-    }
+/// What a decoding step's int8 score products ask for ahead (Int8Walk): the keys int8_key_lead
+/// tokens later where they lie in another block (key_panel_ahead), weighed once a block of the
+/// panel and of the one that far ahead, then stepped with the panels.
+template <class Panel, class Call>
+struct Int8KeyAsks {
+  const Call& call;
+  Index g;
+  Index held_to = 0, later_held_to = 0;  // the ends of the blocks of the panel and of the one int8_key_lead later
+  PanelPrefetch ahead;
+  Int8KeyAsks(const Call& c, Index head, KeyRange) : call(c), g(head) {}
+  PanelPrefetch operator()(Index j) {
+    if (j >= held_to) held_to = call.kv.block_end(j), later_held_to = 0;  // (a new block: the ask weighed again)
+    if (j + int8_key_lead >= later_held_to) ahead = key_panel_ahead(call, g, j), later_held_to = call.kv.block_end(j + int8_key_lead);
+    const PanelPrefetch now = ahead;
+    if (ahead.next_phase) ahead.next_phase += call.kv.key_panel_stride();  // (within the block later_held_to ends)
+    return now;
   }
+};
+
+/// How the int8 products take the panels (kernels/panel_tiles.hpp): one panel at a time; a
+/// sliver's keys cut at multiples of int8_run_tokens (its integer sums' limit); the keys asked for
+/// across blocks (Int8KeyAsks) and each value panel one key tile later (next_tile_value_panel).
+struct Int8Walk : PanelWalk {
+  static constexpr Index panels_at_once = 1;
+  static constexpr Index run_tokens = int8_run_tokens;
+  template <class Panel, class Call>
+  using KeyAsks = Int8KeyAsks<Panel, Call>;
+  template <class Panel, class Call>
+  static PanelPrefetch value_asks(const Call& call, Index g, Index j0, KeyRange run, KeyRange, Index c0) {
+    return next_tile_value_panel(call, g, {j0 + run.begin, j0 + run.end}, c0 / std::decay_t<decltype(call.kv)>::lanes);
+  }
+};
+
+/// S = Qs K[j0 : j0 + cols]ᵀ as integers rescaled (int8_scores) over the panels each sliver sees
+/// (panel_score_tile); row r of S at w.s + r tk.
+template <class Call, class Scratch>
+void int8_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index cols, Index g) {
+  using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
+  const Index d = call.kv.d_head(), quads = d / int8_quad;
+  panel_score_tile<std::int8_t, Int8Walk>(
+      call, w, rows, j0, cols, g, [&](auto, Index nr, Index r0, Index c0, const KeyPanels<std::int8_t>& at, const PanelPrefetch& prefetch) {
+        const auto* query = reinterpret_cast<const std::uint8_t*>(w.q8.data() + r0 * d);
+        const Int8ScoreScales<Scalar> scores{w.q_sum.data() + r0, w.q_scale.data() + r0, at.scales, w.s.data() + r0 * call.tk + c0, call.tk};
+        int8_panel_sums<Scalar, /*Keys=*/true>(nr, quads, query, d, at.keys, prefetch, w.sums.data(), TileShape<Scalar>::lanes, &scores);
+      });
 }
 
 /// acc[0, W) += scale float(sums[0, W)) by packets; a NaN scale (a NaN weight) makes them NaN.
@@ -135,43 +153,39 @@ void int8_values_from_keys(const Call& call, Scratch& w, Index j0, Index cols, I
   }
 }
 
-/// acc += P V[j0 : j0 + cols] for the tile's rows, sliver by sliver over the keys its rows see
-/// (w.spans; cut at multiples of int8_run_tokens): each row's weights times the values' scales to
-/// uint8 (int8_weight_row), their integer products with the values summed over the blocks the keys
-/// lie in, rescaled once. The bits do not depend on where the blocks lie.
+/// acc += P V[j0 : j0 + cols] for the tile's rows over the keys each sliver sees, cut at
+/// multiples of int8_run_tokens (panel_value_tile): each row's weights times the values' scales to
+/// uint8 (int8_weight_row), their integer products with the values summed over the blocks the run
+/// lies in (w.sums: the rows' sums, then a block's piece), rescaled once the run's last block is
+/// summed. The bits do not depend on where the blocks lie.
 template <class Call, class Scratch, class State>
 void int8_value_tile(const Call& call, Scratch& w, const State& st, Index rows, Index j0, Index cols, Index g) {
   using Scalar = typename std::decay_t<decltype(w.s)>::value_type;
-  constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
-  const bool own = !call.kv.values_are_keys();
-  if (!own) int8_values_from_keys(call, w, j0, cols, g);
-  const Index dv_padded = call.dv_padded(), stride = own ? call.kv.value_panel_stride() : call.tk * W, ld = call.tk + int8_quad;
-  const bool decoding = own && rows <= pair_rows<Scalar>;  // (one short sliver: its stream asked for ahead)
-  std::int32_t *piece = w.sums.data(), *total = w.sums.data() + R * W;
-  for (Index r0 = 0; r0 < rows; r0 += R) {
-    const Index nr = std::min(R, rows - r0);
-    const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
-    for (Index a = span.begin, b; a < span.end; a = b) {
-      b = std::min(span.end, ((j0 + a) / int8_run_tokens + 1) * int8_run_tokens - j0);
-      const Index base = a / int8_quad * int8_quad;
-      for (Index r = 0; r < nr; ++r)
-        w.p_scale[static_cast<std::size_t>(r)] = int8_weight_row(call, w, w.s.data() + (r0 + r) * call.tk, a, b, j0, g, w.p8.data() + r * ld);
-      for (Index c0 = 0; c0 < dv_padded; c0 += W) {
-        for (Index qa = base, qb; qa < b; qa = qb) {  // block by block (a block holds whole quads)
-          qb = own ? std::min(b, call.kv.block_end(j0 + qa) - j0) : b;
-          const std::int8_t* values = (own ? call.kv.template value_row<std::int8_t>(g, j0 + qa) : w.v8.data() + qa * W) + c0 / W * stride;
-          const Index nq = (qb - qa + int8_quad - 1) / int8_quad;
-          const PanelPrefetch prefetch = decoding ? next_tile_value_panel(call, g, {j0 + qa, j0 + qb}, c0 / W) : PanelPrefetch{};
-          int8_panel_sums<Scalar, /*Keys=*/false>(nr, nq, w.p8.data() + (qa - base), ld, values,
-                                                  prefetch, qa == base ? total : piece, W);
-          if (qa != base) std::transform(total, total + nr * W, piece, total, std::plus<>());
-        }
+  constexpr Index W = TileShape<Scalar>::lanes;
+  const std::int8_t* tile_values = nullptr;
+  if (call.kv.values_are_keys()) int8_values_from_keys(call, w, j0, cols, g), tile_values = w.v8.data();
+  const Index dv_padded = call.dv_padded(), ld = call.tk + int8_quad;
+  std::int32_t *total = w.sums.data(), *piece = w.sums.data() + TileShape<Scalar>::rows * dv_padded;
+  const auto keys = [&](Index r0, Index nr, KeyRange cut) {
+    for (Index r = 0; r < nr; ++r)
+      w.p_scale[static_cast<std::size_t>(r)] =
+          int8_weight_row(call, w, w.s.data() + (r0 + r) * call.tk, cut.begin, cut.end, j0, g, w.p8.data() + r * ld);
+    return KeyRange{cut.begin / int8_quad * int8_quad, cut.end};  // (from the quad boundary below: a block holds whole quads)
+  };
+  panel_value_tile<std::int8_t, Int8Walk>(
+      call, w, rows, j0, g, keys,
+      [&](auto, Index nr, Index r0, KeyRange run, KeyRange covered, const std::int8_t* values, const PanelPrefetch& prefetch, Index c0) {
+        const bool first = run.begin == covered.begin;
+        int8_panel_sums<Scalar, /*Keys=*/false>(nr, (run.size() + int8_quad - 1) / int8_quad, w.p8.data() + (run.begin - covered.begin), ld,
+                                                values, prefetch, first ? total + c0 : piece, first ? dv_padded : W);
+        if (!first)
+          for (Index r = 0; r < nr; ++r) std::transform(piece + r * W, piece + (r + 1) * W, total + r * dv_padded + c0, total + r * dv_padded + c0, std::plus<>());
+        if (run.end != covered.end) return;
         for (Index r = 0; r < nr; ++r)
           if (const float scale = w.p_scale[static_cast<std::size_t>(r)]; scale != 0.0f)  // (0: the row sees none of these keys)
-            add_scaled_sums(st.acc + (r0 + r) * dv_padded + c0, total + r * W, scale);
-      }
-    }
-  }
+            add_scaled_sums(st.acc + (r0 + r) * dv_padded + c0, total + r * dv_padded + c0, scale);
+      },
+      tile_values);
 }
 
 /// Int8 keys and values multiplied as integers: the query tile and each sliver's weights rounded
@@ -196,7 +210,7 @@ struct TileArithmetic<Int8Products> {
       constexpr Index R = TileShape<Scalar>::rows, W = TileShape<Scalar>::lanes;
       detail::allocate(q8, checked_size<Scalar>(where, "a query tile", rows, call.kv.d_head()), std::int8_t(0), where, "a query tile");
       detail::allocate(q_scale, rows, 0.0f, where, "a query tile"), detail::allocate(q_sum, rows, std::int32_t(0), where, "a query tile");
-      detail::allocate(sums, 2 * R * W, std::int32_t(0), where, "a score tile"), detail::allocate(p_scale, R, 0.0f, where, "a score tile");
+      detail::allocate(sums, R * (call.dv_padded() + W), std::int32_t(0), where, "a score tile"), detail::allocate(p_scale, R, 0.0f, where, "a score tile");
       detail::allocate(weights, call.tk, 0.0f, where, "a score tile");
       detail::allocate(p8, checked_size<Scalar>(where, "a score tile", R, call.tk + int8_quad), std::uint8_t(0), where, "a score tile");
       if (call.kv.values_are_keys())
@@ -209,8 +223,8 @@ struct TileArithmetic<Int8Products> {
     quantize_query_tile(w, rows, call.kv.d_head());
   }
   template <class Scalar, class Scratch>
-  static void score_tile(const FusedCall<Scalar>& call, Scratch& w, Index rows, Index j0, Index, Index g) {
-    int8_score_tile(call, w, rows, j0, g);
+  static void score_tile(const FusedCall<Scalar>& call, Scratch& w, Index rows, Index j0, Index cols, Index g) {
+    int8_score_tile(call, w, rows, j0, cols, g);
   }
   template <class Scalar, class Scratch, class State>
   static void value_tile(const FusedCall<Scalar>& call, Scratch& w, const State& st, Index rows, Index j0, Index cols, Index g) {

@@ -38,16 +38,17 @@ template <class Stored, class Scalar, class Scratch>
 void widened_score_tile(const FusedCall<Scalar>& call, Scratch& w, Index rows, Index j0, Index cols, Index g) {
   constexpr Index W = TileShape<Scalar>::lanes;
   const Index d = call.kv.d_head(), stride = call.kv.key_panel_stride();
-  panel_score_tile<Stored>(
-      call, w, rows, j0, cols, g, [&](auto panels, Index nr, Index r0, Index c0, const Stored* panel, const PanelPrefetch& prefetch) {
+  panel_score_tile<Stored, PanelWalk>(
+      call, w, rows, j0, cols, g,
+      [&](auto panels, Index nr, Index r0, Index c0, const KeyPanels<Stored>& at, const PanelPrefetch& prefetch) {
         constexpr Index n = decltype(panels)::value;
         const Scalar* q = w.q.data() + r0 * d;
         Scalar* s = w.s.data() + r0 * call.tk + c0;
         if constexpr (n == 2)
-          micro_kernel_pair<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, d, q, 0, panel, W, stride, s, call.tk, prefetch.next_phase);
-        else micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, d, q, 0, panel, W, s, call.tk);
-        if constexpr (std::is_same_v<Stored, std::int8_t>)
-          for (Index p = 0; p < n * W; p += W) scale_columns(s + p, nr, call.tk, call.kv.key_scales(g, j0 + c0 + p));
+          micro_kernel_pair<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, d, q, 0, at.keys, W, stride, s, call.tk, prefetch.next_phase);
+        else micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, d, q, 0, at.keys, W, s, call.tk);
+        if constexpr (KeyPanels<Stored>::scaled)
+          for (Index p = 0; p < n * W; p += W) scale_columns(s + p, nr, call.tk, at.scales + p);
       });
 }
 
@@ -100,7 +101,7 @@ void widened_value_tile(const FusedCall<Scalar>& call, Scratch& w, const RowStat
       }
     return span;
   };
-  panel_value_tile<Stored>(
+  panel_value_tile<Stored, PanelWalk>(
       call, w, rows, j0, g, keys,
       [&](auto panels, Index nr, Index r0, KeyRange run, KeyRange, const Stored* values, const PanelPrefetch& prefetch, Index c0) {
         const Scalar* p = w.s.data() + r0 * call.tk + run.begin;
