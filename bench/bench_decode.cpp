@@ -98,12 +98,9 @@ constexpr bool f16_products_in_registers = true;
 #else
 constexpr bool f16_products_in_registers = false;
 #endif
-void BM_DecodeStepStorage(benchmark::State& state) {
-  const Index context = state.range(0), G = 8, H = 32, d = 128;
-  const auto storage = static_cast<headwise::KvStorage>(state.range(2));
-  const auto arithmetic = static_cast<headwise::KvArithmetic>(state.range(3));
-  headwise::AttentionOptions options;
-  options.threads = static_cast<int>(state.range(1));
+/// A cache of `context` random tokens at Llama 3 8B's key/value heads (8 of 128), stored as asked.
+headwise::PackedKeysValues<float> stored_cache(Index context, headwise::KvStorage storage, headwise::KvArithmetic arithmetic) {
+  constexpr Index G = 8, d = 128;
   headwise::PackedKeysValues<float> cache(context, G, d, d, {headwise::ValueStorage::own, storage, arithmetic});
   const Index rows = std::min<Index>(4096, context);
   const Mat keys = random_matrix(rows, G * d, 1), values = random_matrix(rows, G * d, 2);
@@ -111,6 +108,16 @@ void BM_DecodeStepStorage(benchmark::State& state) {
     const Index m = std::min(rows, context - t);
     cache.append(keys.topRows(m), values.topRows(m), 2);
   }
+  return cache;
+}
+
+void BM_DecodeStepStorage(benchmark::State& state) {
+  const Index context = state.range(0), G = 8, H = 32, d = 128;
+  const auto storage = static_cast<headwise::KvStorage>(state.range(2));
+  const auto arithmetic = static_cast<headwise::KvArithmetic>(state.range(3));
+  headwise::AttentionOptions options;
+  options.threads = static_cast<int>(state.range(1));
+  const headwise::PackedKeysValues<float> cache = stored_cache(context, storage, arithmetic);
   const Mat q = random_matrix(1, H * d, 3) * 0.1f;
   headwise::AttentionCall call;
   call.heads = {H, G}, call.options = &options;
@@ -135,6 +142,30 @@ BENCHMARK(BM_DecodeStepStorage)
               if (arithmetic == 0 || storage == 1 || storage == 3 || (storage == 2 && f16_products_in_registers))
                 b->Args({context, threads, storage, arithmetic});
     })
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// A chunk of 256 queries (a chunked prefill's) against the same stores of 4096 tokens, one thread:
+// the kernel's tall slivers over stored keys and values, where a decoding step has one short one.
+void BM_ChunkStorage(benchmark::State& state) {
+  const Index H = 32, d = 128, chunk = 256;
+  const auto storage = static_cast<headwise::KvStorage>(state.range(0));
+  const auto arithmetic = static_cast<headwise::KvArithmetic>(state.range(1));
+  headwise::AttentionOptions options;
+  options.threads = 1;
+  const headwise::PackedKeysValues<float> cache = stored_cache(4096, storage, arithmetic);
+  const Mat q = random_matrix(chunk, H * d, 3) * 0.1f;
+  headwise::AttentionCall call;
+  call.heads = {H, 8}, call.options = &options;
+  for (auto _ : state) {
+    auto r = headwise::attend<float>(q, cache, call);
+    benchmark::DoNotOptimize(r.z.data());
+  }
+  state.SetLabel(std::string(headwise::storage_name(storage)) + ", " + headwise::arithmetic_name(arithmetic));
+}
+BENCHMARK(BM_ChunkStorage)
+    ->ArgNames({"storage", "arithmetic"})
+    ->Args({0, 0})->Args({1, 0})->Args({1, 1})->Args({3, 0})->Args({3, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -152,7 +152,7 @@ void check_kept_keys(const ScoreRule<Scalar>& rule, const KvBlocks<Scalar>& kv, 
               " were let go (the sequence's window): attend with that window");
 }
 
-/// True if the call's grouped-query heads can run folded into rows (attend_folded): several query
+/// True if the call's grouped-query heads can run folded into rows (attend_packed): several query
 /// heads per key/value head and no option that is per head (ALiBi slopes, sinks) or per row (a
 /// mask, a bias).
 inline bool groups_foldable(const AttentionCall& call, const AttentionOptions& o) {
@@ -161,7 +161,7 @@ inline bool groups_foldable(const AttentionCall& call, const AttentionOptions& o
 }
 
 /// Queries q (n, H d) with each key/value head's `group` query heads folded into rows: row
-/// t group + r of head g is query head g group + r of token t (attend_folded).
+/// t group + r of head g is query head g group + r of token t (attend_packed).
 template <class Scalar>
 Matrix<Scalar> fold_queries(const Eigen::Ref<const Matrix<Scalar>>& q, const Heads& heads, Index d, const char* where) {
   const Index H = heads.query, group = H / heads.key_value, n = q.rows();
@@ -206,27 +206,53 @@ AttentionResult<Scalar> unfold_result(const AttentionResult<Scalar>& r, const He
   return out;
 }
 
-/// The fused path with each key/value head's query heads folded into rows: row t group + r of
-/// head g is query head g group + r of token t, at token t's position (query_rows_per_position),
-/// so that one pass over a key/value head's keys and values (read, and widened if stored narrow,
-/// once) serves its whole group. Every row's arithmetic is the one it has unfolded (rows are
-/// independent in the kernel): the same bits, in the unfolded layout.
+/// The kernel's call as attend_packed resolved it: the options (the defaults where the call has
+/// none), the thread count, and the queries' heads as the kernel sees them: `heads` heads, each
+/// position's `folded` rows (1, or a key/value head's query heads folded into rows).
+struct ResolvedCall {
+  const AttentionCall& call;
+  const AttentionOptions& options;
+  int threads;
+  Index heads;
+  Index folded = 1;
+};
+
+/// The fused kernel on q (rows as `resolved` says) over kv: checks what the kernel reads, then
+/// one run of it.
 template <class Scalar, class Observer, class Reach>
-AttentionResult<Scalar> attend_folded(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
-                                      const AttentionCall& call, const AttentionOptions& options, const char* where,
-                                      std::vector<Observer>* observers) {
-  const Index G = call.heads.key_value, group = call.heads.query / G;
-  const Matrix<Scalar> folded = fold_queries<Scalar>(q, call.heads, kv.d_head(), where);
-  AttentionOptions rows = options;
-  rows.query_rows_per_position = group;
-  AttentionCall inner = call;
-  inner.heads = {G, G}, inner.options = &rows;
-  const AttentionResult<Scalar> r = attend_packed<Scalar, Observer, Reach>(folded, kv, inner, where, observers);
-  return unfold_result(r, call.heads, q.rows(), kv.d_v());
+HEADWISE_ISA_TAG AttentionResult<Scalar> attend_resolved(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
+                                                         const ResolvedCall& resolved, const char* where,
+                                                         std::vector<Observer>* observers) {
+  const AttentionCall& call = resolved.call;
+  const AttentionOptions& options = resolved.options;
+  AttentionResult<Scalar> out;
+  out.z.resize(q.rows(), checked_size<Scalar>(where, "Z", resolved.heads, kv.d_v()));
+  Eigen::Ref<Matrix<Scalar>> z(out.z);
+  check_packed_call<Scalar>(where, q, resolved.heads, kv, z, call.tiles);
+  const double divisor = resolve_divisor<Scalar>(options, kv.d_head(), where);
+  if (!all_finite(q, resolved.threads)) require_finite(where, "q", q);
+  check_scaled_queries<Scalar>(where, q, static_cast<Scalar>(1.0 / divisor), kv.format());
+  const ScoreRule<Scalar> rule(options, q.rows(), kv.size(), resolved.heads, where, resolved.folded);
+  check_kept_keys(rule, kv, where);
+  const FusedTiles tiles = tiles_for<Scalar>(call.tiles, q.rows(), kv.size(), kv.format());
+  FusedCall<Scalar> fused(q, kv, z, rule, tiles, static_cast<Scalar>(1.0 / divisor));
+  std::atomic<bool> overflow{false};
+  fused.overflow = &overflow;
+  if (call.logsumexp) fused.logsumexp = &out.logsumexp;
+  if (call.statistics) fused.statistics = &out.statistics;
+  std::vector<Observer> seen = run_fused<Scalar, Observer, Reach>(fused, resolved.threads, tiles.split_keys);
+  check_overflow(where, out.z, kv.format(), overflow, resolved.threads);
+  if (observers) *observers = std::move(seen);
+  return out;
 }
 
 /// attend() on a packed store, its errors named by `where` (the function the caller called); the
-/// kernel compiled for the storages of Reach (kv_storage.hpp).
+/// kernel compiled for the storages of Reach (kv_storage.hpp). Where groups_foldable, each
+/// key/value head's query heads are folded into rows (row t group + r of head g is query head
+/// g group + r of token t, at token t's position), so that one pass over a key/value head's keys
+/// and values (read, and widened if stored narrow, once) serves its whole group; every row's
+/// arithmetic is the one it has unfolded (rows are independent in the kernel): the same bits,
+/// returned in the unfolded layout.
 template <class Scalar, class Observer, class Reach>
 HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Matrix<Scalar>>& q, const KvBlocks<Scalar>& kv,
                                       const AttentionCall& call, const char* where,
@@ -245,26 +271,13 @@ HEADWISE_ISA_TAG AttentionResult<Scalar> attend_packed(const Eigen::Ref<const Ma
   }
   if (call.heads.query <= 0 || q.cols() != call.heads.query * kv.d_head())  // before Z is sized by it
     invalid(where, "q has ", q.cols(), " columns, expected n_heads d_head = ", call.heads.query, " x ", kv.d_head());
-  if (groups_foldable(call, options)) return attend_folded<Scalar, Observer, Reach>(q, kv, call, options, where, observers);
-  AttentionResult<Scalar> out;
-  out.z.resize(q.rows(), checked_size<Scalar>(where, "Z", call.heads.query, kv.d_v()));
-  Eigen::Ref<Matrix<Scalar>> z(out.z);
-  check_packed_call<Scalar>(where, q, call.heads.query, kv, z, call.tiles);
-  const double divisor = resolve_divisor<Scalar>(options, kv.d_head(), where);
-  if (!all_finite(q, threads)) require_finite(where, "q", q);
-  check_scaled_queries<Scalar>(where, q, static_cast<Scalar>(1.0 / divisor), kv.format());
-  const ScoreRule<Scalar> rule(options, q.rows(), kv.size(), call.heads.query, where);
-  check_kept_keys(rule, kv, where);
-  const FusedTiles tiles = tiles_for<Scalar>(call.tiles, q.rows(), kv.size(), kv.format());
-  FusedCall<Scalar> fused(q, kv, z, rule, tiles, static_cast<Scalar>(1.0 / divisor));
-  std::atomic<bool> overflow{false};
-  fused.overflow = &overflow;
-  if (call.logsumexp) fused.logsumexp = &out.logsumexp;
-  if (call.statistics) fused.statistics = &out.statistics;
-  std::vector<Observer> seen = run_fused<Scalar, Observer, Reach>(fused, threads, tiles.split_keys);
-  check_overflow(where, out.z, kv.format(), overflow, threads);
-  if (observers) *observers = std::move(seen);
-  return out;
+  if (!groups_foldable(call, options))
+    return attend_resolved<Scalar, Observer, Reach>(q, kv, {call, options, threads, call.heads.query}, where, observers);
+  const Index G = call.heads.key_value;
+  const Matrix<Scalar> folded = fold_queries<Scalar>(q, call.heads, kv.d_head(), where);
+  const AttentionResult<Scalar> r =
+      attend_resolved<Scalar, Observer, Reach>(folded, kv, {call, options, threads, G, call.heads.query / G}, where, observers);
+  return unfold_result(r, call.heads, q.rows(), kv.d_v());
 }
 
 /// attend() on plain matrices, its errors named by `where`.

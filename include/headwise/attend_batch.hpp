@@ -122,10 +122,10 @@ class BatchCalls {
  public:
   BatchCalls(const AttentionBatch<Scalar>& batch, const AttentionCall& call, const AttentionOptions& options, const char* where)
       : batch_(batch), call_(call), where_(where), n_(batch.sequences.size()), fold_(groups_foldable(call, options)),
-        inner_(fold_ ? Heads{call.heads.key_value, call.heads.key_value} : call.heads), rows_(options),
+        inner_(fold_ ? Heads{call.heads.key_value, call.heads.key_value} : call.heads), options_(options),
+        folded_(fold_ ? call.heads.query / call.heads.key_value : 1),
         threads_(thread_count(options.threads, where)),
         inverse_divisor_(static_cast<Scalar>(1.0 / resolve_divisor<Scalar>(options, batch.sequences[0].kv.d_head(), where))) {
-    rows_.query_rows_per_position = fold_ ? call.heads.query / call.heads.key_value : options.query_rows_per_position;
     q_.resize(n_), z_.resize(n_), tiles_.resize(n_), raw_.resize(n_);
     q_ref_.reserve(n_ + 1), z_ref_.reserve(n_ + 1), rules_.reserve(n_ + 1), calls_.reserve(n_ + 1);
     for (std::size_t i = 0; i < n_; ++i) add_sequence(i);
@@ -162,7 +162,7 @@ class BatchCalls {
     q_ref_.emplace_back(q_[i]), z_ref_.emplace_back(z_[i]);
     check_packed_call<Scalar>(where_, q_ref_.back(), inner_.query, s.kv, z_ref_.back(), call_.tiles);
     check_scaled_queries<Scalar>(where_, q_ref_.back(), inverse_divisor_, s.kv.format());
-    rules_.emplace_back(rows_, q_[i].rows(), s.kv.size(), inner_.query, where_);
+    rules_.emplace_back(options_, q_[i].rows(), s.kv.size(), inner_.query, where_, folded_);
     check_kept_keys(rules_.back(), s.kv, where_);
     tiles_[i] = tiles_for<Scalar>(call_.tiles, q_[i].rows(), s.kv.size(), s.kv.format());
     calls_.emplace_back(q_ref_.back(), s.kv, z_ref_.back(), rules_.back(), tiles_[i], inverse_divisor_);
@@ -180,12 +180,12 @@ class BatchCalls {
       stacked_.middleRows(fused_.prefix_rows[static_cast<std::size_t>(i)], q_[static_cast<std::size_t>(i)].rows()) = q_[static_cast<std::size_t>(i)];
       calls_[static_cast<std::size_t>(i)].first_key = prefix;
     }
-    at_prefix_ = rows_;
+    at_prefix_ = options_;
     at_prefix_.first_query_position = prefix;
     const FusedTiles& own = tiles_[static_cast<std::size_t>(sharing[0])];
     const FusedTiles tiles{std::min(call_.tiles.queries, std::max<Index>(total, 1)), own.keys, own.key_shard, true};  // all sharers' rows in a tile
     q_ref_.emplace_back(stacked_), z_ref_.emplace_back(unused_);
-    rules_.emplace_back(at_prefix_, total, prefix, inner_.query, where_);
+    rules_.emplace_back(at_prefix_, total, prefix, inner_.query, where_, folded_);
     const KvBlocks<Scalar> keys = batch_.sequences[static_cast<std::size_t>(sharing[0])].kv.first(prefix);
     calls_.emplace_back(q_ref_.back(), keys, z_ref_.back(), rules_.back(), tiles, inverse_divisor_);
     calls_.back().overflow = &overflow_;
@@ -198,7 +198,9 @@ class BatchCalls {
   std::size_t n_;
   bool fold_;
   Heads inner_;
-  AttentionOptions rows_, at_prefix_;
+  const AttentionOptions& options_;
+  Index folded_;                // each position's rows (the group where folded, else 1)
+  AttentionOptions at_prefix_;  // (the options, the queries placed after the shared prefix)
   int threads_;
   Scalar inverse_divisor_;
   std::vector<Matrix<Scalar>> q_, z_;

@@ -41,6 +41,7 @@ struct ForwardRecord {
   Matrix<Scalar> k, v;
   Matrix<Scalar> output;                             ///< the layer's output, where the forward computed it (inspect)
   AttentionOptions options;                          ///< the options of the run, the layer's own included
+  int threads = 1;                                   ///< the threads the run took (options.threads resolved once)
   Index n_heads = 0, n_kv_heads = 0, d_head = 0;
   Index d_v = 0;  ///< the width of a head's Z (d_head, but v_head_dim in a latent attention layer)
   KvArithmetic arithmetic = KvArithmetic::widened;  ///< how the kernel multiplied by the stored keys (layer_config.hpp)

@@ -278,22 +278,20 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
   /// fused kernel against everything kv holds. x: (m, d_model) -> Z (m, n_heads d_head).
   /// If anything throws, kv is rolled back to the tokens it held: a refused call changes nothing.
   template <class Store>
-  AttentionResult<Scalar> attend_rows(const Eigen::Ref<const Matrix<Scalar>>& x, Store& kv,
-                                      const AttentionOptions& options, ForwardRecord<Scalar>* record,
-                                      RowPositions at, const char* where) const {
+  AttentionResult<Scalar> attend_rows(const Eigen::Ref<const Matrix<Scalar>>& x, Store& kv, ForwardRecord<Scalar>& record, RowPositions at,
+                                      const char* where) const {
     const Index held = kv.size();
     try {
-      return attend_unchecked(x, kv, options, record, at, where);
+      return attend_unchecked(x, kv, record, at, where);
     } catch (...) {
       kv.truncate(held);
       throw;
     }
   }
   template <class Store>
-  AttentionResult<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, Store& kv,
-                                           const AttentionOptions& options, ForwardRecord<Scalar>* record,
+  AttentionResult<Scalar> attend_unchecked(const Eigen::Ref<const Matrix<Scalar>>& x, Store& kv, ForwardRecord<Scalar>& record,
                                            RowPositions at, const char* where) const {
-    const int threads = detail::thread_count(options.threads, where);
+    const int threads = record.threads;
     const QkvLayout l = layout();
     const Index width = l.query_width();
     AttentionResult<Scalar> result;  // every head's Z side by side, (m, n_heads d_head), and what the record keeps
@@ -314,9 +312,9 @@ class HEADWISE_ISA_TAG MultiHeadAttention {
       }
       AttentionCall call;  // the one attention call, on everything kv now holds
       call.heads = {n_heads_, n_kv_heads_};
-      call.options = &options, call.logsumexp = record && record->keep_logsumexp, call.statistics = record && record->keep_statistics;
+      call.options = &record.options, call.logsumexp = record.keep_logsumexp, call.statistics = record.keep_statistics;
       result = detail::attend_packed<Scalar>(q, kv.blocks(), call, where);
-      if (record && record->keep_queries) record->q = std::move(q);
+      if (record.keep_queries) record.q = std::move(q);
     }
     return result;
   }
@@ -393,9 +391,10 @@ template <class Scalar>
 Matrix<Scalar> MultiHeadAttention<Scalar>::forward(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options,
     const HookFunction<Scalar>& z_hook) const {
   constexpr const char* where = "MultiHeadAttention::forward";
-  Matrix<Scalar> z = head_outputs(x, options);  // (the layer's config is added there)
-  call_z_hook(z_hook, z, 0, where);
-  return output_of(z, detail::thread_count(options.threads, where), 0, where);
+  ForwardRecord<Scalar> record;
+  attend_heads(x, options, record);  // (the layer's config is added there)
+  call_z_hook(z_hook, record.attention.z, 0, where);
+  return output_of(record.attention.z, record.threads, 0, where);
 }
 
 template <class Scalar>
@@ -408,29 +407,29 @@ Matrix<Scalar> MultiHeadAttention<Scalar>::head_outputs(const Eigen::Ref<const M
 template <class Scalar>
 void MultiHeadAttention<Scalar>::attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, const AttentionOptions& options, ForwardRecord<Scalar>& record) const {
   constexpr const char* where = "MultiHeadAttention::forward";
-  record.options = checked_call(x, options, where);
+  record.options = checked_call(x, options, where), record.threads = detail::thread_count(options.threads, where);
   record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
   record.arithmetic = config_.kv_arithmetic;
   const Index first = layer_first_position(record.options, where);
   PackedKeysValues<Scalar> own(x.rows(), n_kv_heads_, d_head_, d_head_, store_format());
-  record.attention = attend_rows(x, own, record.options, &record, RowPositions{first, first + x.rows()}, where);
+  record.attention = attend_rows(x, own, record, RowPositions{first, first + x.rows()}, where);
   if (record.keep_keys_values) detail::unpack(own, record.k, record.v);
-  proj_.apply_gate(x, record.attention.z, detail::thread_count(options.threads, where));
+  proj_.apply_gate(x, record.attention.z, record.threads);
 }
 
 template <class Scalar>
 void MultiHeadAttention<Scalar>::attend_heads(const Eigen::Ref<const Matrix<Scalar>>& x, KvCache<Scalar>& cache, const AttentionOptions& options,
                                               ForwardRecord<Scalar>& record) const {
   constexpr const char* where = "MultiHeadAttention::forward_incremental";
-  record.options = checked_call(x, options, where);
+  record.options = checked_call(x, options, where), record.threads = detail::thread_count(options.threads, where);
   record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
   record.arithmetic = config_.kv_arithmetic;
   const KvCacheOrigin origin = origin_of(cache.size() + x.rows(), record.options, where);
   cache.check_append(kv_shape(), x.rows(), origin, where);
   const Index held = cache.size();
   try {
-    record.attention = attend_rows(x, cache.store(), record.options, &record, RowPositions{held, held + x.rows()}, where);
-    proj_.apply_gate(x, record.attention.z, detail::thread_count(options.threads, where));
+    record.attention = attend_rows(x, cache.store(), record, RowPositions{held, held + x.rows()}, where);
+    proj_.apply_gate(x, record.attention.z, record.threads);
   } catch (...) {
     cache.store().truncate(held);  // a refused call changes nothing
     throw;
@@ -448,7 +447,7 @@ Matrix<Scalar> MultiHeadAttention<Scalar>::forward_incremental(const Eigen::Ref<
   ForwardRecord<Scalar> record;
   attend_heads(x, cache, options, record);
   try {
-    return output_of(record.attention.z, detail::thread_count(options.threads, where), held, where);
+    return output_of(record.attention.z, record.threads, held, where);
   } catch (...) {
     cache.store().truncate(held), cache.origin_ = before;  // a refused call changes nothing
     throw;
@@ -461,7 +460,7 @@ Matrix<Scalar> MultiHeadAttention<Scalar>::forward_reading_cache(const Eigen::Re
   constexpr const char* where = "MultiHeadAttention::forward_reading_cache";
   ForwardRecord<Scalar> record;
   attend_heads_reading_cache(x, source, options, record);
-  return output_of(record.attention.z, detail::thread_count(options.threads, where), source.size() - x.rows(), where);
+  return output_of(record.attention.z, record.threads, source.size() - x.rows(), where);
 }
 
 template <class Scalar>
@@ -472,7 +471,7 @@ void MultiHeadAttention<Scalar>::attend_heads_reading_cache(const Eigen::Ref<con
   record.n_heads = n_heads_, record.n_kv_heads = n_kv_heads_, record.d_head = record.d_v = d_head_;
   record.arithmetic = config_.kv_arithmetic;
   const Index first = check_reading(x, source, record.options, where);
-  const int threads = detail::thread_count(options.threads, where);
+  const int threads = record.threads = detail::thread_count(options.threads, where);
   Matrix<Scalar> qkv = proj_.project_queries(x, threads, first, where);
   proj_.transform(qkv, RowPositions{first, source.size()}, threads);
   AttentionCall call;

@@ -58,10 +58,11 @@ class HEADWISE_ISA_TAG ScoreRule {
 
   /// The rule of a call with n_q queries, n_k keys and n_heads heads; throws std::invalid_argument
   /// naming the option that does not fit. The rule reads `options` (masks, bias, slopes) where they
-  /// are: they must outlive it, as a call's options outlive the call.
-  ScoreRule(const AttentionOptions& options, Index n_q, Index n_k, Index n_heads, const char* where)
+  /// are: they must outlive it, as a call's options outlive the call. `folded`: each position's
+  /// rows as the caller folded them (attend's grouped-query heads; then the options fold none).
+  ScoreRule(const AttentionOptions& options, Index n_q, Index n_k, Index n_heads, const char* where, Index folded = 1)
       : options_(options), n_q_(n_q), n_k_(n_k), first_key_(options.first_key_position),
-        rows_per_position_(std::max<Index>(options.query_rows_per_position, 1)),
+        rows_per_position_(std::max<Index>(options.query_rows_per_position, 1) * folded),
         first_query_(options.first_query_position ? *options.first_query_position : first_key_ + n_k - n_q / rows_per_position_) {
     check(where, n_heads);
     per_row_ = options.mask.size() || options.bias.size();

@@ -35,6 +35,7 @@
 
 #include "headwise/detail/lanes.hpp"
 #include "headwise/detail/panel_layout.hpp"
+#include "headwise/detail/platform.hpp"
 #include "headwise/detail/tile_product.hpp"
 #include "headwise/types.hpp"
 
@@ -180,7 +181,7 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
   typename Lanes::Part acc[sizeof...(r)][static_cast<std::size_t>(S * P)];
   for (auto& row : acc)
     for (auto& x : row) x = Lanes::zero();
-  const auto step = [&](Index q, auto chain) {
+  const auto step = [&](Index q, auto chain) HEADWISE_ALWAYS_INLINE {
     constexpr Index c = decltype(chain)::value;
     const std::int8_t* at = panel + q * row_bytes;
     prefetch_panel_row(prefetch, at, q, row_bytes);
@@ -190,7 +191,7 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
     typename Lanes::Loaded b[static_cast<std::size_t>(P)];
     if constexpr (tall)
       for (int k = 0; k < P; ++k) b[k] = Lanes::template load<Keys>(at, k), Lanes::hold(b[k]);
-    const auto dot = [&](Index row) {
+    const auto dot = [&](Index row) HEADWISE_ALWAYS_INLINE {
       const auto x = Lanes::template broadcast<Keys>(a + row * lda + q * int8_quad);
       for (int k = 0; k < P; ++k)
         acc[row][c * P + k] = Lanes::template dot<Keys>(acc[row][c * P + k], tall ? b[k] : Lanes::template load<Keys>(at, k), x);
@@ -200,7 +201,7 @@ inline void int8_panel_sums_of(std::integer_sequence<Index, r...>, Index quads, 
   Index q = 0;
   for (; q + S <= quads; q += S) for_each_index<S>([&](auto c) { step(q + decltype(c)::value, c); });
   for (; q < quads; ++q) step(q, std::integral_constant<Index, 0>{});
-  const auto finish = [&](Index row) {
+  const auto finish = [&](Index row) HEADWISE_ALWAYS_INLINE {
     for_each_index<S - 1>([&](auto c) {
       for (int k = 0; k < P; ++k) acc[row][k] = Lanes::add(acc[row][k], acc[row][(decltype(c)::value + 1) * P + k]);
     });

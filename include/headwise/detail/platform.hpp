@@ -14,6 +14,9 @@
 #define HEADWISE_SIMD_ARGUMENTS_END _Pragma("GCC diagnostic pop")
 /// Keeps a function out of line.
 #define HEADWISE_NOINLINE __attribute__((noinline))
+/// Inlines a lambda that touches a product's accumulators: out of line, their address is taken and
+/// they live in memory (the compiler's own choice depends on the size of the loop around it).
+#define HEADWISE_ALWAYS_INLINE __attribute__((always_inline))
 /// A hint that the line at address p is read soon: into L1 (locality 3) or L2 (2).
 #define HEADWISE_PREFETCH(p, locality) __builtin_prefetch((p), 0, (locality))
 /// Keeps a vector register's value where it is: the compiler may not fold its load into a later use.
@@ -31,6 +34,7 @@
 #define HEADWISE_SIMD_ARGUMENTS_BEGIN
 #define HEADWISE_SIMD_ARGUMENTS_END
 #define HEADWISE_NOINLINE
+#define HEADWISE_ALWAYS_INLINE
 #define HEADWISE_PREFETCH(p, locality) static_cast<void>(p)
 #define HEADWISE_HOLD_IN_REGISTER(x) static_cast<void>(x)
 #define HEADWISE_CPU_IS_AMD() false
