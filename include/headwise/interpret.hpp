@@ -1,5 +1,6 @@
-// headwise's tools for studying heads: inspection from the fast path, head-type scores (of one
-// pattern, and of every head of a whole model), SVG heatmaps and the toy heads. Interventions are hook functions for a layer's Z (head_interventions.hpp).
+// headwise's tools for studying heads: inspection from the fast path, attribution patching,
+// head-type scores (of one pattern, and of every head of a whole model), SVG heatmaps and the toy
+// heads. Interventions are hook functions for a layer's Z (head_interventions.hpp).
 #pragma once
 
 #include "headwise/interpret/attribution.hpp"

@@ -1,13 +1,13 @@
 // What a decoding step asks memory for while it computes (detail::PanelPrefetch): a piece of what
 // the step reads later, into L2, and (the widened products, the BF16 and F16 value products) each
-// product's own panels a little ahead, into L1. A
-// decoding step reads a key tile's keys (its scores), computes the softmax, then reads the tile's
-// values: left to itself, memory would idle while the scores and the softmax are computed. The
-// panel loops of the widened arithmetic and the BF16 and F16 stored ones (kernels/panel_tiles.hpp;
-// F16's asks unmeasured) ask for their next phase's bytes (score_phase_prefetch,
-// value_phase_prefetch); the int8 stored arithmetic's (kernels/int8_tiles.hpp) for the value
-// panels one key tile later (next_tile_value_panel), and for keys in another block 512 tokens
-// ahead (key_panel_ahead). Each took its arithmetic's step closer to the memory's pace (bench/RESULTS.md, "Tuning constants").
+// product's own panels a little ahead, into L1. A decoding step reads a key tile's keys (its
+// scores), computes the softmax, then reads the tile's values: left to itself, memory would idle
+// while the scores and the softmax are computed. Every arithmetic's panel loops are
+// kernels/panel_tiles.hpp's, and its walk says what they ask for: PanelWalk (widened, BF16, F16;
+// F16's asks unmeasured) the next phase's bytes (score_phase_prefetch, value_phase_prefetch);
+// Int8Walk (kernels/int8_tiles.hpp) the value panels one key tile later (next_tile_value_panel)
+// and keys in another block 512 tokens ahead (key_panel_ahead). Measured in bench/RESULTS.md,
+// "Tuning constants".
 #pragma once
 
 #include <algorithm>
