@@ -307,11 +307,12 @@ struct ProductScratch {
   std::vector<Scalar> a, b, edge;
 };
 
-/// C (rows x cols, row-major, leading dimension ldc) += A (rows x depth) B (depth x cols).
-/// Set C to 0 first for a plain product. Each element is one ascending chain over k.
+/// C (rows x cols, row-major, leading dimension ldc) += A (rows x depth) B (depth x cols); with
+/// `fresh`, C = A B, C not read (its chains start at 0 in the first depth block: the bits of C set
+/// to 0 first, without writing it twice). Each element is one ascending chain over k.
 template <class Scalar>
 void accumulate_product(Index rows, Index cols, Index depth, MatrixView<Scalar> a, MatrixView<Scalar> b, Scalar* c,
-                        Index ldc, ProductScratch<Scalar>& scratch) {
+                        Index ldc, ProductScratch<Scalar>& scratch, bool fresh = false) {
   using Shape = TileShape<Scalar>;
   constexpr Index R = Shape::rows, W = Shape::lanes;
   if (rows <= 0 || cols <= 0 || depth <= 0) return;
@@ -324,6 +325,7 @@ void accumulate_product(Index rows, Index cols, Index depth, MatrixView<Scalar> 
   // Depth blocks in ascending order: each continues the chains left in C by the previous one.
   for (Index k0 = 0; k0 < depth; k0 += Shape::depth_block) {
     const Index kc = std::min(Shape::depth_block, depth - k0);
+    const bool from_zero = fresh && k0 == 0;
     for (Index i0 = 0; i0 < rows; i0 += Shape::row_block) {
       const Index mc = std::min(Shape::row_block, rows - i0);
       // Pack A[i0 : i0 + mc, k0 : k0 + kc] in R-row slivers, k-major, zero rows past the edge.
@@ -342,13 +344,14 @@ void accumulate_product(Index rows, Index cols, Index depth, MatrixView<Scalar> 
           Scalar* ct = c + (i0 + r0) * ldc + j0;
           const Index nr = std::min(R, mc - r0);
           if (nw == W) {
-            micro_kernel_rows<Scalar>(nr, kc, as, 0, bp, W, ct, ldc);
+            if (from_zero) micro_kernel_rows<Scalar, ALayout::packed, /*Accumulate=*/false>(nr, kc, as, 0, bp, W, ct, ldc);
+            else micro_kernel_rows<Scalar>(nr, kc, as, 0, bp, W, ct, ldc);
             continue;
           }
           // A tile at the right edge: the same kernel on a padded copy, then the valid part back.
           Scalar* e = scratch.edge.data();
           for (Index r = 0; r < R; ++r)
-            for (Index w = 0; w < W; ++w) e[r * W + w] = r < nr && w < nw ? ct[r * ldc + w] : Scalar(0);
+            for (Index w = 0; w < W; ++w) e[r * W + w] = !from_zero && r < nr && w < nw ? ct[r * ldc + w] : Scalar(0);
           micro_kernel_rows<Scalar>(nr, kc, as, 0, bp, W, e, W);
           for (Index r = 0; r < nr; ++r)
             for (Index w = 0; w < nw; ++w) ct[r * ldc + w] = e[r * W + w];
@@ -404,16 +407,19 @@ void product(const Eigen::Ref<const Matrix<Scalar>>& a, const Eigen::Ref<const M
              Matrix<Scalar>& c, int threads, bool transpose_a = false) {
   constexpr Index W = TileShape<Scalar>::lanes;
   const Index n = transpose_a ? a.cols() : a.rows(), m = b.cols(), k = transpose_a ? a.rows() : a.cols();
-  c.resize(n, m);  // each part zeroes its own columns: fresh pages are first touched in parallel
+  c.resize(n, m);  // (each part writes its own columns first: fresh pages are first touched in parallel)
   if (n == 0 || m == 0) return;
+  if (k == 0) {  // (no chain: zeros)
+    c.setZero();
+    return;
+  }
   const Index panels = (m + W - 1) / W;
   const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads_for(double(n) * double(m) * double(k), threads), panels)));
   const MatrixView<Scalar> av{a.data(), a.outerStride(), transpose_a}, bv{b.data(), b.outerStride()};
   parallel_region(parts, [&](int part) {
     const Index first = panels * part / parts * W, last = std::min(m, panels * (part + 1) / parts * W);
-    c.middleCols(first, last - first).setZero();
     ProductScratch<Scalar> scratch;
-    accumulate_product<Scalar>(n, last - first, k, av, {bv.data + first, bv.stride}, c.data() + first, m, scratch);
+    accumulate_product<Scalar>(n, last - first, k, av, {bv.data + first, bv.stride}, c.data() + first, m, scratch, /*fresh=*/true);
   });
 }
 

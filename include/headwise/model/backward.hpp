@@ -193,10 +193,10 @@ MlpGradients<Scalar> mlp_backward(const FeedForward<Scalar>& f, const ParameterN
   g.dm = times_stored<Scalar>(d_up, f.w_up, threads);
   if (gated) g.dm += times_stored<Scalar>(g.pre, f.w_gate, threads);
   if (grads) {
-    const Matrix<Scalar> dw_down = headwise::detail::product_of<Scalar>(dy, kept->post, threads, /*transpose_a=*/true);
-    const Matrix<Scalar> dw_up = headwise::detail::product_of<Scalar>(d_up, m, threads, /*transpose_a=*/true);
-    const Matrix<Scalar> dw_gate = gated ? headwise::detail::product_of<Scalar>(g.pre, m, threads, /*transpose_a=*/true) : Matrix<Scalar>();
-    add_mlp(names, p, dw_gate, dw_up, dw_down, f.b_up.size() ? RowVector<Scalar>(d_up.colwise().sum()) : RowVector<Scalar>(),
+    Matrix<Scalar> dw_down = headwise::detail::product_of<Scalar>(dy, kept->post, threads, /*transpose_a=*/true);
+    Matrix<Scalar> dw_up = headwise::detail::product_of<Scalar>(d_up, m, threads, /*transpose_a=*/true);
+    Matrix<Scalar> dw_gate = gated ? headwise::detail::product_of<Scalar>(g.pre, m, threads, /*transpose_a=*/true) : Matrix<Scalar>();
+    add_mlp(names, p, std::move(dw_gate), std::move(dw_up), std::move(dw_down), f.b_up.size() ? RowVector<Scalar>(d_up.colwise().sum()) : RowVector<Scalar>(),
             f.b_down.size() ? RowVector<Scalar>(dy.colwise().sum()) : RowVector<Scalar>(), *grads);
   }
   return g;

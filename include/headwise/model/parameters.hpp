@@ -125,10 +125,11 @@ void check_named(const DecoderModel<Scalar>& model, const char* where) {
   }
 }
 
-/// A dense MLP's entries: W_gate, W_up, W_down [out, in] as stored, GPT-2's biases.
+/// A dense MLP's entries: W_gate, W_up, W_down [out, in] as stored, GPT-2's biases; taken by
+/// value and moved in where no transpose or concatenation is needed (a backward's gradients).
 template <class Scalar>
-void add_mlp(const ParameterNames& names, const std::string& p, const Matrix<Scalar>& gate, const Matrix<Scalar>& up,
-             const Matrix<Scalar>& down, const RowVector<Scalar>& b_up, const RowVector<Scalar>& b_down, Parameters<Scalar>& out) {
+void add_mlp(const ParameterNames& names, const std::string& p, Matrix<Scalar> gate, Matrix<Scalar> up, Matrix<Scalar> down,
+             const RowVector<Scalar>& b_up, const RowVector<Scalar>& b_down, Parameters<Scalar>& out) {
   if (names.gpt2()) {
     out[p + "c_fc.weight"] = up.transpose(), out[p + "c_proj.weight"] = down.transpose();
     out[p + "c_fc.bias"] = b_up, out[p + "c_proj.bias"] = b_down;
@@ -139,9 +140,9 @@ void add_mlp(const ParameterNames& names, const std::string& p, const Matrix<Sca
     both << gate, up;
     out[p + "gate_up_proj.weight"] = std::move(both);
   } else {
-    out[p + "gate_proj.weight"] = gate, out[p + "up_proj.weight"] = up;
+    out[p + "gate_proj.weight"] = std::move(gate), out[p + "up_proj.weight"] = std::move(up);
   }
-  out[p + "down_proj.weight"] = down;
+  out[p + "down_proj.weight"] = std::move(down);
 }
 
 template <class Scalar>
