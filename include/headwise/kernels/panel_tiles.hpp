@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -84,12 +85,15 @@ void panel_score_tile(const Call& call, Scratch& w, Index rows, Index j0, Index 
   using Two = std::integral_constant<Index, 2>;
   const Index stride = call.kv.key_panel_stride();
   if (rows > pair_rows<Scalar>) {
-    for (Index c0 = 0; c0 < cols; c0 += W)
+    for (Index c0 = 0; c0 < cols; c0 += W) {
+      std::optional<KeyPanels<Panel>> at;  // (found where the first sliver that sees the panel needs it)
       for (Index r0 = 0; r0 < rows; r0 += R) {
         const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
         if (c0 >= span.end || c0 + W <= span.begin) continue;  // no row of the sliver sees this panel
-        products(One{}, std::min(R, rows - r0), r0, c0, KeyPanels<Panel>(call, g, j0 + c0), PanelPrefetch{});
+        if (!at) at.emplace(call, g, j0 + c0);
+        products(One{}, std::min(R, rows - r0), r0, c0, *at, PanelPrefetch{});
       }
+    }
     return;
   }
   const KeyRange span = w.spans[0];
@@ -133,8 +137,8 @@ void panel_value_tile(const Call& call, Scratch& w, Index rows, Index j0, Index 
   for (Index r0 = 0; r0 < rows; r0 += R) {
     const Index nr = std::min(R, rows - r0);
     const KeyRange span = w.spans[static_cast<std::size_t>(r0 / R)];
-    for (Index cut = span.begin, cut_end; cut < span.end; cut = cut_end) {
-      cut_end = Walk::run_tokens == 0 ? span.end : std::min(span.end, ((j0 + cut) / Walk::run_tokens + 1) * Walk::run_tokens - j0);
+    for (Index cut = span.begin, cut_end = span.end; cut < span.end; cut = cut_end) {
+      if constexpr (Walk::run_tokens > 0) cut_end = std::min(span.end, ((j0 + cut) / Walk::run_tokens + 1) * Walk::run_tokens - j0);
       const KeyRange covered = keys(r0, nr, KeyRange{cut, cut_end});
       for (Index a = covered.begin, b; a < covered.end; a = b) {  // run by run of keys in one block
         b = own ? std::min(covered.end, call.kv.block_end(j0 + a) - j0) : covered.end;
