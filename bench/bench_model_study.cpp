@@ -1,8 +1,9 @@
 // Studying a whole model, side by side in one binary (random weights, float32; model/model_shape.hpp):
-//   BM_Forward / BM_Backward         a forward (run) and a whole-model backward (gradients: one
+//   BM_ForwardBackward               a forward (run) and a whole-model backward (gradients: one
 //                                    forward keeping what it needs, then every activation and
-//                                    parameter gradient) of the next-token loss; the bound:
-//                                    backward <= 3x forward, on 1 and 2 threads.
+//                                    parameter gradient) of the next-token loss, alternated, and
+//                                    their ratio; the bound: backward <= 3x forward, on 1
+//                                    and 2 threads.
 //   BM_Sweep/resumed, /full_reruns   an activation-patching sweep (hook_resid_pre at every layer and
 //                                    position) resumed from the unpatched run's caches, and the same
 //                                    sweep as full reruns with the same hook functions, on a
@@ -13,8 +14,18 @@
 //                                    8 key/value heads of 64, MLP 8192, vocabulary 128256, tied),
 //                                    its time and peak resident set; n = 32768 takes minutes: run it
 //                                    alone (--benchmark_filter=BM_HeadStudy/32768).
+// --keep_freed_memory (before or among Google Benchmark's flags): glibc's malloc keeps freed memory.
 #include <sys/resource.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -47,23 +58,29 @@ const hm::DecoderModel<float>& small_model() {  // forward and backward: a Llama
   return m;
 }
 
-void BM_Forward(benchmark::State& state) {
+// Each iteration runs the forward, then the backward, each timed: their ratio from the same
+// minutes of this noisy machine.
+void BM_ForwardBackward(benchmark::State& state) {
+  using Clock = std::chrono::steady_clock;
   const auto& m = small_model();
   const std::vector<Index> ids = random_ids(state.range(0), m.vocab_size(), 2);
-  hm::RunOptions<float> o;
-  o.threads = int(state.range(1));
-  for (auto _ : state) benchmark::DoNotOptimize(m.run(ids, o).logits.data());
-}
-void BM_Backward(benchmark::State& state) {
-  const auto& m = small_model();
-  const std::vector<Index> ids = random_ids(state.range(0), m.vocab_size(), 2);
-  hm::GradientOptions o;
-  o.threads = int(state.range(1));
+  hm::RunOptions<float> forward;
+  hm::GradientOptions backward;
+  forward.threads = backward.threads = int(state.range(1));
   const auto metric = hm::Metric<float>::next_token_loss(ids);
-  for (auto _ : state) benchmark::DoNotOptimize(hm::gradients(m, ids, metric, o).metric);
+  std::chrono::duration<double, std::milli> f{0}, b{0};
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    benchmark::DoNotOptimize(m.run(ids, forward).logits.data());
+    const auto t1 = Clock::now();
+    benchmark::DoNotOptimize(hm::gradients(m, ids, metric, backward).metric);
+    f += t1 - t0, b += Clock::now() - t1;
+  }
+  state.counters["forward_ms"] = f.count() / double(state.iterations());
+  state.counters["backward_ms"] = b.count() / double(state.iterations());
+  state.counters["backward_over_forward"] = b / f;
 }
-BENCHMARK(BM_Forward)->ArgNames({"n", "threads"})->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Backward)->ArgNames({"n", "threads"})->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ForwardBackward)->ArgNames({"n", "threads"})->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMillisecond);
 
 const hm::DecoderModel<float>& gpt2_small_shaped() {
   static const hm::DecoderModel<float> m = [] {
@@ -126,6 +143,33 @@ void BM_HeadStudy(benchmark::State& state) {
 }
 BENCHMARK(BM_HeadStudy)->ArgName("n")->Arg(2048)->Arg(32768)->Unit(benchmark::kSecond)->Iterations(1);
 
+/// --keep_freed_memory: glibc's malloc keeps what is freed for the next allocations instead of
+/// returning it to the system (M_TRIM_THRESHOLD and M_MMAP_THRESHOLD at their largest), as jemalloc
+/// and tcmalloc do and as a training loop wants. By default glibc trims its heap and unmaps large
+/// blocks on free, so each backward's activations and gradients are faulted in afresh.
+bool keep_freed_memory(int& argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--keep_freed_memory") == 0) {
+      std::copy(argv + i + 1, argv + argc, argv + i);
+      --argc;
+#ifdef __GLIBC__
+      return mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1 && mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+#else
+      std::fprintf(stderr, "--keep_freed_memory sets glibc's malloc; this C library is not glibc\n");
+      std::exit(1);
+#endif
+    }
+  return false;
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  const bool kept = keep_freed_memory(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("freed_memory", kept ? "kept (glibc M_TRIM_THRESHOLD, M_MMAP_THRESHOLD)" : "glibc's default");
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

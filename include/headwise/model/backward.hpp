@@ -40,9 +40,10 @@ template <class Scalar>
 struct ModelGradients {
   double metric = 0;              ///< the metric's value on the run
   /// The forward the backward read: its logits and, per layer, the hooks it recorded (hook_resid_pre,
-  /// attn_in, attn.hook_q, hook_k, hook_v, hook_z, attn.logsumexp, attn.output, hook_resid_mid,
-  /// mlp_in, mlp.hook_pre, hook_pre_linear, hook_post, mlp.output, hook_resid_post; mlp.routing;
-  /// ln_final.out).
+  /// attn_in, attn.hook_q, hook_k, hook_v, hook_z, attn.logsumexp, hook_resid_mid, mlp_in,
+  /// mlp.hook_pre, hook_pre_linear, hook_post; attn.output and mlp.output where a post-norm reads
+  /// them; mlp.routing; the last block's hook_resid_post, ln_final.out), and those
+  /// GradientOptions::record asks.
   ModelRun<Scalar> run;
   /// ∂metric/∂activation for the names asked (GradientOptions::activations), each shaped as the
   /// hook's value: the per-head hooks side by side (attn.hook_k, hook_v per key/value head: the sum
@@ -124,13 +125,6 @@ Matrix<Scalar> norm_backward(const Norm<Scalar>& norm, const Matrix<Scalar>& x, 
     if (centred && norm.bias.size()) (*grads)[name + ".bias"] = dy.colwise().sum();
   }
   return dx;
-}
-
-/// An optional norm's backward (an absent one passes dy through).
-template <class Scalar>
-Matrix<Scalar> through(const std::optional<Norm<Scalar>>& norm, const Matrix<Scalar>& x, Matrix<Scalar> dy, Parameters<Scalar>* grads,
-                       const std::string& name) {
-  return norm ? norm_backward(*norm, x, dy, grads, name) : dy;
 }
 
 /// The gradients of a dense MLP's intermediates, as FeedForward::Record names them.
@@ -229,6 +223,11 @@ class ModelBackward {
     if (options_.activations.count(name)) out_.activations[name] = g;
   }
   Parameters<Scalar>* params() { return options_.parameters ? &out_.parameters : nullptr; }
+  /// An optional norm's backward at block l's recorded input (an absent norm passes dy through;
+  /// its input, the same matrix as its output, is then not recorded).
+  Matrix<Scalar> through(const std::optional<Norm<Scalar>>& norm, Index l, const char* input, Matrix<Scalar> dy, const std::string& name) {
+    return norm ? norm_backward(*norm, hook(l, input), dy, params(), name) : dy;
+  }
 
   void check_names() const {
     for (Index l = 0; l < model_.n_layers(); ++l)
@@ -258,9 +257,14 @@ class ModelBackward {
     o.threads = options_.threads;
     for (Index l = 0; l < model_.n_layers(); ++l) {
       for (const char* h : {"hook_resid_pre", "attn_in", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "attn.logsumexp",
-                            "attn.output", "hook_resid_mid", "mlp_in", "mlp.output", "hook_resid_post"})
+                            "hook_resid_mid", "mlp_in"})
         o.hooks.insert(at(l, h));
+      // (a block's output is the next one's hook_resid_pre: recorded for the last block only; a
+      // sublayer's output only where a post-norm reads it)
+      if (l == model_.n_layers() - 1) o.hooks.insert(at(l, "hook_resid_post"));
       const Block<Scalar>& b = model_.blocks[static_cast<std::size_t>(l)];
+      if (b.post_attention_norm) o.hooks.insert(at(l, "attn.output"));
+      if (b.post_mlp_norm) o.hooks.insert(at(l, "mlp.output"));
       if (b.experts) o.hooks.insert(at(l, "mlp.routing"));
       if (!b.experts && b.has_mlp()) o.hooks.insert({at(l, "mlp.hook_pre"), at(l, "mlp.hook_post")});
       if (!b.experts && b.mlp.w_gate.rows()) o.hooks.insert(at(l, "mlp.hook_pre_linear"));
@@ -290,19 +294,19 @@ class ModelBackward {
   Matrix<Scalar> block_backward(Index l, Matrix<Scalar> dx) {
     const Block<Scalar>& b = model_.blocks[static_cast<std::size_t>(l)];
     keep(at(l, "hook_resid_post"), dx), keep(at(l, "hook_mlp_out"), dx);
-    const Matrix<Scalar> d_mlp = through(b.post_mlp_norm, hook(l, "mlp.output"), dx, params(), names_.norm(l, b, b.post_mlp_norm));
+    const Matrix<Scalar> d_mlp = through(b.post_mlp_norm, l, "mlp.output", dx, names_.norm(l, b, b.post_mlp_norm));
     keep(at(l, "mlp.output"), d_mlp);
     const Matrix<Scalar>& m = hook(l, "mlp_in");
     Matrix<Scalar> dm = b.experts ? experts_backward(l, *b.experts, m, d_mlp) : b.has_mlp() ? dense_backward(l, b, m, d_mlp)
                                                                                            : Matrix<Scalar>::Zero(m.rows(), m.cols());
     keep(at(l, "mlp_in"), dm);
-    dx += through(b.mlp_norm, hook(l, "hook_resid_mid"), std::move(dm), params(), names_.norm(l, b, b.mlp_norm));
+    dx += through(b.mlp_norm, l, "hook_resid_mid", std::move(dm), names_.norm(l, b, b.mlp_norm));
     keep(at(l, "hook_resid_mid"), dx), keep(at(l, "hook_attn_out"), dx);
-    const Matrix<Scalar> d_attn = through(b.post_attention_norm, hook(l, "attn.output"), dx, params(), names_.norm(l, b, b.post_attention_norm));
+    const Matrix<Scalar> d_attn = through(b.post_attention_norm, l, "attn.output", dx, names_.norm(l, b, b.post_attention_norm));
     keep(at(l, "attn.output"), d_attn);
     Matrix<Scalar> da = attention_backward(l, d_attn);
     keep(at(l, "attn_in"), da);
-    dx += through(b.attention_norm, hook(l, "hook_resid_pre"), std::move(da), params(), names_.norm(l, b, b.attention_norm));
+    dx += through(b.attention_norm, l, "hook_resid_pre", std::move(da), names_.norm(l, b, b.attention_norm));
     keep(at(l, "hook_resid_pre"), dx);
     return dx;
   }
@@ -327,7 +331,7 @@ class ModelBackward {
     ForwardRecord<Scalar> record;  // (moved from the run and back: ModelGradients::run returns them)
     record.q = std::move(run_.hooks.at(at(l, "attn.hook_q"))), record.k = std::move(run_.hooks.at(at(l, "attn.hook_k")));
     record.v = std::move(run_.hooks.at(at(l, "attn.hook_v"))), record.attention.logsumexp = std::move(run_.logsumexp.at(l));
-    record.attention.z = hook(l, "attn.hook_z");
+    record.attention.z = std::move(run_.hooks.at(at(l, "attn.hook_z")));
     Matrix<Scalar> dz = times_stored<Scalar>(d_out, layer.stored_w_o(), threads_);
     keep(at(l, "attn.hook_z"), dz);
     if (options_.activations.count(at(l, "attn.hook_pattern"))) keep(at(l, "attn.hook_pattern"), pattern_gradient(layer, dz, record.v));
@@ -347,6 +351,7 @@ class ModelBackward {
       const RowVector<Scalar> db_o = d_out.colwise().sum();
       add_attention(names_, l, lay, {dw_qkv, db_qkv, dw_o, db_o, as_row<Scalar>(g.dq_norm), as_row<Scalar>(g.dk_norm)}, *params());
     }
+    run_.hooks[at(l, "attn.hook_z")] = std::move(record.attention.z);
     return std::move(g.dx);
   }
 
