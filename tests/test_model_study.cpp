@@ -139,6 +139,21 @@ TEST_CASE("A whole-model backward gives the same bits on 1 and 2 threads, and re
   for (const auto& [name, value] : a.activations) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(b.activations.at(name)));
   for (const auto& [name, value] : a.parameters) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(b.parameters.at(name)));
   CHECK(a.parameters.size() == b.parameters.size());
+  // Long enough that the norms' backward and the loss split their rows over the threads (each
+  // past 2^20 operations): 600 tokens of d_model 128, a vocabulary of 2000.
+  {
+    model::ModelShape s;
+    s.vocab = 2000, s.d_model = 128, s.heads = 4, s.d_mlp = 64;
+    const auto wide = model::make_model<float>(s, 3);
+    std::vector<Index> long_ids(600);
+    for (std::size_t t = 0; t < long_ids.size(); ++t) long_ids[t] = Index((t * 7919) % 2000);
+    const auto long_metric = model::Metric<float>::next_token_loss(long_ids);
+    model::GradientOptions on_one, on_two;
+    on_one.threads = 1, on_two.threads = 2;
+    const auto c = model::gradients(wide, long_ids, long_metric, on_one), d = model::gradients(wide, long_ids, long_metric, on_two);
+    CHECK(c.metric == d.metric);
+    for (const auto& [name, value] : c.parameters) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(d.parameters.at(name)));
+  }
 
   model::GradientOptions unknown;
   unknown.activations = {"blocks.0.attn.hook_result"};

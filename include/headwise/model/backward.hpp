@@ -109,21 +109,36 @@ void activation_and_slope(Activation a, const Matrix<Scalar>& u, Matrix<Scalar>&
   slope = (Scalar(0.5) * (Scalar(1) + t) + Scalar(0.5) * x * (Scalar(1) - t.square()) * c * (Scalar(1) + Scalar(3) * k * x.square())).matrix();
 }
 
-/// A norm's backward over rows: dx from dy at x, the weight's (and bias's) gradient added.
+/// A norm's backward over rows: dx from dy at x, the weight's (and bias's) gradient added. The
+/// rows split over the threads, then the weight's columns: each column's gradient sums its rows'
+/// terms in row order, whatever the number of threads.
 template <class Scalar>
 Matrix<Scalar> norm_backward(const Norm<Scalar>& norm, const Matrix<Scalar>& x, const Matrix<Scalar>& dy, Parameters<Scalar>* grads,
-                             const std::string& name) {
+                             const std::string& name, int threads) {
+  namespace hd = headwise::detail;
   const bool centred = norm.kind == Norm<Scalar>::Kind::layer_norm;
   const double offset = norm.kind == Norm<Scalar>::Kind::rms_offset ? 1.0 : 0.0;
   const auto w = [&](Index i) { return double(norm.weight(i)) + offset; };
-  Matrix<Scalar> dx(x.rows(), x.cols());
-  Vector<double> dw = Vector<double>::Zero(x.cols());
-  for (Index t = 0; t < x.rows(); ++t)
-    headwise::detail::norm_backward(x.row(t).data(), dy.row(t).data(), x.cols(), centred, norm.eps, w, dx.row(t).data(), dw.data());
-  if (grads) {
-    (*grads)[name + ".weight"] = dw.transpose().template cast<Scalar>();
-    if (centred && norm.bias.size()) (*grads)[name + ".bias"] = dy.colwise().sum();
-  }
+  const Index n = x.rows(), d = x.cols();
+  threads = hd::threads_for(16.0 * double(n) * double(d), threads);
+  Matrix<Scalar> dx(n, d);
+  std::vector<hd::RowMoments> moments(static_cast<std::size_t>(grads ? n : 0));
+  hd::parallel_for<hd::Schedule::by_part>(threads, n, [&](Index t) {
+    hd::norm_backward(x.row(t).data(), dy.row(t).data(), d, centred, norm.eps, w, dx.row(t).data());
+    if (grads) moments[static_cast<std::size_t>(t)] = hd::row_moments(x.row(t).data(), d, centred, norm.eps);
+  });
+  if (!grads) return dx;
+  constexpr Index columns = 64;  // (a column range's sums per task)
+  Vector<double> dw = Vector<double>::Zero(d);
+  hd::parallel_for<hd::Schedule::by_part>(threads, (d + columns - 1) / columns, [&](Index c) {
+    for (Index t = 0; t < n; ++t) {
+      const hd::RowMoments& m = moments[static_cast<std::size_t>(t)];
+      for (Index i = c * columns; i < std::min(d, (c + 1) * columns); ++i)
+        dw(i) += double(dy(t, i)) * ((double(x(t, i)) - m.mean) * m.inverse);
+    }
+  });
+  (*grads)[name + ".weight"] = dw.transpose().template cast<Scalar>();
+  if (centred && norm.bias.size()) (*grads)[name + ".bias"] = dy.colwise().sum();
   return dx;
 }
 
@@ -226,7 +241,7 @@ class ModelBackward {
   /// An optional norm's backward at block l's recorded input (an absent norm passes dy through;
   /// its input, the same matrix as its output, is then not recorded).
   Matrix<Scalar> through(const std::optional<Norm<Scalar>>& norm, Index l, const char* input, Matrix<Scalar> dy, const std::string& name) {
-    return norm ? norm_backward(*norm, hook(l, input), dy, params(), name) : dy;
+    return norm ? norm_backward(*norm, hook(l, input), dy, params(), name, threads_) : dy;
   }
 
   void check_names() const {
@@ -277,7 +292,7 @@ class ModelBackward {
   /// From the metric to the residual stream after the last block: the LM head (its soft-cap), the final norm.
   Matrix<Scalar> head_backward(const Metric<Scalar>& metric, const std::vector<Index>& ids) {
     Matrix<Scalar> d_logits;
-    out_.metric = metric.value(run_.logits, &d_logits);
+    out_.metric = metric.value(run_.logits, &d_logits, threads_);
     if (model_.logit_softcap > 0.0) {
       const auto cap = static_cast<Scalar>(model_.logit_softcap);
       d_logits.array() *= Scalar(1) - (run_.logits.array() / cap).square();
@@ -287,7 +302,7 @@ class ModelBackward {
     if (params()) d_unembedding_ = headwise::detail::product_of<Scalar>(d_logits, ln, threads_, /*transpose_a=*/true);
     keep("ln_final.out", d_ln);
     const Matrix<Scalar> last = model_.n_layers() ? hook(model_.n_layers() - 1, "hook_resid_post") : model_.embed(ids);
-    return norm_backward(model_.final_norm, last, d_ln, params(), names_.final_norm());
+    return norm_backward(model_.final_norm, last, d_ln, params(), names_.final_norm(), threads_);
   }
 
   /// From ∂/∂hook_resid_post of block l to ∂/∂hook_resid_pre.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "headwise/detail/errors.hpp"
+#include "headwise/detail/parallel.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise::model {
@@ -46,8 +47,10 @@ struct Metric {
     return m;
   }
 
-  /// The metric's value on logits, and (with d_logits) its gradient, in double over Scalar's logits.
-  double value(const Matrix<Scalar>& logits, Matrix<Scalar>* d_logits = nullptr) const {
+  /// The metric's value on logits, and (with d_logits) its gradient, in double over Scalar's logits;
+  /// the cross-entropy's rows on up to `threads` threads, each row's term kept and the terms then
+  /// summed in row order (the same bits on any number of threads).
+  double value(const Matrix<Scalar>& logits, Matrix<Scalar>* d_logits = nullptr, int threads = 1) const {
     check(logits);
     if (d_logits) d_logits->setZero(logits.rows(), logits.cols());
     if (kind == Kind::direction) {
@@ -59,19 +62,22 @@ struct Metric {
       if (d_logits) (*d_logits)(r, a) += Scalar(1), (*d_logits)(r, b) -= Scalar(1);
       return double(logits(r, a)) - double(logits(r, b));
     }
+    std::vector<double> terms(static_cast<std::size_t>(logits.rows()), 0.0);
+    const Index vocab = logits.cols();
+    headwise::detail::parallel_for<headwise::detail::Schedule::by_part>(
+        headwise::detail::threads_for(8.0 * double(logits.rows()) * double(vocab), threads), logits.rows(), [&](Index t) {
+          const Index target = targets[static_cast<std::size_t>(t)];
+          if (target < 0) return;
+          const double top = double(logits.row(t).maxCoeff());
+          const Eigen::Array<double, 1, Eigen::Dynamic> e = (logits.row(t).template cast<double>().array() - top).exp();  // (each exp once)
+          const double sum = e.sum();
+          terms[static_cast<std::size_t>(t)] = top + std::log(sum) - double(logits(t, target));
+          if (!d_logits) return;
+          d_logits->row(t) = (e * (weight / sum)).template cast<Scalar>().matrix();
+          (*d_logits)(t, target) -= static_cast<Scalar>(weight);
+        });
     double total = 0;
-    Eigen::Array<double, 1, Eigen::Dynamic> e(logits.cols());
-    for (Index t = 0; t < logits.rows(); ++t) {
-      const Index target = targets[static_cast<std::size_t>(t)];
-      if (target < 0) continue;
-      const double top = double(logits.row(t).maxCoeff());
-      e = (logits.row(t).template cast<double>().array() - top).exp();  // (each exp once: a vocabulary's worth a row)
-      const double sum = e.sum();
-      total += top + std::log(sum) - double(logits(t, target));
-      if (!d_logits) continue;
-      d_logits->row(t) = (e * (weight / sum)).template cast<Scalar>().matrix();
-      (*d_logits)(t, target) -= static_cast<Scalar>(weight);
-    }
+    for (const double term : terms) total += term;
     return weight * total;
   }
 
