@@ -4,7 +4,7 @@
 // shared expert, vocabulary 129280; every linear weight F8_E4M3 with 128 x 128 block scales, the
 // rest BF16, as DeepSeek-V3 ships), side by side in one run:
 //   BM_LoadDeepSeek          load_decoder_model<float>: the MLPs and experts kept in FP8 in the mapping,
-//                            the latent projections widened to float; peak_over_file as in
+//                            the latent projections kept in FP8 (W_kv_b's blocks in float); peak_over_file as in
 //                            bench_gpt_oss (the bound: <= 1.15)
 //   BM_DeepSeekExperts       one sparse block on one token: its 8 chosen experts and the shared one
 //                            (396 MB of FP8) per second, the FP8 product alone
@@ -125,12 +125,13 @@ void BM_LoadDeepSeek(benchmark::State& state) {
 /// A dense MLP's stored bytes.
 double mlp_bytes(const headwise::model::FeedForward<float>& f) { return double(f.w_gate.bytes() + f.w_up.bytes() + f.w_down.bytes()); }
 
-/// The stored bytes a decoding step reads: the latent projections as kept (float), the routers, the
-/// chosen and shared experts (their mean size), the LM head and the embedding's row.
+/// The stored bytes a decoding step reads: the latent projections as kept (W_q_a, W_q_b, W_kv_a and
+/// W_o in FP8, a byte an entry; W_kv_b's absorbed blocks in float), the routers, the chosen and
+/// shared experts (their mean size), the LM head and the embedding's row.
 double step_bytes(const headwise::model::DecoderModel<float>& m) {
   double bytes = double(m.unembedding.bytes()) + double(m.embedding.bytes()) / double(m.vocab_size());
-  const double latent = 4.0 * double(q_rank * d + heads * (nope + rope) * q_rank + (kv_rank + rope) * d + heads * (nope + v_dim) * kv_rank +
-                                     d * heads * v_dim);
+  const double latent = double(q_rank * d + heads * (nope + rope) * q_rank + (kv_rank + rope) * d + d * heads * v_dim) +
+                        4.0 * double(heads * (nope + v_dim) * kv_rank);
   for (const auto& b : m.blocks) {
     const auto& moe = *b.experts;
     bytes += latent + double(moe.router.bytes()) + double(moe.top_k) * mlp_bytes(moe.experts.front()) + mlp_bytes(*moe.shared_expert);

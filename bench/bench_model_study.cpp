@@ -150,10 +150,12 @@ BENCHMARK(BM_HeadStudy)->ArgName("n")->Arg(2048)->Arg(32768)->Unit(benchmark::kS
 bool keep_freed_memory(int& argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--keep_freed_memory") == 0) {
-      std::copy(argv + i + 1, argv + argc, argv + i);
+      std::copy(argv + i + 1, argv + argc + 1, argv + i);  // (argv[argc], null, too)
       --argc;
 #ifdef __GLIBC__
-      return mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1 && mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+      if (mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1 && mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1) return true;
+      std::fprintf(stderr, "--keep_freed_memory: glibc's mallopt refused the thresholds\n");
+      std::exit(1);
 #else
       std::fprintf(stderr, "--keep_freed_memory sets glibc's malloc; this C library is not glibc\n");
       std::exit(1);

@@ -80,6 +80,8 @@ TEMPLATE_TEST_CASE("DeepSeek-V3 latent attention reproduces PyTorch on both path
   // quantization error (a few percent), not by more and not by nothing.
   const io::SafetensorsFile full = headwise_test::load_fixture("deepseek-v3-tiny/attention-reference.safetensors");
   const auto fp8 = io::load_latent_attention_layers<TestType>(headwise_test::data_path("deepseek-v3-tiny-fp8"));
+  // (kept as stored in a float layer: a quarter of the bytes a decoding step reads)
+  CHECK(fp8[0].weights().kept_as == (std::is_same_v<TestType, float> ? WeightType::f8_e4m3 : WeightType::f64));
   const Matrix<double> expected = full.matrix<double>("layers.0.attn.output.f64");
   const Matrix<double> quantized = fp8[0].forward(full.matrix<TestType>("layers.0.attn.input")).template cast<double>();
   const double relative = (quantized - expected).norm() / expected.norm();

@@ -150,8 +150,10 @@ TEST_CASE("A whole-model backward gives the same bits on 1 and 2 threads, and re
     const auto long_metric = model::Metric<float>::next_token_loss(long_ids);
     model::GradientOptions on_one, on_two;
     on_one.threads = 1, on_two.threads = 2;
+    on_one.activations = on_two.activations = {"hook_embed", "blocks.0.hook_resid_mid", "ln_final.out"};
     const auto c = model::gradients(wide, long_ids, long_metric, on_one), d = model::gradients(wide, long_ids, long_metric, on_two);
     CHECK(c.metric == d.metric);
+    for (const auto& [name, value] : c.activations) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(d.activations.at(name)));
     for (const auto& [name, value] : c.parameters) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(d.parameters.at(name)));
   }
 

@@ -20,6 +20,7 @@
 
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "headwise/options.hpp"
 #include "headwise/norms.hpp"
 #include "headwise/rotary_embedding.hpp"
+#include "headwise/stored_matrix.hpp"
 #include "headwise/types.hpp"
 
 namespace headwise {
@@ -55,6 +57,17 @@ struct LatentAttentionWeights {
   Matrix<Scalar> w_kv_b;       ///< (kv_lora_rank, n_heads (nope + v))
   Matrix<Scalar> w_o;          ///< (n_heads v, d_model)
   RowVector<Scalar> b_o;       ///< (1, d_model), or empty for no bias
+  /// The type the layer keeps w_q (or w_q_a and w_q_b), w_kv_a and w_o in (stored_matrix.hpp),
+  /// [out, in], and multiplies by widened in registers: F32 for float and F64 for double by
+  /// default; BF16, F16 or FP8 (a float layer) round them once, to nearest even: exact for weights
+  /// a checkpoint stores so, a quarter (FP8) of the bytes a decoding step streams.
+  WeightType kept_as = std::is_same_v<Scalar, double> ? WeightType::f64 : WeightType::f32;
+  /// With kept_as F8_E4M3 or F8_E5M2: the block scales of those weights as a checkpoint stores them,
+  /// [out, in] (q, or q_a and q_b; kv_a; o); none otherwise.
+  struct Fp8Scales {
+    BlockScales q, q_a, q_b, kv_a, o;
+  };
+  std::optional<Fp8Scales> fp8_scales;
 };
 
 /// A latent attention layer's shape and settings, by name (as DeepSeek-V3's config names them).
@@ -102,9 +115,9 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   MultiHeadLatentAttention(LatentAttentionWeights<Scalar> w, LatentAttentionConfig config);
 
   Index n_heads() const { return config_.n_heads; }
-  Index d_model() const { return w_.w_kv_a.rows(); }
+  Index d_model() const { return kv_a_.cols(); }
   Index kv_lora_rank() const { return w_.kv_a_norm.size(); }
-  Index q_lora_rank() const { return w_.w_q.size() ? 0 : w_.q_a_norm.size(); }  ///< 0: a plain w_q
+  Index q_lora_rank() const { return q_.rows() ? 0 : w_.q_a_norm.size(); }  ///< 0: a plain w_q
   Index qk_nope_head_dim() const { return config_.qk_nope_head_dim; }
   Index qk_rope_head_dim() const { return config_.qk_rope_head_dim; }
   Index v_head_dim() const { return config_.v_head_dim; }
@@ -113,11 +126,13 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   /// What the scores are divided by.
   double divisor() const { return config_.divisor ? *config_.divisor : std::sqrt(double(nope() + rope())); }
   const LatentAttentionConfig& config() const { return config_; }
-  const LatentAttentionWeights<Scalar>& weights() const { return w_; }
-  const Matrix<Scalar>& w_o() const { return w_.w_o; }
+  /// The weights, those kept stored widened back (a copy).
+  LatentAttentionWeights<Scalar> weights() const;
+  /// W_O (n_heads v_head_dim, d_model), widened (a copy).
+  Matrix<Scalar> w_o() const { return o_.to_matrix<Scalar>().transpose(); }
   const RowVector<Scalar>& b_o() const { return w_.b_o; }
   /// W_O[h]: the rows of W_O that head h's Z (v_head_dim wide) meets.
-  auto w_o_block(Index h) const { return w_.w_o.middleRows(checked_head(h, "w_o_block") * v(), v()); }
+  Matrix<Scalar> w_o_block(Index h) const { return o_.columns<Scalar>(checked_head(h, "w_o_block") * v(), v()).transpose(); }
 
   /// The layer by the fast path (absorbed, fused): x (n, d_model) -> (n, d_model), positions 0 .. n - 1.
   /// With a z_hook (here and below): every head's Z side by side through it before the W_O sum, at
@@ -197,18 +212,18 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
 
   Projected project(const Eigen::Ref<const Matrix<Scalar>>& x, Index first, int threads) const {
     Projected p;
-    if (w_.w_q.size()) {
-      p.q = detail::product_of<Scalar>(x, w_.w_q, threads);
+    if (q_.rows()) {
+      p.q = times_transposed<Scalar>(x, q_, threads);
     } else {
-      p.c_q = rms_norm(detail::product_of<Scalar>(x, w_.w_q_a, threads), w_.q_a_norm);
-      p.q = detail::product_of<Scalar>(p.c_q, w_.w_q_b, threads);
+      p.c_q = rms_norm(times_transposed<Scalar>(x, q_a_, threads), w_.q_a_norm);
+      p.q = times_transposed<Scalar>(p.c_q, q_b_, threads);
     }
     p.q_unrotated = p.q;
     Matrix<Scalar> q_pe(x.rows(), n_heads() * rope());
     for (Index h = 0; h < n_heads(); ++h) q_pe.middleCols(h * rope(), rope()) = p.q.middleCols(h * (nope() + rope()) + nope(), rope());
     rotate(q_pe, first, threads);
     for (Index h = 0; h < n_heads(); ++h) p.q.middleCols(h * (nope() + rope()) + nope(), rope()) = q_pe.middleCols(h * rope(), rope());
-    p.latent = detail::product_of<Scalar>(x, w_.w_kv_a, threads);
+    p.latent = times_transposed<Scalar>(x, kv_a_, threads);
     p.latent.leftCols(kv_lora_rank()) = rms_norm(p.latent.leftCols(kv_lora_rank()), w_.kv_a_norm);
     p.k_pe_unrotated = p.latent.rightCols(rope());
     Matrix<Scalar> k_pe = p.k_pe_unrotated;
@@ -272,7 +287,7 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   Matrix<Scalar> output_of(Matrix<Scalar> z, const HookFunction<Scalar>& z_hook, Index first, const char* where) const {
     if (z.cols() != n_heads() * v()) detail::invalid(where, "z has ", z.cols(), " columns, expected n_heads v_head_dim = ", n_heads() * v());
     call_hook(z_hook, z, HookPoint{"hook_z", n_heads(), first}, where);
-    Matrix<Scalar> out = detail::product_of<Scalar>(z, w_.w_o);
+    Matrix<Scalar> out = times_transposed<Scalar>(z, o_, 1);
     if (w_.b_o.size()) out.rowwise() += w_.b_o;
     if (!detail::all_finite(out, 1))
       detail::invalid(where, "the output is not finite: the scores or the output projection overflowed; scale x or the weights down");
@@ -308,7 +323,8 @@ class HEADWISE_ISA_TAG MultiHeadLatentAttention {
   void check_weights(const char* where) const;
 
   LatentAttentionConfig config_;
-  LatentAttentionWeights<Scalar> w_;
+  LatentAttentionWeights<Scalar> w_;  // (w_q, w_q_a, w_q_b, w_kv_a and w_o emptied: kept in q_ .. o_)
+  StoredMatrix q_, q_a_, q_b_, kv_a_, o_;  // [out, in], kept_as
   std::optional<RotaryEmbedding> rope_;
   std::vector<Matrix<Scalar>> w_uk_, w_uv_;  // per head: W_UK_hᵀ (nope, kv_lora_rank), W_UV_h (kv_lora_rank, v)
 };
@@ -351,6 +367,12 @@ void MultiHeadLatentAttention<Scalar>::check_weights(const char* where) const {
   shape("w_o", w_.w_o, c.n_heads * c.v_head_dim, w_.w_o.cols());
   if (w_.w_o.cols() != d) detail::invalid(where, "w_o has ", w_.w_o.cols(), " columns, expected d_model = ", d);
   if (w_.b_o.size()) shape("b_o", w_.b_o, 1, d);
+  if (std::is_same_v<Scalar, double> != (w_.kept_as == WeightType::f64))
+    detail::invalid(where, "kept_as is ", weight_type_name(w_.kept_as), ": a ",
+                    std::is_same_v<Scalar, double> ? "float64 layer keeps F64" : "float layer keeps F32, BF16, F16 or FP8", " weights");
+  if (is_fp8(w_.kept_as) != w_.fp8_scales.has_value())
+    detail::invalid(where, "kept_as is ", weight_type_name(w_.kept_as),
+                    is_fp8(w_.kept_as) ? " but fp8_scales are not given" : " but fp8_scales are given (they are for FP8)");
 }
 
 template <class Scalar>
@@ -365,6 +387,23 @@ MultiHeadLatentAttention<Scalar>::MultiHeadLatentAttention(LatentAttentionWeight
     w_uk_.push_back(w_.w_kv_b.middleCols(h * (nope() + v()), nope()).transpose());
     w_uv_.push_back(w_.w_kv_b.middleCols(h * (nope() + v()) + nope(), v()));
   }
+  const std::optional<typename LatentAttentionWeights<Scalar>::Fp8Scales>& s = w_.fp8_scales;
+  const auto kept = [&](Matrix<Scalar>& in_out, const BlockScales* scales) {
+    StoredMatrix m = scales ? StoredMatrix::from(in_out.transpose(), w_.kept_as, *scales) : StoredMatrix::from(in_out.transpose(), w_.kept_as);
+    in_out = Matrix<Scalar>();
+    return m;
+  };
+  if (w_.w_q.size()) q_ = kept(w_.w_q, s ? &s->q : nullptr);
+  else q_a_ = kept(w_.w_q_a, s ? &s->q_a : nullptr), q_b_ = kept(w_.w_q_b, s ? &s->q_b : nullptr);
+  kv_a_ = kept(w_.w_kv_a, s ? &s->kv_a : nullptr), o_ = kept(w_.w_o, s ? &s->o : nullptr);
+}
+
+template <class Scalar>
+LatentAttentionWeights<Scalar> MultiHeadLatentAttention<Scalar>::weights() const {
+  LatentAttentionWeights<Scalar> w = w_;
+  const auto widened = [](const StoredMatrix& m) { return m.rows() ? Matrix<Scalar>(m.to_matrix<Scalar>().transpose()) : Matrix<Scalar>(); };
+  w.w_q = widened(q_), w.w_q_a = widened(q_a_), w.w_q_b = widened(q_b_), w.w_kv_a = widened(kv_a_), w.w_o = widened(o_);
+  return w;
 }
 
 template <class Scalar>

@@ -58,6 +58,20 @@ MultiHeadLatentAttention<Scalar> load_latent_attention(const Checkpoint& model, 
   w.kv_a_norm = t.vector<Scalar>("kv_a_layernorm.weight", u(l.kv_lora_rank));
   w.w_kv_b = t.linear<Scalar>("kv_b_proj.weight", H * u(l.qk_nope_head_dim + l.v_head_dim), u(l.kv_lora_rank));
   w.w_o = t.linear<Scalar>("o_proj.weight", d, H * u(l.v_head_dim));
+  // (kept as the checkpoint stores them where a product in Scalar reads that type: FP8 with its scales)
+  w.kept_as = t.kept_type<Scalar>({"q_proj.weight", "q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight", "o_proj.weight"});
+  if (is_fp8(w.kept_as)) {
+    typename LatentAttentionWeights<Scalar>::Fp8Scales s;
+    if (l.q_lora_rank == 0) {
+      s.q = t.fp8_scales("q_proj.weight", q_width, d);
+    } else {
+      s.q_a = t.fp8_scales("q_a_proj.weight", u(l.q_lora_rank), d);
+      s.q_b = t.fp8_scales("q_b_proj.weight", q_width, u(l.q_lora_rank));
+    }
+    s.kv_a = t.fp8_scales("kv_a_proj_with_mqa.weight", u(l.kv_lora_rank + l.qk_rope_head_dim), d);
+    s.o = t.fp8_scales("o_proj.weight", d, H * u(l.v_head_dim));
+    w.fp8_scales = std::move(s);
+  }
   try {
     return MultiHeadLatentAttention<Scalar>(std::move(w), c);
   } catch (const std::invalid_argument& e) {  // non-finite weights, a setting the layer refuses

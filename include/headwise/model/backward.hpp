@@ -238,8 +238,8 @@ class ModelBackward {
     if (options_.activations.count(name)) out_.activations[name] = g;
   }
   Parameters<Scalar>* params() { return options_.parameters ? &out_.parameters : nullptr; }
-  /// An optional norm's backward at block l's recorded input (an absent norm passes dy through;
-  /// its input, the same matrix as its output, is then not recorded).
+  /// An optional norm's backward at block l's recorded input (an absent norm passes dy through,
+  /// and its input is not read: a post-norm's input is recorded only where the norm is).
   Matrix<Scalar> through(const std::optional<Norm<Scalar>>& norm, Index l, const char* input, Matrix<Scalar> dy, const std::string& name) {
     return norm ? norm_backward(*norm, hook(l, input), dy, params(), name, threads_) : dy;
   }

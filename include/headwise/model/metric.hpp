@@ -48,8 +48,8 @@ struct Metric {
   }
 
   /// The metric's value on logits, and (with d_logits) its gradient, in double over Scalar's logits;
-  /// the cross-entropy's rows on up to `threads` threads, each row's term kept and the terms then
-  /// summed in row order (the same bits on any number of threads).
+  /// the cross-entropy's rows on up to `threads` threads (0: the default, as AttentionOptions), each
+  /// row's term kept and the terms then summed in row order (the same bits on any number of threads).
   double value(const Matrix<Scalar>& logits, Matrix<Scalar>* d_logits = nullptr, int threads = 1) const {
     check(logits);
     if (d_logits) d_logits->setZero(logits.rows(), logits.cols());
@@ -65,7 +65,8 @@ struct Metric {
     std::vector<double> terms(static_cast<std::size_t>(logits.rows()), 0.0);
     const Index vocab = logits.cols();
     headwise::detail::parallel_for<headwise::detail::Schedule::by_part>(
-        headwise::detail::threads_for(8.0 * double(logits.rows()) * double(vocab), threads), logits.rows(), [&](Index t) {
+        headwise::detail::threads_for(8.0 * double(logits.rows()) * double(vocab), headwise::detail::thread_count(threads, "Metric")),
+        logits.rows(), [&](Index t) {
           const Index target = targets[static_cast<std::size_t>(t)];
           if (target < 0) return;
           const double top = double(logits.row(t).maxCoeff());
