@@ -12,6 +12,7 @@
 //   Matrix<float> y = headwise::times_transposed<float>(x, w);                      // (n, out)
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -141,17 +142,32 @@ class StoredMatrix {
     s.type_ = type, s.shape_ = {m.rows(), m.cols()};
     s.set_scales(scales, "StoredMatrix::from");
     auto bytes = std::make_shared<detail::AlignedBytes>(std::size_t(m.size()));
+    // Rows in runs of 64 on the default threads; an entry beyond the type is refused by the first
+    // such entry in row order, whatever the threads.
+    constexpr Index run = 64;
+    const Index runs = (m.rows() + run - 1) / run;
+    std::vector<Index> refused(static_cast<std::size_t>(runs), -1);  // each run's first refused entry, r cols + c
     with_fp8_type(type, [&](auto tag) {
       using T = decltype(tag);
-      for (Index r = 0; r < m.rows(); ++r)
-        for (Index c = 0; c < m.cols(); ++c) {
-          const double q = static_cast<double>(m(r, c)) / scales.grid(r / scales.block_rows, c / scales.block_cols);
-          const bool near = std::fabs(q) <= 2 * detail::fp8_max<T>;  // (NaN and infinity not)
-          const T x = detail::fp8_nearest<T>(near ? q : 0.0);
-          if (!near || !(std::fabs(detail::from_stored<double>(x)) * detail::fp8_reading_factor<T> <= detail::fp8_max<T>))
-            detail::invalid("StoredMatrix::from", "entry (", r, ", ", c, ") over its block's scale is ", q, ", beyond ",
-                            weight_type_name(type), "'s largest value ", detail::fp8_max<T>);
-          (*bytes)[std::size_t(r) * std::size_t(m.cols()) + std::size_t(c)] = x.bits;
+      detail::parallel_for<detail::Schedule::next_free>(detail::thread_count(0, "StoredMatrix::from"), runs, [&](Index k) {
+        for (Index r = k * run; r < std::min(m.rows(), (k + 1) * run); ++r)
+          for (Index c = 0; c < m.cols(); ++c) {
+            const double q = static_cast<double>(m(r, c)) / scales.grid(r / scales.block_rows, c / scales.block_cols);
+            const bool near = std::fabs(q) <= 2 * detail::fp8_max<T>;  // (NaN and infinity not)
+            const T x = detail::fp8_nearest<T>(near ? q : 0.0);
+            if (!near || !(std::fabs(detail::from_stored<double>(x)) * detail::fp8_reading_factor<T> <= detail::fp8_max<T>)) {
+              if (refused[std::size_t(k)] < 0) refused[std::size_t(k)] = r * m.cols() + c;
+              continue;
+            }
+            (*bytes)[std::size_t(r) * std::size_t(m.cols()) + std::size_t(c)] = x.bits;
+          }
+      });
+      for (const Index at : refused)
+        if (at >= 0) {
+          const Index r = at / m.cols(), c = at % m.cols();
+          detail::invalid("StoredMatrix::from", "entry (", r, ", ", c, ") over its block's scale is ",
+                          static_cast<double>(m(r, c)) / scales.grid(r / scales.block_rows, c / scales.block_cols), ", beyond ",
+                          weight_type_name(type), "'s largest value ", detail::fp8_max<T>);
         }
     });
     s.data_ = bytes->data(), s.owner_ = std::move(bytes);
