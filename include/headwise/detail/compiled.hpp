@@ -42,12 +42,11 @@
 #endif
 
 // The readers' definitions: in the library's own source (not inline), absent where a library
-// holds them (headwise::compiled; the fuzzers' library, HEADWISE_COMPILED_IO, holds them alone),
-// else inline in the headers.
+// holds them (headwise::compiled), else inline in the headers.
 #if defined(HEADWISE_COMPILING_IO)
 #define HEADWISE_IO_DEFINITIONS_OF(path) path
 #define HEADWISE_IO_INLINE
-#elif defined(HEADWISE_COMPILED) || defined(HEADWISE_COMPILED_IO)
+#elif defined(HEADWISE_COMPILED)
 #define HEADWISE_IO_DEFINITIONS_OF(path) "headwise/detail/no_definitions.hpp"
 #define HEADWISE_IO_INLINE inline
 #else
