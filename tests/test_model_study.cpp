@@ -140,11 +140,16 @@ TEST_CASE("A whole-model backward gives the same bits on 1 and 2 threads, and re
   for (const auto& [name, value] : a.parameters) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(b.parameters.at(name)));
   CHECK(a.parameters.size() == b.parameters.size());
   // Long enough that the norms' backward and the loss split their rows over the threads (each
-  // past 2^20 operations): 600 tokens of d_model 128, a vocabulary of 2000.
+  // past 2^20 operations): 600 tokens of d_model 128, a vocabulary of 2000; the attention's and the
+  // final norm made LayerNorms (centred, with a bias), the MLP's an RMSNorm.
   {
     model::ModelShape s;
     s.vocab = 2000, s.d_model = 128, s.heads = 4, s.d_mlp = 64;
-    const auto wide = model::make_model<float>(s, 3);
+    auto wide = model::make_model<float>(s, 3);
+    for (model::Norm<float>* norm : {&*wide.blocks[0].attention_norm, &wide.final_norm}) {
+      norm->kind = model::Norm<float>::Kind::layer_norm;
+      norm->weight = RowVector<float>::LinSpaced(128, 0.5f, 1.5f), norm->bias = RowVector<float>::LinSpaced(128, -0.1f, 0.1f);
+    }
     std::vector<Index> long_ids(600);
     for (std::size_t t = 0; t < long_ids.size(); ++t) long_ids[t] = Index((t * 7919) % 2000);
     const auto long_metric = model::Metric<float>::next_token_loss(long_ids);
@@ -153,6 +158,7 @@ TEST_CASE("A whole-model backward gives the same bits on 1 and 2 threads, and re
     on_one.activations = on_two.activations = {"hook_embed", "blocks.0.hook_resid_mid", "ln_final.out"};
     const auto c = model::gradients(wide, long_ids, long_metric, on_one), d = model::gradients(wide, long_ids, long_metric, on_two);
     CHECK(c.metric == d.metric);
+    CHECK(c.parameters.count("model.norm.bias") == 1);
     for (const auto& [name, value] : c.activations) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(d.activations.at(name)));
     for (const auto& [name, value] : c.parameters) CHECK_THAT(value.cast<double>(), headwise_test::IsExactly(d.parameters.at(name)));
   }
