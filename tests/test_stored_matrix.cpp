@@ -151,6 +151,55 @@ TEST_CASE("Every finite FP8 code widens to its value", "[stored_matrix][fp8]") {
   }
 }
 
+TEST_CASE("Conversion to FP8: each quotient to its nearest code, ties to even, subnormals too; past the largest, refused", "[stored_matrix][fp8]") {
+  std::mt19937_64 rng(29);
+  for (const WeightType type : {WeightType::f8_e4m3, WeightType::f8_e5m2}) {
+    CAPTURE(headwise::weight_type_name(type));
+    const bool e4m3 = type == WeightType::f8_e4m3;
+    // The non-negative finite codes by value, and past the largest the value the next code would
+    // have (E4M3's NaN, E5M2's infinity): a quotient nearest that one is refused.
+    std::vector<std::pair<double, unsigned>> codes;
+    for (unsigned c = 0; c < 128; ++c)
+      if (fp8_finite(c, type)) codes.emplace_back(fp8_value(c, type), c);
+    std::sort(codes.begin(), codes.end());
+    const unsigned beyond = e4m3 ? 0x7F : 0x7C;
+    codes.emplace_back(e4m3 ? 480.0 : 65536.0, beyond);
+    const auto nearest = [&](double a) {  // (a >= 0)
+      if (a >= codes.back().first) return codes.back();
+      const auto hi = std::lower_bound(codes.begin(), codes.end(), std::pair<double, unsigned>{a, 0});
+      if (hi == codes.begin() || hi->first == a) return *hi;
+      const auto lo = hi - 1;
+      if (a - lo->first != hi->first - a) return a - lo->first < hi->first - a ? *lo : *hi;
+      return lo->second % 2 == 0 ? *lo : *hi;
+    };
+    std::vector<double> values;
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    for (std::size_t i = 0; i + 1 < codes.size(); ++i) {
+      const double lo = codes[i].first, hi = codes[i + 1].first, mid = (lo + hi) / 2;
+      for (const double v : {mid, std::nextafter(mid, 0.0), std::nextafter(mid, hi), lo + (hi - lo) * unit(rng)}) values.push_back(v);
+    }
+    for (const double v : {465.0, 479.0, 496.0, 500.0, 600.0, 895.0, 59392.0, 61439.0, 61440.0, 65536.0, 100000.0, 114687.0})
+      if (v <= 2 * codes[codes.size() - 2].first) values.push_back(v);
+    std::vector<double> kept, expected;
+    for (const double v : values) {
+      const double x = unit(rng) < 0.5 ? -v : v;
+      const auto [value, code] = nearest(v);
+      CAPTURE(x);
+      if (code == beyond) {
+        Eigen::MatrixXd one = Eigen::MatrixXd::Zero(1, 16);
+        one(0, 5) = x;
+        CHECK_THROWS_WITH(StoredMatrix::from(one, type, {Eigen::MatrixXd::Ones(1, 1), 1, 16}), Catch::Contains("entry (0, 5) over its block's scale is"));
+        continue;
+      }
+      kept.push_back(x), expected.push_back(x < 0 ? -value : value);
+    }
+    const Index n = Index(kept.size()), padded = (n + 15) / 16 * 16;
+    Eigen::MatrixXd m = Eigen::MatrixXd::Zero(1, padded), want = Eigen::MatrixXd::Zero(1, padded);
+    for (Index j = 0; j < n; ++j) m(0, j) = kept[std::size_t(j)], want(0, j) = expected[std::size_t(j)];
+    CHECK_THAT(as_double(StoredMatrix::from(m, type, {Eigen::MatrixXd::Ones(1, padded / 16), 1, 16}).to_matrix<float>()), IsExactly(want));
+  }
+}
+
 TEST_CASE("FP8 weights: NaN codes, bad scales and blocks are refused by name", "[stored_matrix][fp8][errors]") {
   auto codes = std::make_shared<std::vector<unsigned char>>(32, static_cast<unsigned char>(0x38));  // 1.0 in E4M3
   const headwise::BlockScales one{Eigen::MatrixXd::Ones(1, 1), 2, 16};

@@ -142,24 +142,29 @@ class StoredMatrix {
     s.type_ = type, s.shape_ = {m.rows(), m.cols()};
     s.set_scales(scales, "StoredMatrix::from");
     auto bytes = std::make_shared<detail::AlignedBytes>(std::size_t(m.size()));
-    // Rows in runs of 64 on the default threads; an entry beyond the type is refused by the first
-    // such entry in row order, whatever the threads.
+    // Rows in runs of 64 on the default threads, each run a scale block of columns at a time (a
+    // transposed m is then read a few lines a column); an entry beyond the type is refused by the
+    // first such entry in row order, whatever the threads.
     constexpr Index run = 64;
-    const Index runs = (m.rows() + run - 1) / run;
+    const Index runs = (m.rows() + run - 1) / run, width = scales.block_cols;
     std::vector<Index> refused(static_cast<std::size_t>(runs), -1);  // each run's first refused entry, r cols + c
     with_fp8_type(type, [&](auto tag) {
       using T = decltype(tag);
       detail::parallel_for<detail::Schedule::next_free>(detail::thread_count(0, "StoredMatrix::from"), runs, [&](Index k) {
-        for (Index r = k * run; r < std::min(m.rows(), (k + 1) * run); ++r)
-          for (Index c = 0; c < m.cols(); ++c) {
-            const double q = static_cast<double>(m(r, c)) / scales.grid(r / scales.block_rows, c / scales.block_cols);
-            const bool near = std::fabs(q) <= 2 * detail::fp8_max<T>;  // (NaN and infinity not)
-            const T x = detail::fp8_nearest<T>(near ? q : 0.0);
-            if (!near || !(std::fabs(detail::from_stored<double>(x)) * detail::fp8_reading_factor<T> <= detail::fp8_max<T>)) {
-              if (refused[std::size_t(k)] < 0) refused[std::size_t(k)] = r * m.cols() + c;
-              continue;
+        Index& first = refused[std::size_t(k)];
+        for (Index c0 = 0; c0 < m.cols(); c0 += width)
+          for (Index r = k * run; r < std::min(m.rows(), (k + 1) * run); ++r) {
+            const double scale = scales.grid(r / scales.block_rows, c0 / width);
+            for (Index c = c0; c < std::min(m.cols(), c0 + width); ++c) {
+              const double q = static_cast<double>(m(r, c)) / scale;
+              const bool near = std::fabs(q) <= 2 * detail::fp8_max<T>;  // (NaN and infinity not)
+              const T x = detail::fp8_nearest<T>(near ? q : 0.0);
+              if (!near || !(std::fabs(detail::from_stored<double>(x)) * detail::fp8_reading_factor<T> <= detail::fp8_max<T>)) {
+                if (first < 0 || r * m.cols() + c < first) first = r * m.cols() + c;
+                continue;
+              }
+              (*bytes)[std::size_t(r) * std::size_t(m.cols()) + std::size_t(c)] = x.bits;
             }
-            (*bytes)[std::size_t(r) * std::size_t(m.cols()) + std::size_t(c)] = x.bits;
           }
       });
       for (const Index at : refused)

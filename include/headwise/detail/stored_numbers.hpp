@@ -43,22 +43,33 @@ inline std::uint16_t half_bits_of(Fp8E5M2 x) { return static_cast<std::uint16_t>
 template <class T>
 constexpr double fp8_max = std::is_same_v<T, Fp8E4M3> ? 448.0 : 57344.0;
 
-/// The FP8 code nearest v (ties to even), for |v| <= fp8_max<T> once rounded (the caller checks).
+/// The FP8 code nearest v (ties to even), for finite v. A v whose nearest value is beyond the
+/// largest finite one gets the code the caller refuses (E4M3's NaN, E5M2's infinity): its value,
+/// once widened, exceeds fp8_max. Normal results by the bits of v (the mantissa cut to the type's
+/// with its rest rounded), FP8's subnormals and zero by one scaling.
 template <class T>
 T fp8_nearest(double v) {
-  constexpr int mantissa = std::is_same_v<T, Fp8E4M3> ? 3 : 2, bias = std::is_same_v<T, Fp8E4M3> ? 7 : 15;
-  const auto sign = static_cast<std::uint8_t>(std::signbit(v) ? 0x80u : 0u);
-  const double a = std::fabs(v);
-  int e = 0;
-  std::frexp(a, &e);
-  const int top = std::max(e - 1, 1 - bias);  // the binade's exponent; subnormals share the lowest step
-  const double q = std::nearbyint(std::ldexp(a, mantissa - top));  // a in steps of 2^(top - mantissa)
-  if (q == 0) return T{sign};
-  std::frexp(std::ldexp(q, top - mantissa), &e);  // (rounding may carry into the next binade)
-  if (e - 1 < 1 - bias) return T{static_cast<std::uint8_t>(sign | static_cast<unsigned>(q))};  // subnormal
-  const int exponent = e - 1;
-  const auto m = static_cast<unsigned>(std::ldexp(std::ldexp(q, top - mantissa), mantissa - exponent)) - (1u << mantissa);
-  return T{static_cast<std::uint8_t>(sign | static_cast<unsigned>(exponent + bias) << mantissa | m)};
+  constexpr bool e4m3 = std::is_same_v<T, Fp8E4M3>;
+  constexpr int mantissa = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  constexpr int top_field = e4m3 ? 15 : 30;               // the exponent field of the largest finite value
+  constexpr std::uint8_t beyond = e4m3 ? 0x7Fu : 0x7Cu;   // NaN (E4M3), infinity (E5M2)
+  const auto bits = Eigen::numext::bit_cast<std::uint64_t>(v);
+  const auto sign = static_cast<std::uint8_t>((bits >> 56) & 0x80u);
+  const int e = static_cast<int>((bits >> 52) & 0x7FFu) - 1023;  // v's binade
+  if (e < 1 - bias) {  // below FP8's normal binades: steps of its subnormals, 2^(1 - bias - mantissa)
+    constexpr double steps = double(std::uint64_t(1) << (bias - 1 + mantissa));
+    const auto q = static_cast<unsigned>(std::nearbyint(std::fabs(v) * steps));  // (2^mantissa: the lowest normal's code)
+    return T{static_cast<std::uint8_t>(sign | q)};
+  }
+  constexpr int drop = 52 - mantissa;
+  const std::uint64_t fraction = bits & ((std::uint64_t(1) << 52) - 1), rest = fraction & ((std::uint64_t(1) << drop) - 1);
+  const std::uint64_t half = std::uint64_t(1) << (drop - 1);
+  std::uint64_t q = fraction >> drop;
+  int field = e + bias;
+  if (rest > half || (rest == half && (q & 1u))) ++q;
+  if (q >> mantissa) q = 0, ++field;  // (rounding carried into the next binade)
+  if (field > top_field) return T{static_cast<std::uint8_t>(sign | beyond)};
+  return T{static_cast<std::uint8_t>(sign | static_cast<unsigned>(field) << mantissa | static_cast<unsigned>(q))};
 }
 
 /// x in float, rounded to odd: the float toward zero from x with its last bit set where x is not a

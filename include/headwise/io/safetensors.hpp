@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -121,6 +122,17 @@ inline float fp8_to_float(std::uint8_t byte, int mantissa_bits) {
     return mantissa == 0 ? sign * std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
   if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), 1 - bias - mantissa_bits);
   return sign * std::ldexp(static_cast<float>(mantissa + (1 << mantissa_bits)), exponent - bias - mantissa_bits);
+}
+
+/// fp8_to_float's 256 values of each format (mantissa_bits 3: E4M3, 2: E5M2), computed once:
+/// a tensor's entries are read by lookup.
+inline const std::array<float, 256>& fp8_values(int mantissa_bits) {
+  static const std::array<std::array<float, 256>, 2> table = [] {
+    std::array<std::array<float, 256>, 2> t{};
+    for (unsigned c = 0; c < 256; ++c) t[0][c] = fp8_to_float(static_cast<std::uint8_t>(c), 2), t[1][c] = fp8_to_float(static_cast<std::uint8_t>(c), 3);
+    return t;
+  }();
+  return table[mantissa_bits == 3 ? 1 : 0];
 }
 
 inline float half_to_float(std::uint16_t h) {
@@ -448,8 +460,8 @@ class SafetensorsFile {
       case Dtype::U32: return each([](const unsigned char* q) { return load<std::uint32_t>(q); });
       case Dtype::I64: return each([](const unsigned char* q) { return load<std::int64_t>(q); });
       case Dtype::U64: return each([](const unsigned char* q) { return load<std::uint64_t>(q); });
-      case Dtype::F8_E4M3: return each([](const unsigned char* q) { return detail::fp8_to_float(*q, 3); });
-      case Dtype::F8_E5M2: return each([](const unsigned char* q) { return detail::fp8_to_float(*q, 2); });
+      case Dtype::F8_E4M3: return each([&v = detail::fp8_values(3)](const unsigned char* q) { return v[*q]; });
+      case Dtype::F8_E5M2: return each([&v = detail::fp8_values(2)](const unsigned char* q) { return v[*q]; });
     }
     fail("tensor \"" + t.name + "\" has dtype " + dtype_name(t.dtype) + ", which headwise cannot convert");
   }

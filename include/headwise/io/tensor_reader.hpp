@@ -7,6 +7,7 @@
 // a depthwise conv1d's weight. Every error names the checkpoint and the tensor.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -56,7 +57,7 @@ class TensorReader {
   /// An nn.Linear weight [out, in], as the (in, out) matrix x W multiplies by.
   template <class Scalar>
   Matrix<Scalar> linear(const std::string& name, std::uint64_t out, std::uint64_t in) const {
-    return matrix<Scalar>(name, out, in).transpose();
+    return transposed(matrix<Scalar>(name, out, in));
   }
   /// An nn.Linear weight [out, in] (an embedding [vocab, d]) kept as stored, in place where it can be
   /// (SafetensorsFile::stored_matrix); an FP8 one in place with its block scales for a float
@@ -165,6 +166,19 @@ class TensorReader {
   }
 
  private:
+  /// m transposed a tile of 32 x 32 at a time: each tile's rows and columns a few cache lines
+  /// (a whole row of one against a column of the other misses a line an entry).
+  template <class Scalar>
+  static Matrix<Scalar> transposed(const Matrix<Scalar>& m) {
+    constexpr Index tile = 32;
+    Matrix<Scalar> t(m.cols(), m.rows());
+    for (Index i = 0; i < m.rows(); i += tile)
+      for (Index j = 0; j < m.cols(); j += tile) {
+        const Index rows = std::min(tile, m.rows() - i), cols = std::min(tile, m.cols() - j);
+        t.block(j, i, cols, rows) = m.block(i, j, rows, cols).transpose();
+      }
+    return t;
+  }
   template <class Scalar>
   static WeightType computing_type() {
     return std::is_same_v<Scalar, float> ? WeightType::f32 : WeightType::f64;
@@ -204,7 +218,8 @@ class TensorReader {
   void apply_block_scales(const std::string& key, Dtype dtype, Matrix<Scalar>& m) const {
     const BlockScales s = block_scales(key, dtype, {m.rows(), m.cols()});
     for (Index i = 0; i < m.rows(); ++i)
-      for (Index j = 0; j < m.cols(); ++j) m(i, j) *= static_cast<Scalar>(s.grid(i / s.block_rows, j / s.block_cols));
+      for (Index j = 0; j < m.cols(); j += s.block_cols)
+        m.row(i).segment(j, std::min(s.block_cols, m.cols() - j)) *= static_cast<Scalar>(s.grid(i / s.block_rows, j / s.block_cols));
   }
 
   const Checkpoint& model_;
