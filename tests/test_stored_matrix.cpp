@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -419,6 +420,104 @@ TEST_CASE("x W^T with MXFP4 weights in place: the float product's bits over the 
       CHECK_THAT(as_double(y), IsExactly(headwise::times_transposed<float>(x, dense, 1)));  // (the float product: its own tests)
       CHECK_THAT(as_double(y), IsNear(x.cast<double>() * decoded.transpose(), 1e-5));
     }
+}
+
+namespace {
+// MXFP4 codes and scales at random (scale bytes 100..140), as a checkpoint stores them.
+struct Mxfp4Case {
+  std::vector<std::uint8_t> codes, scales;
+  Index out, in;
+};
+Mxfp4Case mxfp4_case(Index out, Index in, std::mt19937& rng) {
+  Mxfp4Case c{std::vector<std::uint8_t>(std::size_t(out * in / 2)), std::vector<std::uint8_t>(std::size_t(out * in / 32)), out, in};
+  for (auto& b : c.codes) b = static_cast<std::uint8_t>(rng() & 0xFF);
+  for (auto& e : c.scales) e = static_cast<std::uint8_t>(100 + rng() % 41);
+  return c;
+}
+// Entry (r, k) of the stored arithmetic's doubled FP4 values: the nibble's magnitude from E2M1
+// (0, 0.5, 1, 1.5, 2, 3, 4, 6) times 2, its sign bit 3.
+int doubled_fp4(const Mxfp4Case& c, Index r, Index k) {
+  const std::uint8_t byte = c.codes[std::size_t(r * c.in / 2 + k / 2)];
+  const unsigned nibble = k % 2 ? byte >> 4 : byte & 0x0F;
+  static const int magnitude[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+  return nibble & 8 ? -magnitude[nibble & 7] : magnitude[nibble & 7];
+}
+// C(i, j) under the stored arithmetic, restated from detail/mxfp4_products.hpp's rule: x rounded
+// to int8 per block of 32; blocks in pairs; lane L (0..15) of pair p is block 2p + (L / 4) % 2's
+// entries 8 (L % 4) + 2t + L / 8, t = 0..3; each lane's integer sum times d w by one fma, in pair
+// order; the lanes summed L + 8, L + 4, then (0 + 2) + (1 + 3).
+float stored_reference(const Matrix<float>& x, Index i, const Mxfp4Case& c, Index j) {
+  const Index blocks = c.in / 32;
+  std::vector<int> q(std::size_t(c.in), 0);
+  std::vector<float> d(static_cast<std::size_t>(blocks));
+  for (Index b = 0; b < blocks; ++b) {
+    float largest = 0;
+    bool finite = true;
+    for (Index k = 0; k < 32; ++k) finite = finite && std::isfinite(x(i, 32 * b + k)), largest = std::max(largest, std::fabs(x(i, 32 * b + k)));
+    d[std::size_t(b)] = finite ? largest / 127.0f : std::numeric_limits<float>::quiet_NaN();
+    if (finite && d[std::size_t(b)] > 0)
+      for (Index k = 0; k < 32; ++k) q[std::size_t(32 * b + k)] = int(std::clamp(std::nearbyint(x(i, 32 * b + k) / d[std::size_t(b)]), -127.0f, 127.0f));
+  }
+  float lanes[16] = {};
+  for (Index p = 0; 2 * p < blocks; ++p)
+    for (int lane = 0; lane < 16; ++lane) {
+      const Index b = 2 * p + (lane / 4) % 2;
+      if (b >= blocks) continue;  // (a lone block's partner adds nothing)
+      int sum = 0;
+      for (int t = 0; t < 4; ++t) {
+        const Index k = 32 * b + 8 * (lane % 4) + 2 * t + lane / 8;
+        sum += q[std::size_t(k)] * doubled_fp4(c, j, k);
+      }
+      const float w = std::ldexp(1.0f, int(c.scales[std::size_t(j * blocks + b)]) - 128);
+      lanes[lane] = std::fma(float(sum), d[std::size_t(b)] * w, lanes[lane]);
+    }
+  for (int l = 0; l < 8; ++l) lanes[l] += lanes[l + 8];
+  for (int l = 0; l < 4; ++l) lanes[l] += lanes[l + 4];
+  return (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+}
+}  // namespace
+
+TEST_CASE("x W^T with MXFP4 weights by the stored arithmetic: int8 activations per block, the one order, any threads", "[stored_matrix][mxfp4]") {
+  std::mt19937 rng(17);
+  for (const Index in : {32, 96, 128, 2880}) {
+    const Mxfp4Case c = mxfp4_case(13, in, rng);
+    const StoredMatrix widened = StoredMatrix::view_mxfp4(nullptr, c.codes.data(), c.scales.data(), {c.out, in});
+    const StoredMatrix w = widened.with_arithmetic(headwise::WeightArithmetic::stored);
+    CHECK(w.arithmetic() == headwise::WeightArithmetic::stored);
+    CHECK(w.middle_rows(2, 5).arithmetic() == headwise::WeightArithmetic::stored);
+    const Matrix<double> decoded = widened.to_matrix<double>();
+    for (const Index rows : {1, 3, 70}) {
+      CAPTURE(in, rows);
+      Matrix<float> x = headwise_test::random_matrix<float>(rows, in, rng);
+      if (rows > 1) x.block(1, 0, 1, 32).setZero();  // (a block of zeros)
+      const Matrix<float> y = headwise::times_transposed<float>(x, w, 1);
+      Matrix<double> expected(rows, c.out), bound(rows, c.out);
+      for (Index i = 0; i < rows; ++i)
+        for (Index j = 0; j < c.out; ++j) {
+          expected(i, j) = stored_reference(x, i, c, j);
+          // int8 rounding moves each entry by at most half its block's d (max |x| / 254)
+          double b = 0;
+          for (Index k = 0; k < in; ++k)
+            b += std::fabs(decoded(j, k)) * (x.row(i).segment(k / 32 * 32, 32).cwiseAbs().maxCoeff() / 254.0 + 1e-5 * std::fabs(x(i, k)));
+          bound(i, j) = b;
+        }
+      CHECK_THAT(as_double(y), IsExactly(expected));
+      CHECK(((y.cast<double>() - x.cast<double>() * decoded.transpose()).cwiseAbs().array() <= bound.array()).all());
+      for (const int threads : {2, 3}) CHECK_THAT(as_double(headwise::times_transposed<float>(x, w, threads)), IsExactly(y));
+      for (Index i = 0; i < rows; ++i) CHECK_THAT(as_double(headwise::times_transposed<float>(x.row(i), w, 1)), IsExactly(y.row(i)));
+      if (rows > 1) {  // a value that is not finite makes its own row NaN, and no other
+        Matrix<float> bad = x;
+        bad(rows - 1, in - 1) = std::numeric_limits<float>::infinity();
+        const Matrix<float> z = headwise::times_transposed<float>(bad, w, 2);
+        CHECK(z.row(rows - 1).array().isNaN().all());
+        CHECK_THAT(as_double(z.topRows(rows - 1)), IsExactly(y.topRows(rows - 1)));
+      }
+    }
+  }
+  const StoredMatrix bf16 = StoredMatrix::from(Matrix<float>::Ones(2, 32), WeightType::bf16);
+  CHECK_THROWS_WITH(bf16.with_arithmetic(headwise::WeightArithmetic::stored),
+                    Catch::Contains("BF16 weights have no stored arithmetic in headwise (MXFP4 has one"));
+  CHECK(bf16.with_arithmetic(headwise::WeightArithmetic::widened).arithmetic() == headwise::WeightArithmetic::widened);
 }
 
 TEST_CASE("MXFP4 weights: scales beyond float, partial blocks and float64 products are refused by name", "[stored_matrix][mxfp4][errors]") {

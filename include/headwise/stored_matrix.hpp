@@ -6,7 +6,10 @@
 // streams the stored bytes, half of float32's for BF16, a quarter (and a scale per row and block
 // of columns) for FP8; or MXFP4 (gpt-oss's experts: FP4 entries two to a byte, a power-of-two scale
 // per 32, detail/mxfp4_products.hpp), about an eighth. A float64 product (the teaching and reference paths) reads F64 weights
-// only: convert them once with `StoredMatrix::from`.
+// only: convert them once with `StoredMatrix::from`. How a product multiplies is the matrix's
+// arithmetic (WeightArithmetic): widened, the default, or for MXFP4 stored, by integer products
+// with the activations rounded to int8 per block of 32, as llama.cpp multiplies MXFP4
+// (`w.with_arithmetic(WeightArithmetic::stored)`; detail/mxfp4_products.hpp states its rule).
 //
 //   auto w = headwise::StoredMatrix::from(w_out_in, headwise::WeightType::bf16);   // rounded once
 //   Matrix<float> y = headwise::times_transposed<float>(x, w);                      // (n, out)
@@ -54,6 +57,14 @@ inline const char* weight_type_name(WeightType t) {
 }
 
 inline bool is_fp8(WeightType t) { return t == WeightType::f8_e4m3 || t == WeightType::f8_e5m2; }
+
+/// How a product multiplies by a StoredMatrix: every entry widened to the computing type (the
+/// default: the bits of the same product over the widened matrix), or in the stored type's own
+/// arithmetic, which MXFP4 has (integer products with the activations rounded to int8 per block of
+/// 32: detail/mxfp4_products.hpp) and the other types do not yet.
+enum class WeightArithmetic { widened, stored };
+
+inline const char* weight_arithmetic_name(WeightArithmetic a) { return a == WeightArithmetic::widened ? "widened" : "stored"; }
 
 /// Bytes per entry (MXFP4: 1, the alignment its bytes need; an entry takes half of one).
 inline std::size_t weight_type_size(WeightType t) {
@@ -234,6 +245,17 @@ class StoredMatrix {
   Index rows() const { return shape_.rows; }
   Index cols() const { return shape_.cols; }
   WeightType type() const { return type_; }
+  WeightArithmetic arithmetic() const { return arithmetic_; }
+  /// The same entries (sharing these bytes) multiplied by `a`; stored is refused for a type that
+  /// has no stored arithmetic (every type but MXFP4).
+  StoredMatrix with_arithmetic(WeightArithmetic a) const {
+    if (a == WeightArithmetic::stored && type_ != WeightType::mxfp4)
+      detail::invalid("StoredMatrix::with_arithmetic", weight_type_name(type_),
+                      " weights have no stored arithmetic in headwise (MXFP4 has one: its codes times the activations rounded to int8)");
+    StoredMatrix m = *this;
+    m.arithmetic_ = a;
+    return m;
+  }
   const void* data() const { return data_; }
   /// The bytes a product reads: the entries, and an FP8 matrix's float scale per row and block of
   /// columns (MXFP4: half a byte per entry, a byte per 32).
@@ -381,6 +403,7 @@ class StoredMatrix {
   const float* scale_rows_ = nullptr;                 ///< (this matrix's first row's, in scales_)
   const std::uint8_t* exponents_ = nullptr;           ///< MXFP4: this matrix's first row's scale bytes
   Index block_cols_ = 0;
+  WeightArithmetic arithmetic_ = WeightArithmetic::widened;
 };
 
 /// x Wᵀ: (x.rows(), w.rows()) for x (n, w.cols()), on `threads` threads (0: the default count).
@@ -412,7 +435,10 @@ Matrix<Scalar> times_transposed(const Eigen::Ref<const Matrix<Scalar>>& x, const
       case WeightType::f16: run(Eigen::half{}); break;
       case WeightType::f8_e4m3: run(detail::Fp8E4M3{}); break;
       case WeightType::f8_e5m2: run(detail::Fp8E5M2{}); break;
-      case WeightType::mxfp4: detail::mxfp4_row_dot(a, w.mxfp4_rows(), c, parts); break;
+      case WeightType::mxfp4:
+        if (w.arithmetic() == WeightArithmetic::stored) detail::mxfp4_row_dot_stored(a, w.mxfp4_rows(), c, parts);
+        else detail::mxfp4_row_dot(a, w.mxfp4_rows(), c, parts);
+        break;
       case WeightType::f64:
         detail::invalid("times_transposed", "a float32 product reads F32, BF16, F16 or FP8 weights, not F64 (convert them once: StoredMatrix::from(w.to_matrix<float>(), WeightType::f32))");
     }

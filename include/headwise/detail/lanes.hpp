@@ -64,6 +64,31 @@ struct VectorFp4 {
   static constexpr bool available = false;
 };
 
+/// The stored arithmetic's pair of blocks of a row of B (see the top): the doubled FP4 magnitudes
+/// in the pair's layout, the mask of its negative codes (bit e: byte e), each lane's block scale
+/// halved (0 for a lone block's missing partner).
+struct Fp4Pair {
+  alignas(64) std::uint8_t magnitude[64];
+  std::uint64_t negative;
+  alignas(64) float scale[16];
+};
+/// A pair of blocks of a row of A rounded to int8, in the same layout, each lane's d.
+struct Int8Pair {
+  alignas(64) std::int8_t q[64];
+  alignas(64) float scale[16];
+};
+
+/// MXFP4 weights under the stored arithmetic (mxfp4_products.hpp: a pair of blocks is 64 entries,
+/// their lanes as that file lays them out): decode_pair writes a pair's doubled FP4 magnitudes,
+/// the mask of its negative codes and its lanes' scales; dot_pairs adds a row's pairs into 16
+/// float lanes.
+/// Not available unless the instruction set's file specializes it (the products file's own loops
+/// compute the same bits).
+template <class = void>
+struct VectorFp4Int8 {
+  static constexpr bool available = false;
+};
+
 /// The instruction set's tuning of the stored weights' row-dot product: the bytes of A's rows a
 /// block holds (detail/row_dot_product.hpp, a_block_bytes).
 template <class = void>

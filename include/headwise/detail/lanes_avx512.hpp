@@ -221,6 +221,35 @@ template <>
 struct VectorLanes<std::int8_t, 32> {
   using type = Avx512Int8Lanes;
 };
+
+/// MXFP4 under the stored arithmetic (mxfp4_products.hpp's layout): a pair's nibbles split by one
+/// mask and one shift, its magnitudes looked up by vpshufb, its signs a mask; a row's pairs by
+/// vpdpbusd (the magnitudes unsigned, the activations negated where the code is), then one fused
+/// multiply-add a pair into the 16 lanes.
+template <>
+struct VectorFp4Int8<void> {
+  static constexpr bool available = true;
+  static void decode_pair(const std::uint8_t* codes, float w0, float w1, Fp4Pair& out) {
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)), nibble = _mm256_set1_epi8(0x0F);
+    const __m256i low = _mm256_and_si256(c, nibble), high = _mm256_and_si256(_mm256_srli_epi16(c, 4), nibble);
+    const __m512i index = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);  // (the pair's layout)
+    const __m512i doubled = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12));
+    _mm512_store_si512(out.magnitude, _mm512_shuffle_epi8(doubled, index));
+    out.negative = _mm512_test_epi8_mask(index, _mm512_set1_epi8(0x08));
+    _mm512_store_ps(out.scale, _mm512_mask_blend_ps(__mmask16(0xF0F0), _mm512_set1_ps(w0), _mm512_set1_ps(w1)));
+  }
+  static void dot_pairs(const Fp4Pair* b, const Int8Pair* a, Index pairs, float* lanes) {
+    __m512 sums = _mm512_setzero_ps();
+    for (Index p = 0; p < pairs; ++p) {
+      const __m512i q = _mm512_load_si512(a[p].q);
+      const __m512i signed_q = _mm512_mask_sub_epi8(q, b[p].negative, _mm512_setzero_si512(), q);
+      const __m512i products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(b[p].magnitude), signed_q);
+      const __m512 scale = _mm512_mul_ps(_mm512_load_ps(a[p].scale), _mm512_load_ps(b[p].scale));
+      sums = _mm512_fmadd_ps(_mm512_cvtepi32_ps(products), scale, sums);
+    }
+    _mm512_storeu_ps(lanes, sums);
+  }
+};
 #endif
 
 /// 16 floats widened from 16 stored entries: BF16 by a shift, F16 by vcvtph2ps, int8 by
