@@ -6,9 +6,10 @@
 //                          file's size (the bound: <= 1.15)
 //   BM_GptOssDecodeStep    a decoding step after a context of 128, on 1 and 2 threads: the stored
 //                          bytes it reads (attention, routers, the chosen experts, the LM head) per
-//                          second, beside BM_StreamTriad's (the bound: >= 0.8 of it)
+//                          second, beside BM_StreamTriad's (the bound: >= 0.8 of it); the experts
+//                          widened (arithmetic 0) or by the stored arithmetic (1: int8 activations)
 //   BM_GptOssExperts       one sparse block on one token (its 4 chosen experts, 53 MB of MXFP4):
-//                          their bytes per second, the MXFP4 product alone
+//                          their bytes per second, the MXFP4 product alone, by either arithmetic
 //   BM_StreamTriad         the memory's pace (stream_triad.hpp)
 // The checkpoint (4.2 GB) is written once into --dir (default: under the system's temporary
 // directory) and then read from the page cache: warm-cache figures.
@@ -25,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "headwise/io/decoder_model.hpp"
+#include "headwise/model/weight_arithmetic.hpp"
 #include "checkpoint_files.hpp"
 #include "stream_triad.hpp"
 
@@ -99,6 +101,16 @@ const headwise::model::DecoderModel<float>& model() {
   return m;
 }
 
+/// The same model (the same bytes) with its experts multiplied by the stored arithmetic (0: widened).
+const headwise::model::DecoderModel<float>& model(std::int64_t arithmetic) {
+  static const headwise::model::DecoderModel<float> stored = [] {
+    auto m = model();
+    headwise::model::set_weight_arithmetic(m, headwise::WeightType::mxfp4, headwise::WeightArithmetic::stored);
+    return m;
+  }();
+  return arithmetic ? stored : model();
+}
+
 void BM_LoadGptOss(benchmark::State& state) {
   write_checkpoint(folder);
   const bool resettable = bench_files::reset_peak_rss();
@@ -127,7 +139,7 @@ double step_bytes(const headwise::model::DecoderModel<float>& m) {
 }
 
 void BM_GptOssDecodeStep(benchmark::State& state) {
-  const auto& m = model();
+  const auto& m = model(state.range(1));
   const int threads = static_cast<int>(state.range(0));
   auto caches = m.make_caches(128 + 1024);
   std::vector<Index> prompt(128);
@@ -142,7 +154,7 @@ void BM_GptOssDecodeStep(benchmark::State& state) {
 }
 
 void BM_GptOssExperts(benchmark::State& state) {
-  const auto& m = model();
+  const auto& m = model(state.range(1));
   const int threads = static_cast<int>(state.range(0));
   const auto& moe = *m.blocks[1].experts;
   std::mt19937 rng(3);
@@ -157,8 +169,13 @@ void BM_GptOssExperts(benchmark::State& state) {
 
 BENCHMARK(BM_LoadGptOss)->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_GptOssExperts)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_GptOssDecodeStep)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(16)->UseRealTime();
+BENCHMARK(BM_GptOssExperts)->ArgNames({"threads", "arithmetic"})->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GptOssDecodeStep)
+    ->ArgNames({"threads", "arithmetic"})
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(16)
+    ->UseRealTime();
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include "headwise/interpret/model_head_scores.hpp"
 #include "headwise/io/decoder_model.hpp"
 #include "headwise/model/backward.hpp"
+#include "headwise/model/weight_arithmetic.hpp"
 #include "headwise/text/tokenizer.hpp"
 #include "support/catch.hpp"
 #include "support/fixtures.hpp"
@@ -154,6 +155,44 @@ TEMPLATE_TEST_CASE("gpt-oss whole: its experts dense, in MXFP4 as released, and 
   // activations' gradients are there (test_model_study.cpp checks them).
   CHECK_THROWS_WITH(model::gradients(mxfp4, ids, model::Metric<TestType>::next_token_loss(ids)), Catch::Contains("layer 0 has attention sinks"));
   CHECK_THROWS_WITH(model::parameters_of(mxfp4), Catch::Contains("layer 0 has attention sinks"));
+}
+
+TEST_CASE("gpt-oss's MXFP4 experts by the stored arithmetic: near the fixture's logits, decoding = forward bit for bit, any threads",
+          "[model][fixture][gpt_oss][stored_matrix]") {
+  auto model = io::load_decoder_model<float>(headwise_test::data_path("gpt-oss-model-tiny-mxfp4"));
+  const auto widened = model;
+  Index experts = 0;
+  for (const auto& b : model.blocks) experts += Index(b.experts->experts.size());
+  CHECK(model::set_weight_arithmetic(model, WeightType::mxfp4, WeightArithmetic::stored) == 2 * experts);  // (gate_up and down)
+  CHECK(model.blocks[0].experts->experts[0].w_up.arithmetic() == WeightArithmetic::stored);
+  const io::SafetensorsFile ref = headwise_test::load_fixture("gpt-oss-model-tiny-mxfp4/model-reference.safetensors");
+  const std::vector<Index> ids = ids_of(ref, "input_ids");
+  const Matrix<float> forward = model.logits(ids);
+  // Each block of the experts' inputs rounded to int8 moves this tiny random model's logits by
+  // about 2% of their largest (2.0e-2 measured against the float64 reference), where the widened
+  // arithmetic's float rounding moves them by 1e-7: the product's own rule is checked bit for bit
+  // in test_stored_matrix.cpp.
+  const Matrix<double> expected = ref.matrix<double>("logits.f64");
+  const double moved = (forward.cast<double>() - expected).cwiseAbs().maxCoeff() / expected.cwiseAbs().maxCoeff();
+  CAPTURE(moved);
+  CHECK(moved < 5e-2);
+  CHECK(moved > 1e-6);  // (the stored arithmetic, not the widened one's 1e-7)
+  CHECK((widened.logits(ids) - forward).cwiseAbs().maxCoeff() > 0.0f);
+  for (const int threads : {1, 2}) {
+    auto caches = model.make_caches(Index(ids.size()));
+    for (std::size_t t = 0; t < ids.size(); ++t)
+      CHECK_THAT(Matrix<double>(model.decode({ids[t]}, caches, threads).cast<double>()),
+                 headwise_test::IsExactly(Matrix<double>(forward.row(Index(t)).cast<double>())));
+    model::RunOptions<float> o;
+    o.threads = threads;
+    CHECK_THAT(Matrix<double>(model.run(ids, o).logits.cast<double>()), headwise_test::IsExactly(Matrix<double>(forward.cast<double>())));
+  }
+  auto bf16 = io::load_decoder_model<float>(headwise_test::data_path("gpt-oss-model-tiny-mxfp4-bf16"));
+  CHECK_THROWS_WITH(model::set_weight_arithmetic(bf16, WeightType::bf16, WeightArithmetic::stored),
+                    Catch::Contains("BF16 weights have no stored arithmetic in headwise"));
+  auto dense = io::load_decoder_model<float>(headwise_test::data_path("gpt-oss-model-tiny"));
+  CHECK_THROWS_WITH(model::set_weight_arithmetic(dense, WeightType::mxfp4, WeightArithmetic::stored),
+                    Catch::Contains("set_weight_arithmetic: the model holds no MXFP4 weights outside its attention layers"));
 }
 
 TEMPLATE_TEST_CASE("DeepSeek-V3 whole: latent attention in its blocks, a dense first layer, sparse ones with grouped sigmoid routing, "

@@ -17,6 +17,7 @@
 #include <Eigen/Core>
 
 #include "headwise/detail/platform.hpp"  // HEADWISE_HOLD_IN_REGISTER, HEADWISE_CPU_IS_AMD
+#include "headwise/detail/prefetch.hpp"
 #include "headwise/types.hpp"
 
 
@@ -239,13 +240,33 @@ struct VectorFp4Int8<void> {
     _mm512_store_ps(out.scale, _mm512_mask_blend_ps(__mmask16(0xF0F0), _mm512_set1_ps(w0), _mm512_set1_ps(w1)));
   }
   static void dot_pairs(const Fp4Pair* b, const Int8Pair* a, Index pairs, float* lanes) {
-    __m512 sums = _mm512_setzero_ps();
+    __m512 sums = _mm512_loadu_ps(lanes);
     for (Index p = 0; p < pairs; ++p) {
       const __m512i q = _mm512_load_si512(a[p].q);
       const __m512i signed_q = _mm512_mask_sub_epi8(q, b[p].negative, _mm512_setzero_si512(), q);
       const __m512i products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(b[p].magnitude), signed_q);
       const __m512 scale = _mm512_mul_ps(_mm512_load_ps(a[p].scale), _mm512_load_ps(b[p].scale));
       sums = _mm512_fmadd_ps(_mm512_cvtepi32_ps(products), scale, sums);
+    }
+    _mm512_storeu_ps(lanes, sums);
+  }
+  /// dot_pairs over whole pairs decoded as they are read: codes (32 bytes a pair) and exponents (2
+  /// a pair) in place, each block's scale for the doubled values from halves[exponent].
+  static void dot_codes(const std::uint8_t* codes, const std::uint8_t* exponents, const float* halves, const Int8Pair* a, Index pairs,
+                        float* lanes) {
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m512i doubled = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12)), sign = _mm512_set1_epi8(0x08);
+    __m512 sums = _mm512_loadu_ps(lanes);
+    for (Index p = 0; p < pairs; ++p) {
+      prefetch_line(codes + 32 * p, 4096);  // (the stream ahead, as the widened types' decoding step asks)
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * p));
+      const __m512i index = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(c, nibble)),
+                                               _mm256_and_si256(_mm256_srli_epi16(c, 4), nibble), 1);
+      const __m512i q = _mm512_load_si512(a[p].q);
+      const __m512i signed_q = _mm512_mask_sub_epi8(q, _mm512_test_epi8_mask(index, sign), _mm512_setzero_si512(), q);
+      const __m512i products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi8(doubled, index), signed_q);
+      const __m512 w = _mm512_mask_blend_ps(__mmask16(0xF0F0), _mm512_set1_ps(halves[exponents[2 * p]]), _mm512_set1_ps(halves[exponents[2 * p + 1]]));
+      sums = _mm512_fmadd_ps(_mm512_cvtepi32_ps(products), _mm512_mul_ps(_mm512_load_ps(a[p].scale), w), sums);
     }
     _mm512_storeu_ps(lanes, sums);
   }

@@ -33,6 +33,7 @@
 
 #include "headwise/detail/lanes.hpp"
 #include "headwise/detail/parallel.hpp"
+#include "headwise/detail/prefetch.hpp"
 #include "headwise/detail/row_dot_product.hpp"
 #include "headwise/types.hpp"
 
@@ -117,13 +118,26 @@ inline void mxfp4_row_dot(RowMajorView<const float> a, const Mxfp4Rows& b, RowMa
 /// The doubled magnitudes of FP4 E2M1's sixteen codes (the sign is bit 3).
 inline constexpr std::uint8_t fp4_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12};
 
+/// 2^(s - 128), each block's scale for the doubled values (exact: e8m0_value halved), by s.
+inline const float* e8m0_halves() {
+  static const std::vector<float> halves = [] {
+    std::vector<float> h(256);
+    for (unsigned e = 0; e < 256; ++e) h[e] = e <= mxfp4_largest_scale ? e8m0_value(static_cast<std::uint8_t>(e)) * 0.5f : 0.0f;
+    return h;
+  }();
+  return halves.data();
+}
+
 /// Blocks 2p and 2p + 1 (`blocks` of them here: 1 or 2) of row r of b as an Fp4Pair.
 template <class Lanes = VectorFp4Int8<>>  // (a template: the registers' branch a build lacks is not compiled)
 void decode_fp4_pair(const Mxfp4Rows& b, Index r, Index p, Index blocks, Fp4Pair& out) {
-  std::uint8_t codes[32] = {};  // (a lone block beside zeros)
-  std::memcpy(codes, b.codes + r * b.code_stride + p * 32, std::size_t(16 * blocks));
+  const std::uint8_t* in_place = b.codes + r * b.code_stride + p * 32;
+  prefetch_line(in_place, 4096);  // (the stream ahead: as the widened types' decoding step asks, row_dot_product.hpp)
+  std::uint8_t lone[32] = {};  // (a lone block beside zeros)
+  if (blocks == 1) std::memcpy(lone, in_place, 16);
+  const std::uint8_t* codes = blocks == 2 ? in_place : lone;
   const std::uint8_t* exponents = b.scales + r * b.scale_stride + 2 * p;
-  const float w0 = e8m0_value(exponents[0]) * 0.5f, w1 = blocks == 2 ? e8m0_value(exponents[1]) * 0.5f : 0.0f;  // (exact)
+  const float w0 = e8m0_halves()[exponents[0]], w1 = blocks == 2 ? e8m0_halves()[exponents[1]] : 0.0f;
   if constexpr (Lanes::available) return Lanes::decode_pair(codes, w0, w1, out);
   out.negative = 0;
   for (int e = 0; e < 64; ++e) {
@@ -161,24 +175,38 @@ inline void round_to_int8_pairs(const float* x, Index cols, Int8Pair* out) {
   }
 }
 
-/// C(i, j) of the stored arithmetic from row j's pairs and row i's (see the top).
-template <class Lanes = VectorFp4Int8<>>
-float dot_fp4_pairs(const Fp4Pair* b, const Int8Pair* a, Index pairs) {
-  float lanes[16] = {};
-  if constexpr (Lanes::available) {
-    Lanes::dot_pairs(b, a, pairs, lanes);
-  } else {
-    for (Index p = 0; p < pairs; ++p)
-      for (int lane = 0; lane < 16; ++lane) {
-        std::int32_t sum = 0;
-        for (int e = 4 * lane; e < 4 * lane + 4; ++e) {
-          const std::int32_t q = a[p].q[e];
-          sum += std::int32_t(b[p].magnitude[e]) * ((b[p].negative >> e) & 1u ? -q : q);
-        }
-        const float scale = a[p].scale[lane] * b[p].scale[lane];
-        lanes[lane] = std::fma(static_cast<float>(sum), scale, lanes[lane]);
+/// Adds `pairs` decoded pairs of a row of B times a row of A's into the 16 lanes (see the top).
+template <class Lanes = VectorFp4Int8<>>  // (a template: the registers' branch a build lacks is not compiled)
+void add_fp4_pairs(const Fp4Pair* b, const Int8Pair* a, Index pairs, float* lanes) {
+  if constexpr (Lanes::available) return Lanes::dot_pairs(b, a, pairs, lanes);
+  for (Index p = 0; p < pairs; ++p)
+    for (int lane = 0; lane < 16; ++lane) {
+      std::int32_t sum = 0;
+      for (int e = 4 * lane; e < 4 * lane + 4; ++e) {
+        const std::int32_t q = a[p].q[e];
+        sum += std::int32_t(b[p].magnitude[e]) * ((b[p].negative >> e) & 1u ? -q : q);
       }
+      const float scale = a[p].scale[lane] * b[p].scale[lane];
+      lanes[lane] = std::fma(static_cast<float>(sum), scale, lanes[lane]);
+    }
+}
+
+/// The same for the whole pairs of row r of b read as stored, decoded pair by pair in registers
+/// where the instruction set has them (a decoding step: each byte read once, nothing stored).
+template <class Lanes = VectorFp4Int8<>>
+void add_fp4_codes(const Mxfp4Rows& b, Index r, const Int8Pair* a, Index pairs, float* lanes) {
+  const std::uint8_t* codes = b.codes + r * b.code_stride;
+  const std::uint8_t* exponents = b.scales + r * b.scale_stride;
+  if constexpr (Lanes::available) return Lanes::dot_codes(codes, exponents, e8m0_halves(), a, pairs, lanes);
+  Fp4Pair pair;
+  for (Index p = 0; p < pairs; ++p) {
+    decode_fp4_pair(b, r, p, 2, pair);
+    add_fp4_pairs(&pair, a + p, 1, lanes);
   }
+}
+
+/// C(i, j) from its 16 lanes (see the top).
+inline float sum_fp4_lanes(float* lanes) {
   for (int lane = 0; lane < 8; ++lane) lanes[lane] += lanes[lane + 8];
   for (int lane = 0; lane < 4; ++lane) lanes[lane] += lanes[lane + 4];
   return (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
@@ -193,11 +221,26 @@ inline void mxfp4_row_dot_stored(RowMajorView<const float> a, const Mxfp4Rows& b
   for (Index i = 0; i < a.rows; ++i) round_to_int8_pairs(a.data + i * a.stride, a.cols, rounded.data() + i * pairs);
   const double ops = 2.0 * double(a.rows) * double(b.rows) * double(a.cols);
   const int parts = static_cast<int>(std::max<Index>(1, std::min<Index>(threads_for(ops, threads), b.rows)));
+  constexpr Index decoding_rows = 4;  // (up to these rows of A, each row of B is decoded in registers for each)
   parallel_region(parts, [&](int part) {
-    std::vector<Fp4Pair> row(static_cast<std::size_t>(pairs));
+    std::vector<Fp4Pair> row(static_cast<std::size_t>(a.rows <= decoding_rows ? blocks % 2 : pairs));
     for (Index j = b.rows * part / parts; j < b.rows * (part + 1) / parts; ++j) {
+      if (a.rows <= decoding_rows) {
+        if (blocks % 2) decode_fp4_pair(b, j, pairs - 1, 1, row[0]);  // (the lone last block)
+        for (Index i = 0; i < a.rows; ++i) {
+          float lanes[16] = {};
+          add_fp4_codes(b, j, rounded.data() + i * pairs, blocks / 2, lanes);
+          if (blocks % 2) add_fp4_pairs(row.data(), rounded.data() + i * pairs + pairs - 1, 1, lanes);
+          c.data[i * c.stride + j] = sum_fp4_lanes(lanes);
+        }
+        continue;
+      }
       for (Index p = 0; p < pairs; ++p) decode_fp4_pair(b, j, p, std::min<Index>(2, blocks - 2 * p), row[std::size_t(p)]);
-      for (Index i = 0; i < a.rows; ++i) c.data[i * c.stride + j] = dot_fp4_pairs(row.data(), rounded.data() + i * pairs, pairs);
+      for (Index i = 0; i < a.rows; ++i) {
+        float lanes[16] = {};
+        add_fp4_pairs(row.data(), rounded.data() + i * pairs, pairs, lanes);
+        c.data[i * c.stride + j] = sum_fp4_lanes(lanes);
+      }
     }
   });
 }
