@@ -13,6 +13,7 @@
 #include <headwise/io/latent_attention.hpp>
 #include <headwise/io/llama.hpp>
 #include <headwise/io/tokenizer.hpp>
+#include <headwise/model/weight_arithmetic.hpp>
 #include <headwise/text/tokenizer.hpp>
 
 namespace {
@@ -78,13 +79,14 @@ int main(int argc, char** argv) {
     const auto llama = headwise::io::load_llama_attention_layers<float>(folder);
     const auto gpt2 = headwise::io::load_gpt2_attention_layers<double>(folder);
     const auto latent = headwise::io::load_latent_attention_layers<double>(folder);
-    const auto model = headwise::io::load_decoder_model<float>(folder);
+    auto model = headwise::io::load_decoder_model<float>(folder);
+    const headwise::Index stored = headwise::model::set_weight_arithmetic(model, headwise::WeightType::mxfp4, headwise::WeightArithmetic::stored);
     const auto run = model.run({0, 1});
     const auto next = model.generate({0, 1}, 2);
     const auto scores = headwise::interpret::score_model_heads(model, {0, 1, 0, 1});
     const std::string page = headwise::interpret::head_score_page(scores, "strict");
     return static_cast<int>(llama.size() + gpt2.size() + latent.size() + next.size() + page.size() +
-                            static_cast<std::size_t>(run.logits.rows()));
+                            static_cast<std::size_t>(run.logits.rows() + stored));
   }
   // A three-token BPE: "ab" merges to one token and decodes back.
   const auto bpe = headwise::text::Tokenizer::from_tokenizer_json_text(
