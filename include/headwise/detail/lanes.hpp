@@ -78,13 +78,13 @@ struct Int8Pair {
   alignas(64) float scale[16];
 };
 
-/// MXFP4 weights under the stored arithmetic (mxfp4_products.hpp: a pair of blocks is 64 entries,
-/// their lanes as that file lays them out): decode_pair writes a pair's doubled FP4 magnitudes,
-/// the mask of its negative codes and its lanes' scales; dot_pairs adds a row's pairs into 16
-/// float lanes.
-/// Not available unless the instruction set's file specializes it (the products file's own loops
-/// compute the same bits).
-template <class = void>
+/// MXFP4 weights under the stored arithmetic in registers of P int32 lanes (mxfp4_products.hpp: a
+/// pair of blocks is 64 entries, their 16 lanes as that file lays them out; the widest an
+/// instruction set has is used): decode_pair writes a pair's doubled FP4 magnitudes, the mask of
+/// its negative codes and its lanes' scales; dot_pairs adds decoded pairs into the 16 float lanes,
+/// dot_codes pairs read as stored. Not available unless the instruction set's file specializes it
+/// (the products file's own loops compute the same bits).
+template <int P>
 struct VectorFp4Int8 {
   static constexpr bool available = false;
 };

@@ -16,6 +16,7 @@
 
 #include <Eigen/Core>
 
+#include "headwise/detail/prefetch.hpp"
 #include "headwise/types.hpp"
 
 
@@ -31,6 +32,8 @@ template <int P>
 struct VectorSums;
 template <int P>
 struct VectorFp4;
+template <int P>
+struct VectorFp4Int8;
 template <class>
 struct VectorQuadTranspose;
 
@@ -205,6 +208,73 @@ struct VectorFp4<8> {
       const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(index, 3), 31));
       _mm256_storeu_ps(out + 8 * quarter, _mm256_xor_ps(_mm256_permutevar8x32_ps(magnitudes, index), sign));
     }
+  }
+};
+
+/// MXFP4 under the stored arithmetic in two halves of 8 lanes (mxfp4_products.hpp's layout: the
+/// low nibbles' 32 bytes, then the high ones'): magnitudes and signs by pshufb, the activations'
+/// signs by psignb, each quad's integer sum by pmaddubsw (exact: at most 2 x 12 x 127 a pair of
+/// bytes) and pmaddwd, then one fused multiply-add a half into its 8 lanes.
+template <>
+struct VectorFp4Int8<8> {
+  static constexpr bool available = true;
+  static __m256i doubled() { return _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12)); }
+  static __m256i signs() { return _mm256_broadcastsi128_si256(_mm_setr_epi8(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1)); }
+  /// The low and the high nibbles of a pair's 32 code bytes.
+  static void nibbles(const std::uint8_t* codes, __m256i& low, __m256i& high) {
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)), nibble = _mm256_set1_epi8(0x0F);
+    low = _mm256_and_si256(c, nibble), high = _mm256_and_si256(_mm256_srli_epi16(c, 4), nibble);
+  }
+  /// One half's 8 lane sums: magnitudes times the activations, negated where the code is.
+  static __m256i quads(__m256i magnitude, __m256i sign, const std::int8_t* q) {
+    const __m256i signed_q = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), sign);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed_q), _mm256_set1_epi16(1));
+  }
+  static void decode_pair(const std::uint8_t* codes, float w0, float w1, Fp4Pair& out) {
+    __m256i low, high;
+    nibbles(codes, low, high);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.magnitude), _mm256_shuffle_epi8(doubled(), low));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.magnitude + 32), _mm256_shuffle_epi8(doubled(), high));
+    const auto mask = [](__m256i n) { return std::uint64_t(std::uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(n, 4)))); };  // (bit 3 to 7)
+    out.negative = mask(low) | mask(high) << 32;
+    const __m256 w = _mm256_blend_ps(_mm256_set1_ps(w0), _mm256_set1_ps(w1), 0xF0);
+    _mm256_store_ps(out.scale, w), _mm256_store_ps(out.scale + 8, w);
+  }
+  /// The signs (+1, -1) of 32 bytes whose bits are `negative`'s 32.
+  static __m256i signs_of(std::uint32_t negative) {
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(negative)),
+                                               _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x(std::int64_t(0x8040201008040201));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_or_si256(set, _mm256_set1_epi8(1));  // (-1 where set, else 1)
+  }
+  static void dot_pairs(const Fp4Pair* b, const Int8Pair* a, Index pairs, float* lanes) {
+    __m256 low_sums = _mm256_loadu_ps(lanes), high_sums = _mm256_loadu_ps(lanes + 8);
+    for (Index p = 0; p < pairs; ++p) {
+      const __m256i m0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b[p].magnitude));
+      const __m256i m1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b[p].magnitude + 32));
+      const __m256i low = quads(m0, signs_of(std::uint32_t(b[p].negative)), a[p].q);
+      const __m256i high = quads(m1, signs_of(std::uint32_t(b[p].negative >> 32)), a[p].q + 32);
+      low_sums = _mm256_fmadd_ps(_mm256_cvtepi32_ps(low), _mm256_mul_ps(_mm256_load_ps(a[p].scale), _mm256_load_ps(b[p].scale)), low_sums);
+      high_sums = _mm256_fmadd_ps(_mm256_cvtepi32_ps(high), _mm256_mul_ps(_mm256_load_ps(a[p].scale + 8), _mm256_load_ps(b[p].scale + 8)), high_sums);
+    }
+    _mm256_storeu_ps(lanes, low_sums), _mm256_storeu_ps(lanes + 8, high_sums);
+  }
+  static void dot_codes(const std::uint8_t* codes, const std::uint8_t* exponents, const float* halves, const Int8Pair* a, Index pairs,
+                        float* lanes) {
+    const __m256i table = doubled(), sign_table = signs();
+    __m256 low_sums = _mm256_loadu_ps(lanes), high_sums = _mm256_loadu_ps(lanes + 8);
+    for (Index p = 0; p < pairs; ++p) {
+      prefetch_line(codes + 32 * p, 4096);  // (the stream ahead, as the widened types' decoding step asks)
+      __m256i low, high;
+      nibbles(codes + 32 * p, low, high);
+      const __m256 w = _mm256_blend_ps(_mm256_set1_ps(halves[exponents[2 * p]]), _mm256_set1_ps(halves[exponents[2 * p + 1]]), 0xF0);
+      const __m256i low_quads = quads(_mm256_shuffle_epi8(table, low), _mm256_shuffle_epi8(sign_table, low), a[p].q);
+      const __m256i high_quads = quads(_mm256_shuffle_epi8(table, high), _mm256_shuffle_epi8(sign_table, high), a[p].q + 32);
+      low_sums = _mm256_fmadd_ps(_mm256_cvtepi32_ps(low_quads), _mm256_mul_ps(_mm256_load_ps(a[p].scale), w), low_sums);
+      high_sums = _mm256_fmadd_ps(_mm256_cvtepi32_ps(high_quads), _mm256_mul_ps(_mm256_load_ps(a[p].scale + 8), w), high_sums);
+    }
+    _mm256_storeu_ps(lanes, low_sums), _mm256_storeu_ps(lanes + 8, high_sums);
   }
 };
 

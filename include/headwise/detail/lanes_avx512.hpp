@@ -37,6 +37,8 @@ template <int P>
 struct VectorScale;
 template <int P>
 struct VectorFp4;
+template <int P>
+struct VectorFp4Int8;
 template <class>
 struct VectorTuning;
 
@@ -228,7 +230,7 @@ struct VectorLanes<std::int8_t, 32> {
 /// vpdpbusd (the magnitudes unsigned, the activations negated where the code is), then one fused
 /// multiply-add a pair into the 16 lanes.
 template <>
-struct VectorFp4Int8<void> {
+struct VectorFp4Int8<16> {
   static constexpr bool available = true;
   static void decode_pair(const std::uint8_t* codes, float w0, float w1, Fp4Pair& out) {
     const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)), nibble = _mm256_set1_epi8(0x0F);

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "headwise/detail/lanes.hpp"
@@ -118,6 +119,9 @@ inline void mxfp4_row_dot(RowMajorView<const float> a, const Mxfp4Rows& b, RowMa
 /// The doubled magnitudes of FP4 E2M1's sixteen codes (the sign is bit 3).
 inline constexpr std::uint8_t fp4_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12};
 
+/// The widest registers the instruction set has for the stored arithmetic (VectorFp4Int8).
+using Fp4Int8Lanes = std::conditional_t<VectorFp4Int8<16>::available, VectorFp4Int8<16>, VectorFp4Int8<8>>;
+
 /// 2^(s - 128), each block's scale for the doubled values (exact: e8m0_value halved), by s.
 inline const float* e8m0_halves() {
   static const std::vector<float> halves = [] {
@@ -129,7 +133,7 @@ inline const float* e8m0_halves() {
 }
 
 /// Blocks 2p and 2p + 1 (`blocks` of them here: 1 or 2) of row r of b as an Fp4Pair.
-template <class Lanes = VectorFp4Int8<>>  // (a template: the registers' branch a build lacks is not compiled)
+template <class Lanes = Fp4Int8Lanes>  // (a template: the registers' branch a build lacks is not compiled)
 void decode_fp4_pair(const Mxfp4Rows& b, Index r, Index p, Index blocks, Fp4Pair& out) {
   const std::uint8_t* in_place = b.codes + r * b.code_stride + p * 32;
   prefetch_line(in_place, 4096);  // (the stream ahead: as the widened types' decoding step asks, row_dot_product.hpp)
@@ -176,7 +180,7 @@ inline void round_to_int8_pairs(const float* x, Index cols, Int8Pair* out) {
 }
 
 /// Adds `pairs` decoded pairs of a row of B times a row of A's into the 16 lanes (see the top).
-template <class Lanes = VectorFp4Int8<>>  // (a template: the registers' branch a build lacks is not compiled)
+template <class Lanes = Fp4Int8Lanes>
 void add_fp4_pairs(const Fp4Pair* b, const Int8Pair* a, Index pairs, float* lanes) {
   if constexpr (Lanes::available) return Lanes::dot_pairs(b, a, pairs, lanes);
   for (Index p = 0; p < pairs; ++p)
@@ -193,7 +197,7 @@ void add_fp4_pairs(const Fp4Pair* b, const Int8Pair* a, Index pairs, float* lane
 
 /// The same for the whole pairs of row r of b read as stored, decoded pair by pair in registers
 /// where the instruction set has them (a decoding step: each byte read once, nothing stored).
-template <class Lanes = VectorFp4Int8<>>
+template <class Lanes = Fp4Int8Lanes>
 void add_fp4_codes(const Mxfp4Rows& b, Index r, const Int8Pair* a, Index pairs, float* lanes) {
   const std::uint8_t* codes = b.codes + r * b.code_stride;
   const std::uint8_t* exponents = b.scales + r * b.scale_stride;
