@@ -9,8 +9,9 @@
 // weights gives the same logits bit for bit. A decoding step reads each byte once.
 //
 // Stored (as llama.cpp multiplies MXFP4 by int8 activations): each row of A is rounded to int8
-// per block of 32 (d = max |x| / 127 in float; q = x / d rounded to nearest, ties to even; a block
-// of zeros, or of values whose d is 0, gives zeros; a block holding a value that is not finite
+// per block of 32 (d = max |x| / 127 in float; q = x / d rounded to nearest, ties to even, within
+// ±127, which only a subnormal d passes; a block of zeros, or of values whose d is 0, gives
+// zeros; a block holding a value that is not finite
 // gives d = NaN, so that its row of C is NaN, as the widened arithmetic's is), and the FP4 values
 // doubled are the integers 0, 1, 2, 3, 4, 6, 8, 12 and their negatives, each block's scale halved,
 // 2^(s - 128). The blocks go in pairs (b, b + 1), laid out in 64 bytes as [b's even entries, b + 1's
@@ -204,8 +205,8 @@ void add_fp4_codes(const Mxfp4Rows& b, Index r, const Int8Pair* a, Index pairs, 
   if constexpr (Lanes::available) return Lanes::dot_codes(codes, exponents, e8m0_halves(), a, pairs, lanes);
   Fp4Pair pair;
   for (Index p = 0; p < pairs; ++p) {
-    decode_fp4_pair(b, r, p, 2, pair);
-    add_fp4_pairs(&pair, a + p, 1, lanes);
+    decode_fp4_pair<Lanes>(b, r, p, 2, pair);
+    add_fp4_pairs<Lanes>(&pair, a + p, 1, lanes);
   }
 }
 
