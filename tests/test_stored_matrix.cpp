@@ -152,7 +152,7 @@ TEST_CASE("Every finite FP8 code widens to its value", "[stored_matrix][fp8]") {
   }
 }
 
-TEST_CASE("Conversion to FP8: each quotient to its nearest code, ties to even, subnormals too; past the largest, refused", "[stored_matrix][fp8]") {
+TEST_CASE("Conversion to FP8: each quotient to its nearest code, ties to even, subnormals too, past the largest refused", "[stored_matrix][fp8]") {
   std::mt19937_64 rng(29);
   for (const WeightType type : {WeightType::f8_e4m3, WeightType::f8_e5m2}) {
     CAPTURE(headwise::weight_type_name(type));
