@@ -18,7 +18,9 @@
 // even entries, b's odd entries, b + 1's odd entries] (a lone last block beside zeros); lane L of
 // 16 holds the four entries at bytes 4L .. 4L + 3, of block b + (L / 4) % 2. For each pair in
 // order, each lane's integer sum of its four products p_L (exact) is added to the lane's float sum
-// as acc_L = fma(p_L, d_L w_L, acc_L), d_L w_L rounded to float first. C(i, j) is then the sum of
+// as acc_L = fma(p_L, d_L w_L, acc_L), d_L w_L rounded to float first (past float's range it is
+// infinite, and the lane NaN or infinite, where the widened product's entries overflow too: inputs
+// past about 16 against the largest scale byte, 252). C(i, j) is then the sum of
 // the 16 lanes: lanes L and L + 8 added, then L and L + 4, then (x0 + x2) + (x1 + x3). The same
 // bits whatever the instruction set (VectorFp4Int8 computes the same operations in registers),
 // the shapes and the threads, a row of C never depending on another: decoding = the forward.
